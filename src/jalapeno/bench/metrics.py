@@ -1,0 +1,198 @@
+"""Serving metrics, defined exactly as vLLM's ``bench serve`` defines them (one module for the simulator and
+the bench client, so their numbers mean the same thing).
+
+Per request (times in seconds from the request's start):
+  * TTFT  = time of the first chunk that carries generated content;
+  * E2EL  = time of the last such chunk;
+  * TPOT  = (E2EL - TTFT) / (output_tokens - 1), only for requests with more than one output token;
+  * ITL   = gaps between consecutive content chunks (one value per gap, pooled over all requests).
+Aggregates: mean / median / std / p90 / p99 of each (ms), throughputs over the benchmark ``duration``,
+``median_interactivity`` = 1000 / median TPOT (tokens/s/user, InferenceX), per-chip throughputs, power and
+tokens per joule (``None`` when power was not measured: never invented), and goodput under optional SLOs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+PERCENTILES: tuple[int, ...] = (90, 99)
+
+
+@dataclass
+class RequestOutcome:
+    """What one request produced, as a client observes it."""
+
+    success: bool = True
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    ttft_s: float = 0.0
+    e2el_s: float = 0.0
+    #: inter-token gaps (s). For simulated runs they may be given compressed as ``itl_s`` values with
+    #: matching ``itl_counts`` (how many gaps had that value); ``None`` counts mean one gap per value.
+    itl_s: Sequence[float] | np.ndarray = field(default_factory=list)
+    itl_counts: Sequence[int] | np.ndarray | None = None
+    start_s: float = 0.0
+    error: str = ""
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.output_tokens > 1:
+            return (self.e2el_s - self.ttft_s) / (self.output_tokens - 1)
+        return None
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Goodput service-level objectives in milliseconds (vLLM ``--goodput ttft:MS tpot:MS e2el:MS``)."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+
+    def met(self, r: RequestOutcome) -> bool:
+        if not r.success:
+            return False
+        if self.ttft_ms is not None and r.ttft_s * 1000 > self.ttft_ms:
+            return False
+        tpot = r.tpot_s
+        if self.tpot_ms is not None and tpot is not None and tpot * 1000 > self.tpot_ms:
+            return False
+        if self.e2el_ms is not None and r.e2el_s * 1000 > self.e2el_ms:
+            return False
+        return True
+
+    @property
+    def empty(self) -> bool:
+        return self.ttft_ms is None and self.tpot_ms is None and self.e2el_ms is None
+
+    @classmethod
+    def parse(cls, items: Iterable[str]) -> "SLO":
+        """Parse ``["ttft:200", "tpot:50"]`` (vLLM's --goodput syntax)."""
+        from jalapeno.errors import ConfigError
+
+        kw: dict[str, float] = {}
+        for item in items:
+            for part in item.replace(",", " ").split():
+                name, _, val = part.partition(":")
+                key = f"{name.strip().lower()}_ms"
+                if key not in ("ttft_ms", "tpot_ms", "e2el_ms"):
+                    raise ConfigError(f"goodput SLO '{part}': name must be ttft, tpot or e2el (e.g. ttft:200)")
+                try:
+                    kw[key] = float(val)
+                except ValueError:
+                    raise ConfigError(f"goodput SLO '{part}': '{val}' is not a number of milliseconds") from None
+                if kw[key] <= 0:
+                    raise ConfigError(f"goodput SLO '{part}': must be > 0 ms")
+        return cls(**kw)
+
+
+def _stats(name: str, values_ms: np.ndarray, weights: np.ndarray | None = None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if values_ms.size == 0:
+        out[f"mean_{name}_ms"] = 0.0
+        out[f"median_{name}_ms"] = 0.0
+        out[f"std_{name}_ms"] = 0.0
+        for p in PERCENTILES:
+            out[f"p{p}_{name}_ms"] = 0.0
+        return out
+    if weights is None:
+        out[f"mean_{name}_ms"] = float(np.mean(values_ms))
+        out[f"median_{name}_ms"] = float(np.median(values_ms))
+        out[f"std_{name}_ms"] = float(np.std(values_ms))
+        for p in PERCENTILES:
+            out[f"p{p}_{name}_ms"] = float(np.percentile(values_ms, p))
+        return out
+    # weighted (compressed) samples: identical to expanding each value `weight` times
+    order = np.argsort(values_ms, kind="stable")
+    v = values_ms[order]
+    w = weights[order].astype(np.float64)
+    n = w.sum()
+    mean = float((v * w).sum() / n)
+    out[f"mean_{name}_ms"] = mean
+    out[f"std_{name}_ms"] = float(np.sqrt((w * (v - mean) ** 2).sum() / n))
+    cum = np.cumsum(w)
+
+    def pct(q: float) -> float:
+        # numpy's default 'linear' percentile on the expanded array: rank = q/100 * (n - 1)
+        rank = q / 100.0 * (n - 1)
+        lo = int(np.floor(rank))
+        hi = min(lo + 1, int(n) - 1)
+        vlo = v[np.searchsorted(cum, lo + 1)]
+        vhi = v[np.searchsorted(cum, hi + 1)]
+        return float(vlo + (vhi - vlo) * (rank - lo))
+
+    out[f"median_{name}_ms"] = pct(50)
+    for p in PERCENTILES:
+        out[f"p{p}_{name}_ms"] = pct(p)
+    return out
+
+
+def compute_metrics(
+    outcomes: Sequence[RequestOutcome],
+    duration_s: float,
+    *,
+    num_chips: int = 1,
+    energy_j: float | None = None,
+    slo: SLO | None = None,
+    output_chips: int | None = None,
+) -> dict:
+    """Aggregate request outcomes into the vLLM/InferenceX metrics object (same keys for sim and bench).
+
+    ``energy_j`` is the energy of all chips over ``duration_s``; None means power was not measured.
+    ``output_chips`` divides output throughput per chip when disaggregated (InferenceX divides by decode GPUs).
+    """
+    ok = [r for r in outcomes if r.success]
+    total_in = int(sum(r.prompt_tokens for r in ok))
+    total_out = int(sum(r.output_tokens for r in ok))
+    dur = float(duration_s) if duration_s > 0 else float("nan")
+    ttft = np.array([r.ttft_s for r in ok], dtype=np.float64) * 1000
+    e2el = np.array([r.e2el_s for r in ok], dtype=np.float64) * 1000
+    tpot = np.array([t for r in ok if (t := r.tpot_s) is not None], dtype=np.float64) * 1000
+
+    itl_vals: list[np.ndarray] = []
+    itl_w: list[np.ndarray] = []
+    weighted = any(r.itl_counts is not None for r in ok)
+    for r in ok:
+        v = np.asarray(r.itl_s, dtype=np.float64)
+        if v.size == 0:
+            continue
+        itl_vals.append(v * 1000)
+        if weighted:
+            itl_w.append(np.ones_like(v) if r.itl_counts is None else np.asarray(r.itl_counts, dtype=np.float64))
+    itl = np.concatenate(itl_vals) if itl_vals else np.zeros(0)
+    itl_weights = np.concatenate(itl_w) if (weighted and itl_w) else None
+
+    m: dict = {
+        "completed": len(ok),
+        "failed": len(outcomes) - len(ok),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "duration": float(duration_s),
+        "request_throughput": len(ok) / dur,
+        "output_throughput": total_out / dur,
+        "total_token_throughput": (total_in + total_out) / dur,
+    }
+    m.update(_stats("ttft", ttft))
+    m.update(_stats("tpot", tpot))
+    m.update(_stats("itl", itl, itl_weights))
+    m.update(_stats("e2el", e2el))
+    m["median_interactivity"] = 1000.0 / m["median_tpot_ms"] if m["median_tpot_ms"] > 0 else 0.0
+    m["num_chips"] = int(num_chips)
+    m["output_throughput_per_chip"] = m["output_throughput"] / (output_chips or num_chips)
+    m["total_token_throughput_per_chip"] = m["total_token_throughput"] / num_chips
+    if energy_j is not None and duration_s > 0:
+        m["avg_power_w"] = energy_j / duration_s
+        m["output_tokens_per_joule"] = total_out / energy_j if energy_j > 0 else None
+        m["power_measured"] = True
+    else:
+        m["avg_power_w"] = None
+        m["output_tokens_per_joule"] = None
+        m["power_measured"] = False
+    if slo is not None and not slo.empty:
+        good = sum(1 for r in ok if slo.met(r))
+        m["request_goodput"] = good / dur
+        m["slo_attainment"] = good / len(outcomes) if outcomes else 0.0
+    return m

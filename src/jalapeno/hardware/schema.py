@@ -1,0 +1,175 @@
+"""Hardware described as data: the pydantic schema of one chip's YAML file.
+
+Every number is a :class:`Fact`: a value together with the source it was read from and its status
+(``vendor-peak``, ``announced``, ``measured``, ``third-party``, ``seed``, ``inferred`` or ``unknown``).
+Units are fixed by field name: TFLOPS (dense, 1e12 FLOP/s), GB (1e9 B), TB/s (1e12 B/s), GB/s (1e9 B/s),
+microseconds, watts, USD per chip-hour. Network bandwidths are **per chip, per direction** (unidirectional).
+
+The cost model (``jalapeno.perf``) reads only this schema; it never looks at YAML.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Status = Literal["vendor-peak", "announced", "measured", "third-party", "seed", "inferred", "unknown"]
+
+#: Compute dtypes a chip may execute natively. ``fp4`` covers MXFP4/NVFP4 tensor-core rates.
+ComputeDtype = Literal["bf16", "fp16", "fp8", "fp4", "int8", "int4"]
+COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4", "int8", "int4")
+
+Topology = Literal["switch", "torus2d", "torus3d", "boardfly", "mesh", "ring", "chain", "fully-connected", "none"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Fact(_Strict):
+    """A sourced number. ``value`` is None only when ``status == 'unknown'``."""
+
+    value: float | None
+    source: str = Field(min_length=1, description="URL or citation the value was read from, or the reasoning for an inferred value")
+    status: Status
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Fact":
+        if self.value is None and self.status != "unknown":
+            raise ValueError("value is missing (null) but status is not 'unknown'")
+        if self.value is not None and self.value < 0:
+            raise ValueError(f"value must be >= 0, got {self.value}")
+        return self
+
+    def __float__(self) -> float:
+        return float(self.value or 0.0)
+
+
+class MemoryLevel(_Strict):
+    """One level of the memory hierarchy, per chip."""
+
+    name: str  # e.g. "sram", "hbm", "lpddr5"
+    kind: Literal["sram", "hbm", "dram"]
+    capacity_gb: Fact
+    bandwidth_tbps: Fact
+    #: True when software can keep weights / KV resident here (Groq, Cerebras, Jalapeño SRAM; all HBM/DRAM).
+    #: False for hardware-managed caches such as a GPU's L2, which the cost model then ignores for placement.
+    resident: bool = True
+
+
+class NetworkLink(_Strict):
+    """A network as one chip sees it."""
+
+    bandwidth_gbps: Fact  # per chip, per direction
+    latency_us: Fact  # per hop (or per message for switched fabrics)
+    topology: Topology = "switch"
+    #: chips in one domain (scale-up: NVLink domain, torus/pod size; scale-out: 0 = unbounded)
+    domain_size: int = Field(default=0, ge=0)
+    #: worst-case hop count across a full domain, where the topology defines one (BoardFly 7 vs 3D torus 16)
+    max_hops: int | None = Field(default=None, ge=0)
+
+
+class Power(_Strict):
+    tdp_w: Fact
+    #: power actually drawn under a serving load, when known (e.g. Jalapeño <= 550 W)
+    loaded_w: Fact | None = None
+    idle_w: Fact | None = None
+    #: facility overhead per chip (host CPU, NICs, cooling share) in watts, on top of the chip, for tokens/MW
+    facility_overhead_w: Fact | None = None
+
+
+class Efficiency(_Strict):
+    """Achievable fractions of vendor peak, and fixed costs. These are what calibration fits: few and named."""
+
+    #: achievable fraction of peak compute, per dtype (large GEMMs); missing dtypes use ``compute_default``
+    compute: dict[str, float] = Field(default_factory=dict)
+    compute_default: float = Field(default=0.7, gt=0, le=1)
+    #: achievable fraction of each memory level's bandwidth, by level name; missing levels use ``memory_default``
+    memory: dict[str, float] = Field(default_factory=dict)
+    memory_default: float = Field(default=0.85, gt=0, le=1)
+    #: achievable fraction of scale-up / scale-out bandwidth for collectives
+    scale_up: float = Field(default=0.8, gt=0, le=1)
+    scale_out: float = Field(default=0.8, gt=0, le=1)
+    #: fixed per-step overhead (kernel launches, scheduling, sampling host work), microseconds
+    step_overhead_us: float = Field(default=0.0, ge=0)
+    #: fixed per-layer overhead (per kernel group), microseconds
+    layer_overhead_us: float = Field(default=0.0, ge=0)
+    source: str = "defaults"
+
+    @field_validator("compute", "memory")
+    @classmethod
+    def _fractions(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, x in v.items():
+            if not 0 < x <= 1:
+                raise ValueError(f"efficiency {k}={x} must be in (0, 1]")
+        return v
+
+
+class Energy(_Strict):
+    """Energy coefficients for the power model: step energy = idle power × time + Σ energy per unit of work,
+    capped at TDP × time. Values in picojoules."""
+
+    pj_per_flop: dict[str, float] = Field(default_factory=dict)  # by compute dtype
+    pj_per_byte: dict[str, float] = Field(default_factory=dict)  # by memory level name
+    pj_per_network_byte: float = 0.0
+    source: str = "defaults"
+
+
+class Price(_Strict):
+    usd_per_hour: Fact  # per chip-hour
+
+
+class ChipSpec(_Strict):
+    """One accelerator (per chip / per package), as the YAML file describes it."""
+
+    key: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="canonical short name, e.g. 'h200'")
+    name: str
+    vendor: str
+    status: Status  # overall status of the profile
+    aliases: list[str] = Field(default_factory=list)
+    description: str = ""
+    #: dense peak rate per compute dtype in TFLOPS (TOPS for int). A dtype absent here is not native.
+    compute_tflops: dict[ComputeDtype, Fact]
+    memory: list[MemoryLevel] = Field(min_length=1)
+    scale_up: NetworkLink
+    scale_out: NetworkLink | None = None
+    power: Power
+    price: Price | None = None
+    efficiency: Efficiency = Field(default_factory=Efficiency)
+    energy: Energy = Field(default_factory=Energy)
+    #: chips sold/deployed together as one unit (8 for HGX, 72 for NVL72, 256 for LPX), for reports
+    system_size: int = Field(default=1, ge=1)
+    notes: list[str] = Field(default_factory=list)
+
+    @field_validator("compute_tflops")
+    @classmethod
+    def _has_compute(cls, v: dict) -> dict:
+        if not v:
+            raise ValueError("at least one compute dtype is required")
+        return v
+
+    # ---- convenience accessors used by the cost model -------------------------------------------------
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak in FLOP/s for a native dtype, 0.0 if not native or unknown."""
+        f = self.compute_tflops.get(dtype)  # type: ignore[call-overload]
+        return float(f.value) * 1e12 if f is not None and f.value is not None else 0.0
+
+    def level(self, name: str) -> MemoryLevel:
+        for lv in self.memory:
+            if lv.name == name:
+                return lv
+        raise KeyError(name)
+
+    @property
+    def main_memory(self) -> MemoryLevel | None:
+        """The largest off-chip level (HBM/DRAM), or None for SRAM-only chips (Groq, Cerebras)."""
+        off = [lv for lv in self.memory if lv.kind != "sram" and lv.capacity_gb.value]
+        return max(off, key=lambda lv: float(lv.capacity_gb)) if off else None
+
+    @property
+    def sram(self) -> MemoryLevel | None:
+        """The software-managed on-chip SRAM level, if the chip has one that can hold weights/KV."""
+        s = [lv for lv in self.memory if lv.kind == "sram" and lv.resident and lv.capacity_gb.value]
+        return max(s, key=lambda lv: float(lv.capacity_gb)) if s else None

@@ -7,8 +7,10 @@ Counting methods (parameters, KV bytes) live on the dataclass so every layer agr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
+
+from jalapeno.errors import UnknownNameError
 
 Family = Literal["llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3"]
 AttentionKind = Literal["gqa", "mla"]
@@ -28,6 +30,18 @@ BYTES_PER_ELEMENT: dict[str, float] = {
     "int4": 0.5 + 2.0 / 128,
     "int8": 1.0,
 }
+
+#: KV-cache storage formats, bytes per element. fp8 KV uses one scale per tensor (vLLM ``--kv-cache-dtype fp8``),
+#: so its scale overhead is negligible and not counted.
+KV_BYTES_PER_ELEMENT: dict[str, float] = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+}
+
+_FULL_PRECISION = ("fp32", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -82,12 +96,19 @@ class ModelArch:
     #: which weights the native quantization covers: "all" linear layers or only "experts"
     native_quant_scope: Literal["none", "all", "experts"] = "none"
     activation: str = "silu"
+    #: o_proj bias; None = same as ``attention_bias`` (Llama/Qwen3/GPT-OSS/DeepSeek). Qwen2: qkv bias, no o bias.
+    o_proj_bias: bool | None = None
+    #: explicit per-layer MoE flags (length num_layers); empty = use first_dense_layers/moe_layer_freq.
+    #: Needed for Qwen3-MoE's ``mlp_only_layers``/``decoder_sparse_step``, whose rule differs from DeepSeek's.
+    moe_layers: tuple[bool, ...] = ()
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     # ---------------------------------------------------------------------------------------------
     def is_moe_layer(self, i: int) -> bool:
         if self.num_experts == 0:
             return False
+        if self.moe_layers:
+            return self.moe_layers[i]
         return i >= self.first_dense_layers and (i % max(self.moe_layer_freq, 1) == 0)
 
     def is_sliding_layer(self, i: int) -> bool:
@@ -96,3 +117,231 @@ class ModelArch:
     @property
     def num_moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    # ---------------------------------------------------------------------------------------------
+    # Parameter counting. Counts are exact element counts of the Hugging Face module tree (every weight,
+    # bias, norm, router and sink; buffers such as DeepSeek's e_score_correction_bias are not parameters).
+    @property
+    def attn_o_bias(self) -> bool:
+        return self.attention_bias if self.o_proj_bias is None else self.o_proj_bias
+
+    def _attn_params(self) -> tuple[int, int]:
+        """(linear weights, other) of one attention block: other = biases, q/k/latent norms, sinks."""
+        h = self.hidden_size
+        other = 0
+        if self.attention == "mla":
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            if self.q_lora_rank:
+                w = h * self.q_lora_rank + self.q_lora_rank * self.num_heads * qk
+                other += self.q_lora_rank + (self.q_lora_rank if self.attention_bias else 0)
+            else:
+                w = h * self.num_heads * qk
+            kv_a = self.kv_lora_rank + self.qk_rope_head_dim
+            w += h * kv_a + self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+            w += self.num_heads * self.v_head_dim * h
+            other += self.kv_lora_rank  # kv_a_layernorm
+            if self.attention_bias:
+                other += kv_a
+            if self.attn_o_bias:
+                other += h
+        else:
+            q_out = self.num_heads * self.head_dim
+            kv_out = self.num_kv_heads * self.head_dim
+            w = h * q_out + 2 * h * kv_out + q_out * h
+            if self.attention_bias:
+                other += q_out + 2 * kv_out
+            if self.attn_o_bias:
+                other += h
+            if self.qk_norm:
+                other += 2 * self.head_dim
+        if self.attention_sinks:
+            other += self.num_heads
+        return w, other
+
+    def _mlp_params(self, inter: int) -> tuple[int, int]:
+        """(weights, biases) of one gated (SwiGLU) MLP of width ``inter``: gate, up, down."""
+        h = self.hidden_size
+        return 3 * h * inter, (2 * inter + h) if self.mlp_bias else 0
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of ONE routed expert (weights + biases)."""
+        w, b = self._mlp_params(self.moe_intermediate_size)
+        return w + b
+
+    @property
+    def shared_expert_params(self) -> int:
+        """Parameters of all shared experts of one MoE layer (DeepSeek fuses them into one MLP)."""
+        inter = self.shared_expert_intermediate_size or self.moe_intermediate_size
+        return self.num_shared_experts * 3 * self.hidden_size * inter
+
+    @property
+    def router_params(self) -> int:
+        """Router (gate) parameters of one MoE layer."""
+        return self.num_experts * self.hidden_size + (self.num_experts if self.router_bias else 0)
+
+    def param_counts(self) -> "ParamCounts":
+        """Per-component parameter counts of the main model (MTP module excluded)."""
+        h = self.hidden_size
+        attn_w, attn_o = self._attn_params()
+        dense_w, dense_b = self._mlp_params(self.intermediate_size)
+        exp_w, exp_b = self._mlp_params(self.moe_intermediate_size)
+        n_moe = self.num_moe_layers
+        n_dense = self.num_layers - n_moe
+        return ParamCounts(
+            embedding=self.vocab_size * h,
+            lm_head=0 if self.tie_word_embeddings else self.vocab_size * h,
+            final_norm=h,
+            layer_norms=2 * h * self.num_layers,
+            attn_weights=attn_w * self.num_layers,
+            attn_other=attn_o * self.num_layers,
+            mlp_weights=dense_w * n_dense,
+            mlp_other=dense_b * n_dense,
+            shared_expert_weights=self.shared_expert_params * n_moe,
+            routed_expert_weights=exp_w * self.num_experts * n_moe,
+            routed_expert_other=exp_b * self.num_experts * n_moe,
+            router=self.router_params * n_moe,
+            routed_active=(exp_w + exp_b) * self.experts_per_token * n_moe,
+        )
+
+    def total_params(self) -> int:
+        """All parameters of the main model: embeddings, every layer, final norm, LM head unless tied.
+        Excludes the MTP module (see :meth:`mtp_params`)."""
+        return self.param_counts().total
+
+    def active_params(self, include_embedding: bool = False) -> int:
+        """Parameters used per token: everything but the routed experts, plus ``experts_per_token`` of them
+        per MoE layer (shared experts always count). The input embedding table is a lookup, not a matmul,
+        so by default it is excluded (OpenAI's and DeepSeek's convention: the LM head counts, the embedding
+        does not); ``include_embedding=True`` counts it too (Qwen's and Mistral's convention). A tied
+        embedding is counted once, as the LM head."""
+        c = self.param_counts()
+        active = c.total - c.routed_expert_weights - c.routed_expert_other + c.routed_active
+        if not include_embedding and not self.tie_word_embeddings:
+            active -= c.embedding
+        return active
+
+    def mtp_params(self) -> int:
+        """Parameters of the multi-token-prediction module (DeepSeek ``num_nextn_predict_layers``): per MTP
+        layer one decoder layer (MoE when the model has experts) + enorm + hnorm + eh_proj (2h->h) +
+        shared_head.norm. Its embedding and head are shared with the main model and not counted again."""
+        if not self.mtp_layers:
+            return 0
+        h = self.hidden_size
+        attn_w, attn_o = self._attn_params()
+        if self.num_experts:
+            ffn = self.router_params + self.num_experts * self.expert_params + self.shared_expert_params
+        else:
+            ffn = sum(self._mlp_params(self.intermediate_size))
+        layer = 2 * h + attn_w + attn_o + ffn
+        return self.mtp_layers * (layer + 2 * h + 2 * h * h + h)
+
+    # ---------------------------------------------------------------------------------------------
+    # Weight bytes
+    def weight_bytes(self, weight_dtype: str = "native", scope: str | None = None) -> float:
+        """Bytes of all weights (main model) stored as ``weight_dtype``, block scales included.
+
+        ``"native"`` = as the published checkpoint stores them (``native_weight_dtype`` over
+        ``native_quant_scope``). A full-precision dtype (fp32/bf16/fp16) applies to every parameter. A
+        quantized dtype applies to ``scope``: ``"all"`` = every linear layer inside the decoder blocks
+        (attention projections, dense MLP, shared and routed experts), ``"experts"`` = routed experts only;
+        the default is the native scope when ``weight_dtype`` is the native dtype, else ``"all"``. What is
+        not quantized (embeddings, LM head, norms, biases, router, sinks) stays bf16."""
+        dtype, scope = self._resolve_weight_dtype(weight_dtype, scope)
+        c = self.param_counts()
+        if dtype in _FULL_PRECISION:
+            return c.total * BYTES_PER_ELEMENT[dtype]
+        q = c.quantizable(scope)
+        return q * BYTES_PER_ELEMENT[dtype] + (c.total - q) * BYTES_PER_ELEMENT["bf16"]
+
+    def active_weight_bytes(self, weight_dtype: str = "native", scope: str | None = None) -> float:
+        """Weight bytes touched by one token (``active_params(include_embedding=False)`` worth): the
+        batch-1 decode weight read. Routed experts contribute ``experts_per_token`` experts per layer."""
+        dtype, scope = self._resolve_weight_dtype(weight_dtype, scope)
+        c = self.param_counts()
+        active = self.active_params()
+        if dtype in _FULL_PRECISION:
+            return active * BYTES_PER_ELEMENT[dtype]
+        e_w = 3 * self.hidden_size * self.moe_intermediate_size
+        routed_w_active = e_w * self.experts_per_token * self.num_moe_layers
+        q = c.quantizable(scope) - c.routed_expert_weights + routed_w_active
+        return q * BYTES_PER_ELEMENT[dtype] + (active - q) * BYTES_PER_ELEMENT["bf16"]
+
+    def _resolve_weight_dtype(self, weight_dtype: str, scope: str | None) -> tuple[str, str]:
+        dtype = self.native_weight_dtype if weight_dtype == "native" else weight_dtype
+        if dtype not in BYTES_PER_ELEMENT:
+            raise UnknownNameError(
+                f"unknown weight dtype {weight_dtype!r}; use 'native' or one of: {', '.join(BYTES_PER_ELEMENT)}"
+            )
+        if scope is None:
+            native = dtype == self.native_weight_dtype and self.native_quant_scope != "none"
+            scope = self.native_quant_scope if native else "all"
+        if scope not in ("all", "experts"):
+            raise UnknownNameError(f"unknown quantization scope {scope!r}; use 'all' or 'experts'")
+        return dtype, scope
+
+    # ---------------------------------------------------------------------------------------------
+    # KV cache
+    def kv_elems_per_token_layer(self) -> int:
+        """KV-cache elements one token stores in one layer: 2·kv_heads·head_dim (GQA) or the MLA latent
+        kv_lora_rank + qk_rope_head_dim (compressed KV plus the shared rope key)."""
+        if self.attention == "mla":
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
+
+    def kv_bytes(self, context_len: int, kv_dtype: str = "bf16") -> float:
+        """Bytes of KV cache one sequence of ``context_len`` tokens holds, summed over layers; a sliding
+        layer holds at most ``sliding_window`` tokens."""
+        per = self.kv_elems_per_token_layer() * _kv_bytes(kv_dtype)
+        n_sliding = sum(self.is_sliding_layer(i) for i in range(self.num_layers))
+        window = self.sliding_window if self.sliding_window else context_len
+        return per * ((self.num_layers - n_sliding) * context_len + n_sliding * min(context_len, window))
+
+    def kv_bytes_per_token(self, kv_dtype: str = "bf16", context_len: int | None = None) -> float:
+        """KV bytes per token summed over layers. Without ``context_len``: every layer stores the token
+        (the marginal cost while the context is shorter than the window). With ``context_len``: the
+        per-token average ``kv_bytes(context_len) / context_len``, sliding layers capped at the window."""
+        if context_len is None:
+            return self.kv_elems_per_token_layer() * _kv_bytes(kv_dtype) * self.num_layers
+        if context_len <= 0:
+            raise ValueError("context_len must be positive")
+        return self.kv_bytes(context_len, kv_dtype) / context_len
+
+
+def _kv_bytes(kv_dtype: str) -> float:
+    try:
+        return KV_BYTES_PER_ELEMENT[kv_dtype]
+    except KeyError:
+        raise UnknownNameError(
+            f"unknown KV-cache dtype {kv_dtype!r}; use one of: {', '.join(KV_BYTES_PER_ELEMENT)}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameter counts of a model by component (main model, MTP excluded). ``*_weights`` are the linear
+    layers a weight quantization covers; ``*_other`` are biases, norms and sinks (kept in bf16)."""
+
+    embedding: int
+    lm_head: int  # 0 when tied to the embedding
+    final_norm: int
+    layer_norms: int  # input + post-attention RMSNorm of every layer
+    attn_weights: int
+    attn_other: int  # attention biases, q/k norms, MLA latent norms, sinks
+    mlp_weights: int  # dense MLP layers
+    mlp_other: int
+    shared_expert_weights: int
+    routed_expert_weights: int  # all routed experts of all MoE layers
+    routed_expert_other: int  # routed expert biases (GPT-OSS)
+    router: int  # router weight (+ bias)
+    routed_active: int  # routed expert params (weights + biases) used per token: top-k per MoE layer
+
+    @property
+    def total(self) -> int:
+        return sum(getattr(self, f.name) for f in fields(self) if f.name != "routed_active")
+
+    def quantizable(self, scope: str) -> int:
+        """Parameters a weight quantization of ``scope`` ("all" or "experts") covers."""
+        if scope == "experts":
+            return self.routed_expert_weights
+        return self.attn_weights + self.mlp_weights + self.shared_expert_weights + self.routed_expert_weights

@@ -54,27 +54,19 @@ err_console = Console(stderr=True)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: runs the typer app, turning user errors into one clean line, exit 2."""
+    """Console-script entry point.
+
+    Typer/click handle usage errors themselves (usage line, exit 2); user errors raised by commands
+    (:class:`JalapenoError`) become one clean line on stderr and exit code 2 — never a traceback.
+    """
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, prog_name="jalapeno")
     except JalapenoError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True, markup=True)
         sys.exit(exc.exit_code)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        err_console.print("aborted")
-        sys.exit(130)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
-    except Exception as exc:  # click usage errors come through here in standalone_mode=False
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
 
 
 if __name__ == "__main__":

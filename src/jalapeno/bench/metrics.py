@@ -138,11 +138,15 @@ def compute_metrics(
     energy_j: float | None = None,
     slo: SLO | None = None,
     output_chips: int | None = None,
+    itl_values: Sequence[float] | np.ndarray | None = None,
+    itl_counts: Sequence[int] | np.ndarray | None = None,
 ) -> dict:
     """Aggregate request outcomes into the vLLM/InferenceX metrics object (same keys for sim and bench).
 
     ``energy_j`` is the energy of all chips over ``duration_s``; None means power was not measured.
     ``output_chips`` divides output throughput per chip when disaggregated (InferenceX divides by decode GPUs).
+    ``itl_values`` (s) with optional ``itl_counts``: inter-token gaps already pooled over all requests (the
+    simulator's compressed form); when given they replace the per-request ``itl_s``.
     """
     ok = [r for r in outcomes if r.success]
     total_in = int(sum(r.prompt_tokens for r in ok))
@@ -164,6 +168,11 @@ def compute_metrics(
             itl_w.append(np.ones_like(v) if r.itl_counts is None else np.asarray(r.itl_counts, dtype=np.float64))
     itl = np.concatenate(itl_vals) if itl_vals else np.zeros(0)
     itl_weights = np.concatenate(itl_w) if (weighted and itl_w) else None
+    if itl_values is not None:
+        itl = np.asarray(itl_values, dtype=np.float64) * 1000
+        itl_weights = None if itl_counts is None else np.asarray(itl_counts, dtype=np.float64)
+        if itl_weights is not None and itl_weights.shape != itl.shape:
+            raise ValueError("itl_counts must match itl_values")
 
     m: dict = {
         "completed": len(ok),

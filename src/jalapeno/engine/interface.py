@@ -104,6 +104,11 @@ class ScheduledBatch:
     #: scheduler proved that nothing can change the batch for K steps). Real backends may refuse (see
     #: :attr:`Backend.max_multi_step`).
     num_steps: int = 1
+    #: multi-step only (simulated backends): stop after the first step that ends at or after ``stop_at_s``,
+    #: where step ends are ``start_s + d1``, ``+ d2``, ... summed one by one in float64 on the engine's clock
+    #: (the next external arrival). ``None``: run all ``num_steps``. Report the steps run in ``step_durations``.
+    stop_at_s: float | None = None
+    start_s: float = 0.0
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -129,6 +134,11 @@ class StepResult:
     step_durations: Seq[float] = field(default_factory=tuple)
     #: tokens accepted per chunk per step when speculative decoding is on (simulation may use expectations)
     extra: dict = field(default_factory=dict)
+    #: energy of each step run (J), parallel to ``step_durations`` (optional)
+    step_energies: Seq[float] = field(default_factory=tuple)
+    #: simulated backends: how many (placeholder) tokens each chunk produced over all steps run, instead of
+    #: materialising them in ``tokens`` (which may then be empty)
+    token_counts: Seq[int] | None = None
 
 
 class Backend(ABC):

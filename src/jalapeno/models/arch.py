@@ -56,7 +56,7 @@ class ModelArch:
     num_layers: int
     num_heads: int
     num_kv_heads: int
-    head_dim: int
+    head_dim: int  # MLA: qk_nope_head_dim + qk_rope_head_dim (query/key width; the cache holds the latent)
     intermediate_size: int  # dense MLP (and DeepSeek's first dense layers)
     max_position_embeddings: int
     rms_norm_eps: float = 1e-5
@@ -101,6 +101,9 @@ class ModelArch:
     #: explicit per-layer MoE flags (length num_layers); empty = use first_dense_layers/moe_layer_freq.
     #: Needed for Qwen3-MoE's ``mlp_only_layers``/``decoder_sparse_step``, whose rule differs from DeepSeek's.
     moe_layers: tuple[bool, ...] = ()
+    #: bytes per quantized element of the native format when the checkpoint's block/group layout differs
+    #: from the canonical one in BYTES_PER_ELEMENT (e.g. Kimi K2.5 int4 with a bf16 scale per 32 -> 0.5625)
+    native_bytes_per_element: float | None = None
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     # ---------------------------------------------------------------------------------------------
@@ -252,7 +255,7 @@ class ModelArch:
         if dtype in _FULL_PRECISION:
             return c.total * BYTES_PER_ELEMENT[dtype]
         q = c.quantizable(scope)
-        return q * BYTES_PER_ELEMENT[dtype] + (c.total - q) * BYTES_PER_ELEMENT["bf16"]
+        return q * self._quant_bytes(dtype) + (c.total - q) * BYTES_PER_ELEMENT["bf16"]
 
     def active_weight_bytes(self, weight_dtype: str = "native", scope: str | None = None) -> float:
         """Weight bytes touched by one token (``active_params(include_embedding=False)`` worth): the
@@ -265,7 +268,12 @@ class ModelArch:
         e_w = 3 * self.hidden_size * self.moe_intermediate_size
         routed_w_active = e_w * self.experts_per_token * self.num_moe_layers
         q = c.quantizable(scope) - c.routed_expert_weights + routed_w_active
-        return q * BYTES_PER_ELEMENT[dtype] + (active - q) * BYTES_PER_ELEMENT["bf16"]
+        return q * self._quant_bytes(dtype) + (active - q) * BYTES_PER_ELEMENT["bf16"]
+
+    def _quant_bytes(self, dtype: str) -> float:
+        if dtype == self.native_weight_dtype and self.native_bytes_per_element is not None:
+            return self.native_bytes_per_element
+        return BYTES_PER_ELEMENT[dtype]
 
     def _resolve_weight_dtype(self, weight_dtype: str, scope: str | None) -> tuple[str, str]:
         dtype = self.native_weight_dtype if weight_dtype == "native" else weight_dtype

@@ -1,0 +1,252 @@
+"""The simulated backend: executes nothing, returns the time and energy the cost model predicts.
+
+``SimBackend(cost_model)`` plugs into the same :class:`~jalapeno.engine.Engine` as a real backend. Each
+``execute`` reduces the batch to a :class:`~jalapeno.perf.StepShape` (a few sums, O(chunks)) and prices it;
+a multi-step decode of K steps is priced in one vectorised call (``cost_model.decode_steps``) and cut at the
+first step that ends at or after ``batch.stop_at_s`` (the next arrival), with step ends summed one by one
+exactly as the engine's virtual clock sums them. Tokens are placeholders: only their counts come back.
+
+Speculative decoding (``SpecDecode``): every decode sequence verifies ``1 + k`` tokens per step and gains the
+expected accepted length ``E = 1 + Σ_{i≤k} Π_{j≤i} a_j`` tokens per step on average — deterministically, via
+an integer accumulator per sequence (after ``s`` steps it has gained ``floor(s·E)`` tokens). The proposer's
+cost is added: a draft model's ``k`` decode steps (a second cost model), ``k`` MTP-layer passes (≈ ``k / L``
+of a one-token target decode step), or nothing for n-gram lookup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, Sequence as Seq
+
+import numpy as np
+
+from jalapeno.engine.interface import Backend, ScheduledBatch, StepResult
+from jalapeno.errors import ConfigError
+from jalapeno.perf.shape import StepShape, _pairs
+
+#: denominator of the fixed-point accepted-length accumulator
+_ONE = 1 << 32
+
+
+class CostModelLike(Protocol):
+    """What the simulator needs from :class:`jalapeno.perf.CostModel` (tests may pass an analytic fake)."""
+
+    model: Any
+    num_chips: int
+
+    def step(self, shape: StepShape) -> Any: ...  # StepCost(time_s, energy_j)
+    def decode_steps(self, shape: StepShape, k: int) -> tuple[np.ndarray, np.ndarray]: ...
+    def memory_plan(self, max_batch_tokens: int = 8192) -> Any: ...  # MemoryPlan
+
+
+@dataclass(frozen=True)
+class SpecDecode:
+    """Speculative decoding: ``method`` proposes ``num_tokens`` (k) tokens per step, accepted with conditional
+    probability ``acceptance`` (one value for every position, or one per position a_1..a_k)."""
+
+    method: Literal["mtp", "draft", "ngram"]
+    num_tokens: int
+    acceptance: float | tuple[float, ...]
+    draft_cost_model: CostModelLike | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in ("mtp", "draft", "ngram"):
+            raise ConfigError(f"--spec-decode {self.method!r} must be mtp, draft or ngram")
+        if self.num_tokens < 1:
+            raise ConfigError(f"--spec-tokens must be >= 1 (got {self.num_tokens})")
+        acc = self.rates
+        if len(acc) != self.num_tokens:
+            raise ConfigError(f"--acceptance gives {len(acc)} rates for {self.num_tokens} speculative tokens")
+        if any(not 0.0 <= a <= 1.0 for a in acc):
+            raise ConfigError(f"--acceptance rates must be in [0, 1] (got {list(acc)})")
+        if self.method == "draft" and self.draft_cost_model is None:
+            raise ConfigError("speculative decoding with a draft model needs the draft model's cost model")
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        a = self.acceptance
+        return tuple(float(x) for x in a) if isinstance(a, (tuple, list)) else (float(a),) * self.num_tokens
+
+    @property
+    def expected_tokens(self) -> float:
+        """Expected tokens gained per decode step: 1 + Σ_i Π_{j≤i} a_j."""
+        total, p = 1.0, 1.0
+        for a in self.rates:
+            p *= a
+            total += p
+        return total
+
+
+class SimBackend(Backend):
+    """Backend that prices steps with a cost model on a virtual clock (``is_simulated``)."""
+
+    max_multi_step = 1 << 30
+
+    def __init__(self, cost_model: CostModelLike, spec: SpecDecode | None = None, keep_trace: bool = False) -> None:
+        self.cm = cost_model
+        self.spec = spec
+        self.k = spec.num_tokens if spec else 0
+        self._e_num = int(round(spec.expected_tokens * _ONE)) if spec else _ONE
+        self._acc: dict[int | str, int] = {}
+        self.window: int | None = getattr(cost_model.model, "sliding_window", None) or None
+        self.num_layers: int = max(1, int(getattr(cost_model.model, "num_layers", 1)))
+        self._plan = None
+        self.trace: list[dict] | None = [] if keep_trace else None
+
+    @property
+    def is_simulated(self) -> bool:
+        return True
+
+    def memory_plan(self):
+        if self._plan is None:
+            self._plan = self.cm.memory_plan()
+        return self._plan
+
+    @property
+    def idle_power_w(self) -> float:
+        """Power (W) the replica's chips draw while no step runs (the cost model's idle power)."""
+        return float(getattr(self.cm, "idle_w", 0.0)) * int(getattr(self.cm, "chips_per_replica", 1))
+
+    def num_kv_blocks(self, block_size: int) -> int:
+        return int(self.memory_plan().kv_capacity_tokens) // block_size
+
+    def free_sequence(self, seq) -> None:
+        self._acc.pop(seq.seq_id, None)
+
+    # ---------------------------------------------------------------------------------------------
+    def shape_of(self, batch: ScheduledBatch) -> StepShape:
+        """Aggregate the batch (decode = a chunk that feeds the sequence's newest token onward)."""
+        w = self.window
+        pt = ps = pkv = pkvw = 0
+        pp = ppw = 0.0
+        ds = dt = dsum = dsw = below = 0
+        for c in batch.chunks:
+            seq = c.seq
+            n = c.num_tokens
+            if c.start >= seq.num_tokens - 1 and seq.num_output_tokens:
+                ctx = c.start + n
+                ds += 1
+                dt += n
+                dsum += ctx
+                if w:
+                    if ctx < w:
+                        dsw += ctx
+                        below += 1
+                    else:
+                        dsw += w
+            else:
+                pre = c.start
+                pt += n
+                ps += 1
+                full = _pairs(n, pre, None)
+                pp += full
+                ppw += _pairs(n, pre, w) if w else full
+                pkv += pre + n
+                pkvw += (min(pre, w) if w else pre) + n
+        if not w:
+            dsw = dsum
+        return StepShape(pt, ps, pp, ppw, pkv, pkvw, ds, dt, dsum, dsw, below)
+
+    def _proposer(self, shape: StepShape, steps: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Time and energy the draft proposer adds to each of ``steps`` steps."""
+        spec = self.spec
+        if spec is None or spec.method == "ngram":
+            return None
+        k = self.k
+        one_tok = StepShape(
+            decode_seqs=shape.decode_seqs,
+            decode_tokens=shape.decode_seqs,
+            decode_ctx_sum=shape.decode_ctx_sum - k * shape.decode_seqs,
+            decode_ctx_sum_window=shape.decode_ctx_sum_window,
+            decode_below_window=shape.decode_below_window,
+        )
+        pre = StepShape(
+            prefill_tokens=shape.prefill_tokens,
+            prefill_seqs=shape.prefill_seqs,
+            prefill_attn_pairs=shape.prefill_attn_pairs,
+            prefill_attn_pairs_window=shape.prefill_attn_pairs_window,
+            prefill_kv_tokens=shape.prefill_kv_tokens,
+            prefill_kv_tokens_window=shape.prefill_kv_tokens_window,
+        )
+        t = np.zeros(steps)
+        e = np.zeros(steps)
+        if spec.method == "draft":
+            cm = spec.draft_cost_model
+            assert cm is not None
+            if one_tok.decode_seqs:
+                dt, de = cm.decode_steps(one_tok, steps * k)
+                t += dt.reshape(steps, k).sum(axis=1)
+                e += de.reshape(steps, k).sum(axis=1)
+            if pre.prefill_tokens:
+                c = cm.step(pre)
+                t[0] += c.time_s
+                e[0] += c.energy_j
+        else:  # mtp: k passes of one extra layer ≈ k/L of the target's step
+            f = k / self.num_layers
+            if one_tok.decode_seqs:
+                dt, de = self.cm.decode_steps(one_tok, steps)
+                t += dt * f
+                e += de * f
+            if pre.prefill_tokens:
+                c = self.cm.step(pre)
+                t[0] += c.time_s / self.num_layers
+                e[0] += c.energy_j / self.num_layers
+        return t, e
+
+    def execute(self, batch: ScheduledBatch) -> StepResult:
+        shape = self.shape_of(batch)
+        steps = batch.num_steps
+        if steps > 1:
+            durs, ens = self.cm.decode_steps(shape, steps)
+        else:
+            c = self.cm.step(shape)
+            durs, ens = np.array([c.time_s]), np.array([c.energy_j])
+        extra = self._proposer(shape, steps)
+        if extra is not None:
+            durs = durs + extra[0]
+            ens = ens + extra[1]
+        run = steps
+        if steps > 1 and batch.stop_at_s is not None:
+            ends = np.cumsum(np.concatenate(([batch.start_s], durs)))[1:]  # sequential float64 sums
+            run = min(steps, int(np.searchsorted(ends, batch.stop_at_s, side="left")) + 1)
+            durs, ens = durs[:run], ens[:run]
+        counts = self._token_counts(batch, run)
+        energy = float(ens.sum())
+        if self.trace is not None:
+            self.trace.append(
+                {
+                    "steps": run,
+                    "prefill_tokens": shape.prefill_tokens,
+                    "decode_seqs": shape.decode_seqs,
+                    "decode_ctx_sum": shape.decode_ctx_sum,
+                    "duration_s": float(durs.sum()),
+                    "energy_j": energy,
+                }
+            )
+        dl = durs.tolist()
+        return StepResult(
+            tokens=[],
+            duration_s=float(sum(dl)),
+            energy_j=energy,
+            step_durations=dl,
+            step_energies=ens.tolist(),
+            token_counts=counts,
+        )
+
+    def _token_counts(self, batch: ScheduledBatch, steps: int) -> Seq[int]:
+        if not self.k:
+            return [(steps if c.start >= c.seq.num_tokens - 1 and c.seq.num_output_tokens else 1) if c.sample else 0 for c in batch.chunks]
+        acc, e = self._acc, self._e_num
+        out = []
+        for c in batch.chunks:
+            seq = c.seq
+            if not c.sample:
+                out.append(0)
+            elif c.start >= seq.num_tokens - 1 and seq.num_output_tokens:
+                a0 = acc.get(seq.seq_id, 0)
+                a1 = a0 + steps * e
+                acc[seq.seq_id] = a1
+                out.append(a1 // _ONE - a0 // _ONE)
+            else:
+                out.append(1)
+        return out

@@ -1,0 +1,4 @@
+"""Real execution on PyTorch: model families, paged attention, weight loaders, sampler and the backend.
+
+Importing this package imports torch; the CLI imports it lazily.
+"""

@@ -1,0 +1,177 @@
+"""Paged KV cache and paged attention (PyTorch reference path; Triton decode kernel on CUDA).
+
+Layout: per layer a cache tensor ``[num_blocks, block_size, kv_heads, head_dim]`` for K and one for V (MLA
+keeps a single latent tensor whose first ``kv_lora_rank`` dims double as V). A token at position ``p`` of a
+sequence lives in block ``block_table[p // block_size]`` at offset ``p % block_size``; its flat *slot* is
+``block * block_size + offset``.
+
+:class:`StepMetadata` is built once per engine step from the scheduled chunks and shared by every layer: the
+slots the new tokens are written to, and for attention a padded ``[B, max_ctx]`` gather of each sequence's
+slots plus a ``[B, max_q, max_ctx]`` visibility mask (causal over the full context, so a chunk of a prefill sees
+the cached prefix and itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class SeqSlice:
+    """One sequence's part of a step: ``num_tokens`` new tokens at positions ``start..start+num_tokens-1``."""
+
+    start: int
+    num_tokens: int
+    block_table: list[int]
+
+
+@dataclass
+class StepMetadata:
+    positions: torch.Tensor  # [T] int64, absolute position of each fed token
+    slot_mapping: torch.Tensor  # [T] int64, flat cache slot each new token's K/V is written to
+    query_lens: list[int]
+    context_lens: torch.Tensor  # [B] int64, tokens in the cache after this step (incl. the new ones)
+    block_tables: torch.Tensor  # [B, max_blocks] int32 (padded with 0)
+    gather_slots: torch.Tensor  # [B, max_ctx] int64, slot of each context token (padding -> 0)
+    query_pos: torch.Tensor  # [B, max_q] int64 position of each padded query (-1 for padding)
+    key_pos: torch.Tensor  # [B, max_ctx] int64 position of each key (large for padding)
+    pad_index: torch.Tensor | None  # [T] index of each token in the flattened [B*max_q] padded layout
+    max_q: int
+    block_size: int
+    _masks: dict = field(default_factory=dict)
+
+    @property
+    def is_decode(self) -> bool:
+        return self.max_q == 1
+
+    def mask(self, window: int | None) -> torch.Tensor:
+        """Boolean ``[B, 1, max_q, max_ctx]`` visibility (True = attend), cached per window size."""
+        if window not in self._masks:
+            q = self.query_pos[:, :, None]
+            k = self.key_pos[:, None, :]
+            m = k <= q
+            if window is not None:
+                m &= (q - k) < window
+            self._masks[window] = m[:, None]
+        return self._masks[window]
+
+    @staticmethod
+    def build(seqs: list[SeqSlice], block_size: int, device: torch.device) -> "StepMetadata":
+        positions: list[int] = []
+        slots: list[int] = []
+        for s in seqs:
+            for p in range(s.start, s.start + s.num_tokens):
+                positions.append(p)
+                slots.append(s.block_table[p // block_size] * block_size + p % block_size)
+        qlens = [s.num_tokens for s in seqs]
+        ctx = [s.start + s.num_tokens for s in seqs]
+        b, max_q, max_ctx = len(seqs), max(qlens), max(ctx)
+        max_blocks = max(len(s.block_table) for s in seqs)
+        tables = torch.zeros(b, max_blocks, dtype=torch.int32)
+        for i, s in enumerate(seqs):
+            tables[i, : len(s.block_table)] = torch.tensor(s.block_table, dtype=torch.int32)
+        ctx_t = torch.tensor(ctx, dtype=torch.int64)
+        key_pos = torch.arange(max_ctx, dtype=torch.int64).expand(b, max_ctx)
+        valid_k = key_pos < ctx_t[:, None]
+        blk = tables.long().gather(1, (key_pos // block_size).clamp(max=max_blocks - 1))
+        gather = torch.where(valid_k, blk * block_size + key_pos % block_size, 0)
+        key_pos = torch.where(valid_k, key_pos, torch.iinfo(torch.int64).max // 2)
+        starts = torch.tensor([s.start for s in seqs], dtype=torch.int64)
+        j = torch.arange(max_q, dtype=torch.int64).expand(b, max_q)
+        qlen_t = torch.tensor(qlens, dtype=torch.int64)
+        query_pos = torch.where(j < qlen_t[:, None], starts[:, None] + j, -1)
+        pad_index = None
+        if any(q != max_q for q in qlens):
+            pad_index = torch.cat([torch.arange(n) + i * max_q for i, n in enumerate(qlens)])
+            pad_index = pad_index.to(device)
+        return StepMetadata(
+            positions=torch.tensor(positions, dtype=torch.int64, device=device),
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+            query_lens=qlens,
+            context_lens=ctx_t.to(device),
+            block_tables=tables.to(device),
+            gather_slots=gather.to(device),
+            query_pos=query_pos.to(device),
+            key_pos=key_pos.to(device),
+            pad_index=pad_index,
+            max_q=max_q,
+            block_size=block_size,
+        )
+
+
+def write_kv(cache: torch.Tensor, slots: torch.Tensor, values: torch.Tensor) -> None:
+    """Store ``values [T, heads, dim]`` at flat ``slots [T]`` of ``cache [num_blocks, block_size, heads, dim]``."""
+    cache.view(-1, *cache.shape[2:]).index_copy_(0, slots, values.to(cache.dtype))
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: StepMetadata,
+    scale: float,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Attention of the step's queries ``q [T, H, D]`` over the paged cache; returns ``[T, H, Dv]``.
+
+    ``k_cache``/``v_cache`` are ``[num_blocks, block_size, kv_heads, D|Dv]`` (they may be views of one latent
+    tensor for MLA). ``window`` limits keys to ``q_pos - k_pos < window``; ``sinks [H]`` adds one learned logit
+    per head to the softmax denominator (GPT-OSS). Dispatches to the Triton kernel for CUDA decode.
+    """
+    if q.is_cuda and meta.is_decode:
+        from jalapeno.kernels.paged_attention import paged_decode
+
+        return paged_decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale, window, sinks)
+    return paged_attention_ref(q, k_cache, v_cache, meta, scale, window, sinks)
+
+
+def paged_attention_ref(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: StepMetadata,
+    scale: float,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """PyTorch reference: gather each sequence's context through its block table, then masked attention."""
+    b, max_q = meta.gather_slots.shape[0], meta.max_q
+    t, h, d = q.shape
+    kvh, dv = k_cache.shape[2], v_cache.shape[-1]
+    k = _gather(k_cache, meta)
+    v = _gather(v_cache, meta)
+    if meta.pad_index is None:
+        qp = q.view(b, max_q, h, d)
+    else:
+        qp = q.new_zeros(b * max_q, h, d).index_copy_(0, meta.pad_index, q).view(b, max_q, h, d)
+    mask = meta.mask(window)
+    qp, k, v = qp.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, L, D]
+    if sinks is None:
+        out = F.scaled_dot_product_attention(qp, k, v, attn_mask=mask, scale=scale, enable_gqa=h != kvh)
+    else:
+        out = _attention_with_sinks(qp, k, v, mask, scale, sinks)
+    out = out.transpose(1, 2).reshape(b * max_q, h, dv)
+    return out if meta.pad_index is None else out[meta.pad_index]
+
+
+def _gather(cache: torch.Tensor, meta: StepMetadata) -> torch.Tensor:
+    """``[B, max_ctx, heads, dim]`` context of every sequence (works for strided views such as MLA's V)."""
+    flat = cache.flatten(0, 1)
+    return flat[meta.gather_slots]
+
+
+def _attention_with_sinks(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, sinks: torch.Tensor
+) -> torch.Tensor:
+    rep = q.shape[1] // k.shape[1]
+    if rep > 1:
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    logits = (q @ k.transpose(-1, -2)) * scale
+    logits = logits.masked_fill(~mask, float("-inf"))
+    sink = sinks.to(logits.dtype).view(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
+    probs = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
+    return probs @ v

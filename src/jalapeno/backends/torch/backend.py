@@ -1,0 +1,152 @@
+"""``TorchBackend``: the real backend behind :mod:`jalapeno.engine.interface` — runs the model, returns tokens
+and measured wall time.
+
+The engine's block manager owns block ids (``seq.block_table``); this backend owns the KV tensors those ids
+index. Each step it flattens the scheduled chunks into one token batch, runs one forward pass and samples one
+token per sampling chunk. With ``max_multi_step > 1`` it runs up to K decode steps per call, feeding each
+sampled token straight back (the scheduler has reserved the blocks), which saves per-step engine overhead.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from jalapeno.backends.torch.attention import SeqSlice
+from jalapeno.backends.torch.loader import LoadedModel, load_model
+from jalapeno.backends.torch.runner import ModelRunner
+from jalapeno.backends.torch.sampler import SampleSpec, sample
+from jalapeno.engine.interface import Backend, ScheduledBatch, StepResult
+from jalapeno.errors import CapacityError, ConfigError, JalapenoError, RequestError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str) -> torch.device:
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ConfigError(f"unknown device {device!r}; use cpu or cuda")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise JalapenoError("--device cuda was requested but no CUDA GPU is available; use --device cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+class TorchBackend(Backend):
+    """Real execution of a Hugging Face-format model (safetensors or GGUF) on CPU or CUDA.
+
+    ``kv_cache_gb`` bounds the KV cache on CPU (GiB); on CUDA the cache takes ``gpu_memory_fraction`` of the
+    memory free after loading the weights. ``num_blocks`` forces a block count (tests).
+    """
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        device: str = "cpu",
+        dtype: str | torch.dtype = "float32",
+        kv_cache_gb: float = 1.0,
+        gpu_memory_fraction: float = 0.9,
+        num_blocks: int | None = None,
+        block_size: int = 16,
+        max_multi_step: int = 1,
+        loaded: LoadedModel | None = None,
+    ) -> None:
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype)
+        if kv_cache_gb <= 0:
+            raise ConfigError(f"kv_cache_gb must be > 0 (got {kv_cache_gb})")
+        self.loaded = loaded or load_model(model, str(self.device), self.dtype)
+        self.model = self.loaded.model
+        self.config = self.loaded.config
+        self.kv_cache_gb = kv_cache_gb
+        self.gpu_memory_fraction = gpu_memory_fraction
+        self._forced_blocks = num_blocks
+        self._block_size = block_size
+        self.max_multi_step = max(1, int(max_multi_step))
+        self.runner: ModelRunner | None = None
+
+    # --- Backend ---------------------------------------------------------------------------------------
+    def num_kv_blocks(self, block_size: int) -> int:
+        """Blocks that fit the KV budget; allocates the cache for that many blocks of ``block_size`` tokens."""
+        self._block_size = block_size
+        n = self._forced_blocks if self._forced_blocks is not None else self._budget_blocks(block_size)
+        if n < 1:
+            raise CapacityError("the KV-cache budget holds no block: raise --kv-cache-gb")
+        self.runner = ModelRunner(self.model, n, block_size, self.device, self.dtype)
+        return n
+
+    def _budget_blocks(self, block_size: int) -> int:
+        per_block = block_size * self.config.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8)
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            budget = free * self.gpu_memory_fraction
+        else:
+            budget = self.kv_cache_gb * 2**30
+        return int(budget // per_block)
+
+    def execute(self, batch: ScheduledBatch) -> StepResult:
+        if self.runner is None:
+            self.num_kv_blocks(self._block_size)
+        runner = self.runner
+        assert runner is not None
+        t0 = time.perf_counter()
+        chunks = batch.chunks
+        slices, ids, rows, specs, sampled = [], [], [], [], []
+        for i, c in enumerate(chunks):
+            seq = c.seq
+            if not seq.has_token_ids:
+                raise RequestError("the torch backend needs prompt token ids (got a length-only request)")
+            end = c.start + c.num_tokens
+            if end > self.config.max_position_embeddings:
+                raise RequestError(
+                    f"sequence {seq.seq_id} reaches {end} tokens, beyond the model's context of "
+                    f"{self.config.max_position_embeddings}; shorten the prompt or max_tokens"
+                )
+            if seq.block_table and max(seq.block_table) >= runner.num_blocks:
+                raise CapacityError("engine block ids exceed the backend's KV cache: let the engine size it")
+            slices.append(SeqSlice(c.start, c.num_tokens, seq.block_table))
+            ids.extend(_tokens(seq, c.start, c.num_tokens))
+            if c.sample:
+                rows.append(len(ids) - 1)
+                specs.append(_spec(seq, seq.num_output_tokens))
+                sampled.append(i)
+        tokens: list[list[int]] = [[] for _ in chunks]
+        durations: list[float] = []
+        for step in range(batch.num_steps):
+            if step:
+                slices = [SeqSlice(s.start + s.num_tokens, 1, s.block_table) for s in slices]
+                ids = new
+                rows = list(range(len(slices)))
+                specs = [_spec(chunks[i].seq, chunks[i].seq.num_output_tokens + step) for i in sampled]
+            logits = runner.forward(slices, ids, rows)
+            new = sample(logits, specs)
+            for i, t in zip(sampled, new):
+                tokens[i].append(t)
+            t1 = time.perf_counter()
+            durations.append(t1 - t0 - sum(durations))
+        return StepResult(tokens=tokens, duration_s=sum(durations), step_durations=tuple(durations))
+
+
+def _tokens(seq, start: int, n: int) -> list[int]:
+    """``seq.token_ids[start:start+n]`` without concatenating prompt and output."""
+    prompt, out = seq.prompt_token_ids, seq.output_token_ids
+    p = len(prompt)
+    if start >= p:
+        return out[start - p : start - p + n]
+    if start + n <= p:
+        return prompt[start : start + n]
+    return prompt[start:] + out[: start + n - p]
+
+
+def _spec(seq, index: int) -> SampleSpec:
+    sp = seq.sampling
+    return SampleSpec(sp.temperature, sp.top_p, sp.top_k, sp.seed, index)

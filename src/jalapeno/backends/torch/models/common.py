@@ -1,0 +1,101 @@
+"""Building blocks shared by every model family: RMSNorm, the gated MLP, and the causal-LM shell.
+
+Every model maps Hugging Face parameter names one to one (``model.layers.3.self_attn.q_proj.weight``...), so
+weights load with a plain ``load_state_dict``. A model's ``forward`` takes the flat tokens of one engine step,
+the step's :class:`StepMetadata` and the per-layer KV caches, and returns logits only for the rows in
+``logits_index`` (the last fed token of each sequence that samples).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from jalapeno.backends.torch.attention import StepMetadata
+from jalapeno.backends.torch.config import ModelConfig
+from jalapeno.backends.torch.rope import rope_cos_sin, rope_frequencies
+
+
+class RMSNorm(nn.Module):
+    """``weight * x / sqrt(mean(x^2) + eps)``, normalised in float32 like HF."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class GatedMLP(nn.Module):
+    """SwiGLU feed-forward: ``down(silu(gate(x)) * up(x))`` with HF names gate_proj/up_proj/down_proj."""
+
+    def __init__(self, hidden: int, inter: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``. ``mlp_name`` keeps HF naming."""
+
+    def __init__(self, cfg: ModelConfig, attn: nn.Module, mlp: nn.Module, mlp_name: str = "mlp") -> None:
+        super().__init__()
+        self.self_attn = attn
+        self.mlp_name = mlp_name
+        setattr(self, mlp_name, mlp)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, meta, cache):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta, cache)
+        return x + getattr(self, self.mlp_name)(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    """``model.*``: embeddings, decoder layers, final norm."""
+
+    def __init__(self, cfg: ModelConfig, layers: list[nn.Module]) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(layers)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class CausalLM(nn.Module):
+    """The causal-LM shell every family uses: ``model`` (a :class:`Backbone`) and ``lm_head``."""
+
+    def __init__(self, cfg: ModelConfig, layers: list[nn.Module], rope_dim: int) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = Backbone(cfg, layers)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        inv_freq, self.rope_attention_factor = rope_frequencies(cfg.rope, rope_dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        meta: StepMetadata,
+        kv_caches: list[tuple[torch.Tensor, ...]],
+        logits_index: torch.Tensor,
+    ) -> torch.Tensor:
+        """Run one step over ``input_ids [T]``; returns float32 logits ``[len(logits_index), vocab]``."""
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = rope_cos_sin(meta.positions, self.inv_freq, self.rope_attention_factor, x.dtype)
+        for layer, cache in zip(self.model.layers, kv_caches):
+            x = layer(x, cos, sin, meta, cache)
+        x = self.model.norm(x[logits_index])
+        return self.lm_head(x).float()

@@ -1,0 +1,56 @@
+"""Llama 3.x / SmolLM2 / Mistral / Qwen2 (q/k/v biases) / Qwen3 (QK-norm): dense GQA decoder.
+
+Matches ``transformers.models.{llama,qwen2,qwen3}``: pre-norm RMSNorm blocks, rotate-half RoPE (llama3 scaling
+when configured), SwiGLU MLP. Qwen3 applies an RMSNorm over ``head_dim`` to q and k before RoPE.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from jalapeno.backends.torch.attention import StepMetadata, paged_attention, write_kv
+from jalapeno.backends.torch.config import ModelConfig
+from jalapeno.backends.torch.models.common import CausalLM, DecoderLayer, GatedMLP, RMSNorm
+from jalapeno.backends.torch.rope import apply_rope
+
+
+class Attention(nn.Module):
+    """GQA self-attention over the paged cache. ``o_bias``/``sinks``/``window`` serve GPT-OSS."""
+
+    def __init__(self, cfg: ModelConfig, layer: int, o_bias: bool = False, sinks: bool = False) -> None:
+        super().__init__()
+        self.h, self.kvh, self.d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, self.h * self.d, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.kvh * self.d, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.kvh * self.d, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(self.h * self.d, cfg.hidden_size, bias=o_bias)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(self.d, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.d, cfg.rms_norm_eps)
+        self.qk_norm = cfg.qk_norm
+        self.sinks = nn.Parameter(torch.zeros(self.h)) if sinks else None
+        self.window = cfg.layer_window(layer)
+        self.scale = self.d**-0.5
+
+    def forward(self, x: torch.Tensor, cos, sin, meta: StepMetadata, cache: tuple[torch.Tensor, ...]):
+        t = x.shape[0]
+        q = self.q_proj(x).view(t, self.h, self.d)
+        k = self.k_proj(x).view(t, self.kvh, self.d)
+        v = self.v_proj(x).view(t, self.kvh, self.d)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k_cache, v_cache = cache
+        write_kv(k_cache, meta.slot_mapping, k)
+        write_kv(v_cache, meta.slot_mapping, v)
+        o = paged_attention(q, k_cache, v_cache, meta, self.scale, self.window, self.sinks)
+        return self.o_proj(o.reshape(t, self.h * self.d))
+
+
+def build(cfg: ModelConfig) -> CausalLM:
+    layers = [
+        DecoderLayer(cfg, Attention(cfg, i), GatedMLP(cfg.hidden_size, cfg.intermediate_size))
+        for i in range(cfg.num_hidden_layers)
+    ]
+    return CausalLM(cfg, layers, rope_dim=cfg.head_dim)

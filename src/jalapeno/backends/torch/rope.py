@@ -1,0 +1,98 @@
+"""Rotary position embeddings: default, linear, Llama-3 and YaRN frequency schedules.
+
+``inv_freq`` (radians per position, one per rotated pair) and an ``attention_factor`` that scales cos/sin are
+computed once from the config; per step :func:`rope_cos_sin` turns positions into cos/sin tables that every
+layer shares, and :func:`apply_rope` rotates q or k.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from jalapeno.errors import ConfigError
+
+
+def rope_frequencies(rope: dict[str, Any], dim: int) -> tuple[torch.Tensor, float]:
+    """Return ``(inv_freq [dim/2] float32, attention_factor)`` for a rotary dimension ``dim``."""
+    base = float(rope.get("rope_theta", 10000.0))
+    kind = rope.get("rope_type", "default")
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim))
+    if kind == "default":
+        return inv_freq, 1.0
+    if kind == "linear":
+        return inv_freq / float(rope["factor"]), 1.0
+    if kind == "llama3":
+        return _llama3(inv_freq, rope), 1.0
+    if kind == "yarn":
+        return _yarn(base, dim, rope)
+    raise ConfigError(f"rope_type {kind!r} is not supported; use default, linear, llama3 or yarn")
+
+
+def _llama3(inv_freq: torch.Tensor, rope: dict[str, Any]) -> torch.Tensor:
+    factor = float(rope["factor"])
+    low, high = float(rope["low_freq_factor"]), float(rope["high_freq_factor"])
+    old_len = float(rope["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv_freq
+    # long wavelengths (low frequencies) are interpolated by `factor`, short ones kept, a smooth blend between
+    scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+    return torch.where(medium, blended, scaled)
+
+
+def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def _yarn(base: float, dim: int, rope: dict[str, Any]) -> tuple[torch.Tensor, float]:
+    factor = float(rope["factor"])
+    orig = float(rope["original_max_position_embeddings"])
+    attn = rope.get("attention_factor")
+    if attn is None:
+        ms, ms_all = rope.get("mscale"), rope.get("mscale_all_dim")
+        attn = yarn_mscale(factor, ms) / yarn_mscale(factor, ms_all) if ms and ms_all else yarn_mscale(factor)
+    beta_fast = float(rope.get("beta_fast") or 32)
+    beta_slow = float(rope.get("beta_slow") or 1)
+
+    def correction_dim(rotations: float) -> float:
+        return dim * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    lo, hi = correction_dim(beta_fast), correction_dim(beta_slow)
+    if rope.get("truncate", True):
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, dim - 1)
+    if lo == hi:
+        hi += 0.001
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32, device="cpu") - lo) / (hi - lo)).clamp(0, 1)
+    pos_freqs = base ** (torch.arange(0, dim, 2, device="cpu").float() / dim)
+    extrapolate = 1 - ramp  # 1 for high-frequency dims: keep the original frequency
+    inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolate) + (1.0 / pos_freqs) * extrapolate
+    return inv_freq, float(attn)
+
+
+def rope_cos_sin(
+    positions: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables ``[T, dim/2]`` for integer ``positions [T]`` (computed in float32 like HF)."""
+    freqs = positions.float()[:, None] * inv_freq[None, :].to(positions.device)
+    return (freqs.cos() * attention_factor).to(dtype), (freqs.sin() * attention_factor).to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool = False) -> torch.Tensor:
+    """Rotate ``x [T, H, dim]`` by cos/sin ``[T, dim/2]``.
+
+    Pairs are ``(i, i + dim/2)`` (HF ``rotate_half``), or ``(2i, 2i+1)`` when ``interleave`` (DeepSeek); the
+    interleaved result is returned de-interleaved (first halves, then second halves) exactly as HF does, which
+    leaves q.k unchanged because q and k get the same layout.
+    """
+    c, s = cos[:, None, :], sin[:, None, :]
+    if interleave:
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+    else:
+        half = x.shape[-1] // 2
+        x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)

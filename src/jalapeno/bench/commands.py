@@ -1,0 +1,137 @@
+"""``jalapeno bench``: InferenceX/vLLM-compatible load generator for any OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from jalapeno.errors import ConfigError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench", no_args_is_help=False)(bench)
+
+
+def bench(
+    base_url: str = typer.Option("http://127.0.0.1:8000", "--base-url", help="Server root (…/v1 is appended)."),
+    endpoint: str = typer.Option("completions", "--endpoint", help="completions | chat"),
+    model: str = typer.Option("", "--model", help="Model name sent in requests (default: the server's first)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="Bearer token."),
+    dataset: str = typer.Option("random", "--dataset", help="random | fixed | file"),
+    dataset_path: Optional[Path] = typer.Option(None, "--dataset-path", help="JSONL ({prompt, output_len}) or ShareGPT JSON."),
+    input_len: int = typer.Option(1024, "--input-len", help="Input length L (tokens)."),
+    output_len: Optional[int] = typer.Option(None, "--output-len", help="Output length L (tokens; default 1024)."),
+    range_ratio: float = typer.Option(0.8, "--random-range-ratio", help="r: lengths in [r·L, L] (ix) or [L(1−r), L(1+r)] (vllm)."),
+    range_mode: str = typer.Option("ix", "--range-mode", help="ix (InferenceX) | vllm"),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Local HF tokenizer folder to decode random ids to text."),
+    vocab_size: int = typer.Option(32000, "--vocab-size", help="Random token ids are drawn from [100, vocab-size)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Closed loop: requests kept in flight."),
+    request_rate: float = typer.Option(math.inf, "--request-rate", help="Open loop: requests/s (Poisson); inf = all at once."),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Cap on in-flight requests (open loop)."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of inter-arrivals (1 = Poisson)."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Requests (default 10 × concurrency)."),
+    num_warmups: int = typer.Option(0, "--num-warmups", help="Warm-up requests sent first, not measured."),
+    goodput: list[str] = typer.Option([], "--goodput", help="SLOs, e.g. --goodput 'ttft:200 tpot:50'."),
+    ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="Send ignore_eos: true (vLLM)."),
+    seed: int = typer.Option(0, "--seed"),
+    num_chips: int = typer.Option(1, "--num-chips", help="Chips behind the endpoint (per-chip throughput)."),
+    power: Optional[bool] = typer.Option(None, "--power/--no-power", help="Sample local NVIDIA GPU power (default: when the server is on 127.0.0.1/localhost)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write results JSON here."),
+    save_detailed: bool = typer.Option(False, "--save-detailed", help="Add per-request timings to the JSON."),
+    compare_sim: bool = typer.Option(False, "--compare-sim", help="Also simulate the same workload and compare."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="Chip for --compare-sim."),
+    sim_model: Optional[str] = typer.Option(None, "--sim-model", help="Catalogue model for --compare-sim (default --model)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor parallelism for --compare-sim."),
+    sim_precision: Optional[str] = typer.Option(None, "--sim-precision", help="Weight precision for --compare-sim."),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+) -> None:
+    """Benchmark an OpenAI-compatible server with vLLM's metric definitions (TTFT, TPOT, ITL, E2EL, goodput)."""
+    from rich.console import Console
+
+    from jalapeno.bench.client import EndpointConfig
+    from jalapeno.bench.dataset import WorkloadSpec, build_requests, load_tokenizer
+    from jalapeno.bench.metrics import SLO
+    from jalapeno.bench.runner import LoadSpec, arrival_offsets, run_benchmark
+    from jalapeno.bench.summary import print_comparison, print_summary
+
+    console = Console()
+    if endpoint not in ("completions", "chat"):
+        raise ConfigError(f"--endpoint must be 'completions' or 'chat' (got '{endpoint}')")
+    if dataset not in ("random", "fixed", "file"):
+        raise ConfigError(f"--dataset must be random, fixed or file (got '{dataset}')")
+    if range_mode not in ("ix", "vllm"):
+        raise ConfigError(f"--range-mode must be 'ix' or 'vllm' (got '{range_mode}')")
+    if num_chips <= 0:
+        raise ConfigError("--num-chips must be > 0")
+    if compare_sim and not hardware:
+        raise ConfigError("--compare-sim needs --hardware (a chip from `jalapeno hardware list`)")
+    load = LoadSpec(concurrency, request_rate, max_concurrency, burstiness, num_warmups, seed)
+    load.validate()
+    n = num_prompts if num_prompts is not None else 10 * (load.in_flight_cap or 10)
+    spec = WorkloadSpec(
+        dataset=dataset,  # type: ignore[arg-type]
+        num_prompts=n,
+        input_len=input_len,
+        output_len=output_len if output_len is not None else 1024,
+        range_ratio=range_ratio,
+        range_mode=range_mode,  # type: ignore[arg-type]
+        dataset_path=dataset_path,
+        fixed_output_len=output_len is not None,
+        vocab_size=vocab_size,
+        seed=seed,
+    )
+    tok = load_tokenizer(tokenizer)
+    requests = build_requests(spec, endpoint, tok)  # type: ignore[arg-type]
+    key = api_key or os.environ.get("JALAPENO_API_KEY")
+    model_name = model or _first_model(base_url, key)
+    cfg = EndpointConfig(base_url, model_name, endpoint, key, ignore_eos)  # type: ignore[arg-type]
+    slo = SLO.parse(goodput) if goodput else None
+
+    result = run_benchmark(
+        cfg, requests, load, workload=spec, slo=slo, num_chips=num_chips, power=power, progress=progress
+    )
+    if result.metrics["completed"] == 0:
+        first = next((o.error for o in result.outcomes if o.error), "unknown error")
+        console.print(f"[bold red]every request failed[/]: {first}")
+    print_summary(console, result.metrics, result.power_note)
+
+    if compare_sim:
+        from jalapeno.bench.compare import simulate_workload
+
+        predicted = simulate_workload(
+            requests,
+            arrival_offsets(len(requests), load),
+            load,
+            hardware=hardware,  # type: ignore[arg-type]
+            model=sim_model or model_name,
+            tp=tp,
+            precision=sim_precision,
+            slo=slo,
+            prompt_lens=[o.prompt_tokens if o.success else r.prompt_len for o, r in zip(result.outcomes, requests)],
+        )
+        print_comparison(console, result.metrics, predicted, f"Measured vs simulated ({hardware}, TP{tp})")
+        result.metadata["simulated"] = predicted
+
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(result.to_json(detailed=save_detailed), indent=2) + "\n")
+        console.print(f"results written to {output}")
+
+
+def _first_model(base_url: str, api_key: str | None) -> str:
+    """The first model the server lists at /v1/models (so --model may be omitted)."""
+    import httpx
+
+    url = base_url.rstrip("/") + ("/models" if base_url.rstrip("/").endswith("/v1") else "/v1/models")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        r = httpx.get(url, headers=headers, timeout=10)
+        r.raise_for_status()
+        return r.json()["data"][0]["id"]
+    except Exception as exc:  # noqa: BLE001 - any failure means: ask the user for --model
+        raise ConfigError(f"could not list models at {url} ({type(exc).__name__}); pass --model") from None

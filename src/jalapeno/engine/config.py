@@ -1,0 +1,37 @@
+"""Engine configuration (vLLM-like names and defaults)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jalapeno.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Scheduler limits. Token counts are tokens; ``num_kv_blocks`` overrides what the backend reports."""
+
+    block_size: int = 16
+    #: most sequences running at once (vLLM ``--max-num-seqs``)
+    max_num_seqs: int = 256
+    #: token budget of one step: decode tokens + prefill chunk tokens (vLLM ``--max-num-batched-tokens``)
+    max_num_batched_tokens: int = 8192
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = False
+    #: draft tokens verified per decode step (speculative decoding); 0 = off
+    num_speculative_tokens: int = 0
+    #: longest sequence (prompt + output); None = unlimited
+    max_model_len: int | None = None
+    num_kv_blocks: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
+            raise ConfigError("block_size, max_num_seqs and max_num_batched_tokens must all be >= 1")
+        if self.num_speculative_tokens < 0:
+            raise ConfigError(f"num_speculative_tokens must be >= 0 (got {self.num_speculative_tokens})")
+        per_seq = 1 + self.num_speculative_tokens
+        if self.max_num_batched_tokens < self.max_num_seqs * per_seq:
+            raise ConfigError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens} must be >= max_num_seqs × (1 + spec tokens)"
+                f" = {self.max_num_seqs * per_seq} so every running sequence can decode each step"
+            )

@@ -1,0 +1,216 @@
+"""Drive a :class:`~jalapeno.workload.Workload` through an engine (or a cluster of engines) on its clock.
+
+The *client* side (who sends what, when) is the same for one engine and for a disaggregated cluster:
+
+* closed loop — ``concurrency`` requests (chains) in flight; a finished one is replaced at once;
+* open loop — chains sent at their arrival times, at most ``max_concurrency`` in flight (a blocked one is
+  sent, and its clock starts, when a slot frees, as vLLM's client semaphore does);
+* chains — call ``i+1`` is sent when call ``i`` finishes, its prompt = previous prompt + output + new tokens.
+
+The loop: release every request due by ``now``; if nothing is in flight jump to the next arrival; else let
+the target advance one event, telling it the next arrival (multi-step decodes stop there).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from jalapeno.bench.metrics import SLO, RequestOutcome, compute_metrics
+from jalapeno.engine.sequence import SamplingParams, Sequence
+from jalapeno.workload import Workload
+
+
+@dataclass
+class SimResult:
+    """Outcome of :meth:`Engine.run`: per-call outcomes, the run's duration (s, from the first send to the
+    last completion), energy (J, all chips), pooled ITLs (s, weighted) and, for chains, their end-to-end
+    latencies (s)."""
+
+    outcomes: list[RequestOutcome]
+    duration_s: float
+    energy_j: float
+    itl_values: np.ndarray
+    itl_counts: np.ndarray
+    chain_e2el_s: np.ndarray | None = None
+    num_steps: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def metrics(self, *, num_chips: int = 1, output_chips: int | None = None, slo: SLO | None = None) -> dict:
+        """The vLLM/InferenceX metrics object (``bench.metrics.compute_metrics``), plus chain latencies."""
+        m = compute_metrics(
+            self.outcomes,
+            self.duration_s,
+            num_chips=num_chips,
+            energy_j=self.energy_j,
+            slo=slo,
+            output_chips=output_chips,
+            itl_values=self.itl_values,
+            itl_counts=self.itl_counts,
+        )
+        if self.chain_e2el_s is not None and self.chain_e2el_s.size:
+            m["mean_chain_e2el_ms"] = float(np.mean(self.chain_e2el_s) * 1000)
+            m["median_chain_e2el_ms"] = float(np.median(self.chain_e2el_s) * 1000)
+        return m
+
+
+@dataclass
+class Call:
+    """One request the client sends: ``chain``'s call number ``index``."""
+
+    chain: int
+    index: int
+    prompt_len: int
+    max_tokens: int
+    send_s: float
+    chain_start_s: float
+
+
+class Target(Protocol):
+    """What the driver needs from one engine or a cluster."""
+
+    def now(self) -> float: ...
+    def busy(self) -> bool: ...
+    def wait_until(self, t: float) -> None: ...
+    def submit(self, call: Call) -> None: ...
+    def advance(self, horizon: float | None) -> list[Sequence]: ...
+    def result_parts(self) -> tuple[float, int, np.ndarray, np.ndarray]: ...
+
+
+class Client:
+    """The load generator's state: which calls are due, and what came back."""
+
+    def __init__(self, wl: Workload) -> None:
+        self.wl = wl
+        self.n = wl.num_chains
+        self.calls = wl.chain_calls
+        self.limit = wl.concurrency if wl.closed_loop else (wl.max_concurrency or math.inf)
+        self.next_chain = 0
+        self.in_flight = 0
+        self.due: deque[Call] = deque()  # follow-up calls, sent at once
+        self.slot_free_s = 0.0
+        self.outcomes: list[RequestOutcome] = []
+        self.chain_e2el: list[float] = []
+
+    def _chain_call(self, chain: int, t: float) -> Call:
+        k = chain * self.calls
+        return Call(chain, 0, int(self.wl.input_lens[k]), int(self.wl.output_lens[k]), t, t)
+
+    def release(self, now: float) -> list[Call]:
+        out = list(self.due)
+        self.due.clear()
+        arr = self.wl.arrival_s
+        while self.next_chain < self.n and self.in_flight < self.limit:
+            if arr is None:
+                t = now
+            else:
+                if arr[self.next_chain] > now:
+                    break
+                t = max(float(arr[self.next_chain]), self.slot_free_s)
+            out.append(self._chain_call(self.next_chain, t))
+            self.next_chain += 1
+            self.in_flight += 1
+        return out
+
+    def next_time(self) -> float | None:
+        """When the next call will be sent, if that is known now (None: only a completion can send one)."""
+        if self.due:
+            return self.due[0].send_s
+        if self.wl.arrival_s is not None and self.next_chain < self.n and self.in_flight < self.limit:
+            return max(float(self.wl.arrival_s[self.next_chain]), self.slot_free_s)
+        return None
+
+    @property
+    def done(self) -> bool:
+        return self.next_chain >= self.n and self.in_flight == 0 and not self.due
+
+    def on_finish(self, seq: Sequence) -> None:
+        call: Call = seq.user_data  # type: ignore[assignment]
+        t = seq.finish_s
+        ok = seq.finish_reason != "abort"
+        self.outcomes.append(
+            RequestOutcome(
+                success=ok,
+                prompt_tokens=seq.prompt_len,
+                output_tokens=seq.num_output_tokens,
+                ttft_s=(seq.first_token_s or t) - call.send_s,
+                e2el_s=t - call.send_s,
+                start_s=call.send_s,
+                error="" if ok else "aborted",
+            )
+        )
+        if call.index + 1 < self.calls:
+            k = call.chain * self.calls + call.index + 1
+            p = call.prompt_len + seq.num_output_tokens + int(self.wl.input_lens[k])
+            self.due.append(Call(call.chain, call.index + 1, p, int(self.wl.output_lens[k]), t, call.chain_start_s))
+            return
+        if self.calls > 1:
+            self.chain_e2el.append(t - call.chain_start_s)
+        self.in_flight -= 1
+        self.slot_free_s = t
+
+
+class EngineTarget:
+    """One engine as a driver target."""
+
+    def __init__(self, engine) -> None:  # engine: jalapeno.engine.Engine
+        self.engine = engine
+
+    def now(self) -> float:
+        return self.engine.clock.now()
+
+    def busy(self) -> bool:
+        return self.engine.has_unfinished()
+
+    def wait_until(self, t: float) -> None:
+        """Idle until ``t``; a simulated backend's chips draw idle power meanwhile."""
+        e = self.engine
+        dt = t - e.clock.now()
+        e.clock.wait_until(t)
+        if dt > 0:
+            e.energy_j += float(getattr(e.backend, "idle_power_w", 0.0)) * dt
+
+    def submit(self, call: Call) -> None:
+        self.engine.add_request(
+            prompt_len=call.prompt_len,
+            sampling=SamplingParams(max_tokens=call.max_tokens, ignore_eos=True),
+            arrival_s=call.send_s,
+            user_data=call,
+        )
+
+    def advance(self, horizon: float | None) -> list[Sequence]:
+        self.engine.next_event_s = horizon
+        return self.engine.step_finished()
+
+    def result_parts(self) -> tuple[float, int, np.ndarray, np.ndarray]:
+        v, c = self.engine.itl_samples()
+        return self.engine.energy_j, self.engine.num_steps, v, c
+
+
+def drive(target: Target, wl: Workload) -> SimResult:
+    """Run ``wl`` against ``target`` until every call has finished."""
+    client = Client(wl)
+    last_finish = 0.0
+    while not client.done:
+        for call in client.release(target.now()):
+            target.submit(call)
+        if not target.busy():
+            t = client.next_time()
+            if t is None:  # pragma: no cover - would mean a lost request
+                raise RuntimeError("driver stalled: nothing in flight and nothing due")
+            target.wait_until(t)
+            continue
+        for seq in target.advance(client.next_time()):
+            client.on_finish(seq)
+            last_finish = max(last_finish, seq.finish_s or 0.0)
+    energy, steps, v, c = target.result_parts()
+    chains = np.asarray(client.chain_e2el) if wl.chain_calls > 1 else None
+    return SimResult(client.outcomes, last_finish, energy, v, c, chains, steps)
+
+
+def run_workload(engine, wl: Workload) -> SimResult:
+    return drive(EngineTarget(engine), wl)

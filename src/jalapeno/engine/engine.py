@@ -1,0 +1,298 @@
+"""The engine loop: schedule → backend.execute → apply results, on a clock.
+
+``Engine(backend, config)`` serves every backend through the one scheduler. It runs on a
+:class:`~jalapeno.engine.interface.VirtualClock` when the backend is simulated (time jumps by the predicted
+step times) and on a :class:`~jalapeno.engine.interface.WallClock` otherwise.
+
+Thread safety: ``add_request``, ``abort`` and ``step`` take one lock, so a server may call the first two from
+its event loop while another thread runs ``step`` in a loop.
+
+Inter-token latencies are pooled engine-wide as weighted samples (value, count): a multi-step decode of K
+steps over B sequences adds K values of weight B, never K·B numbers.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from jalapeno.engine.block_manager import BlockManager
+from jalapeno.engine.config import EngineConfig
+from jalapeno.engine.interface import Backend, Clock, ScheduledBatch, StepResult, VirtualClock, WallClock
+from jalapeno.engine.scheduler import Scheduler
+from jalapeno.engine.sequence import RequestOutput, SamplingParams, Sequence, SeqStatus
+from jalapeno.errors import CapacityError, RequestError
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot for the server's /metrics and for logs."""
+
+    running: int
+    waiting: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    tokens_generated: int
+    prompt_tokens_computed: int
+    num_steps: int
+    num_preemptions: int
+    energy_j: float
+    now_s: float
+
+    @property
+    def kv_usage(self) -> float:
+        return self.kv_blocks_used / self.kv_blocks_total if self.kv_blocks_total else 0.0
+
+
+class Engine:
+    """Continuous-batching engine over one backend (one model replica)."""
+
+    def __init__(self, backend: Backend, config: EngineConfig | None = None, clock: Clock | None = None) -> None:
+        self.backend = backend
+        self.config = config = config or EngineConfig()
+        num_blocks = config.num_kv_blocks or backend.num_kv_blocks(config.block_size)
+        if num_blocks < 1:
+            raise CapacityError("no memory is left for the KV cache after the weights: use more chips or a smaller dtype")
+        self.block_manager = BlockManager(
+            num_blocks,
+            config.block_size,
+            enable_prefix_caching=config.enable_prefix_caching,
+            track_ids=not backend.is_simulated,
+        )
+        self.scheduler = Scheduler(config, self.block_manager, on_free=backend.free_sequence)
+        self.clock: Clock = clock or (VirtualClock() if backend.is_simulated else WallClock())
+        self._virtual = isinstance(self.clock, VirtualClock)
+        self._max_steps = max(1, int(backend.max_multi_step))
+        self._lock = threading.RLock()
+        self._seqs: dict[int | str, Sequence] = {}
+        #: time of the next event outside the engine (e.g. an arrival); multi-step decodes stop there
+        self.next_event_s: float | None = None
+        self.energy_j = 0.0
+        self.num_steps = 0
+        self.tokens_generated = 0
+        self.prompt_tokens_computed = 0
+        # pooled inter-token gaps (s): scalars with a count, and arrays with one count each
+        self._itl_v: list[float] = []
+        self._itl_c: list[int] = []
+        self._itl_arrays: list[tuple[np.ndarray, int]] = []
+
+    # --- requests ---------------------------------------------------------------------------------
+    def add_request(
+        self,
+        prompt_token_ids: list[int] | None = None,
+        sampling: SamplingParams | None = None,
+        *,
+        prompt_len: int | None = None,
+        request_id: int | str | None = None,
+        arrival_s: float | None = None,
+        user_data: object = None,
+    ) -> Sequence:
+        """Queue a request (token ids for real backends, or only ``prompt_len`` for simulation)."""
+        seq = Sequence(
+            prompt_token_ids,
+            sampling,
+            prompt_len=prompt_len,
+            seq_id=request_id,
+            arrival_s=self.clock.now() if arrival_s is None else arrival_s,
+            user_data=user_data,
+        )
+        self.add_sequence(seq)
+        return seq
+
+    def add_sequence(self, seq: Sequence) -> None:
+        """Queue a prepared sequence (e.g. one whose KV arrives from a prefill worker: counters preset)."""
+        cfg = self.config
+        if cfg.max_model_len is not None and seq.num_tokens >= cfg.max_model_len:
+            raise RequestError(
+                f"prompt of {seq.num_tokens} tokens does not fit max_model_len={cfg.max_model_len}: shorten it"
+            )
+        bm = self.block_manager
+        if bm.blocks_for(seq.num_tokens + 1 + cfg.num_speculative_tokens) > bm.num_blocks:
+            raise CapacityError(
+                f"request of {seq.num_tokens} tokens needs more KV blocks than the cache holds "
+                f"({bm.num_blocks} × {bm.block_size} tokens)"
+            )
+        with self._lock:
+            if seq.seq_id in self._seqs:
+                raise RequestError(f"request id {seq.seq_id!r} is already in the engine")
+            self._seqs[seq.seq_id] = seq
+            self.scheduler.add(seq)
+
+    def abort(self, request_id: int | str) -> bool:
+        """Stop a request now and free its KV blocks. False if it is unknown or already finished."""
+        with self._lock:
+            seq = self.scheduler.abort(request_id)
+            if seq is None:
+                return False
+            seq.finish_s = self.clock.now()
+            self._seqs.pop(request_id, None)
+            return True
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def get_sequence(self, request_id: int | str) -> Sequence | None:
+        return self._seqs.get(request_id)
+
+    @property
+    def stats(self) -> EngineStats:
+        bm = self.block_manager
+        return EngineStats(
+            running=len(self.scheduler.running),
+            waiting=len(self.scheduler.waiting),
+            kv_blocks_used=bm.num_used,
+            kv_blocks_total=bm.num_blocks,
+            tokens_generated=self.tokens_generated,
+            prompt_tokens_computed=self.prompt_tokens_computed,
+            num_steps=self.num_steps,
+            num_preemptions=self.scheduler.num_preemptions,
+            energy_j=self.energy_j,
+            now_s=self.clock.now(),
+        )
+
+    # --- stepping ---------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduling step (possibly a multi-step decode) and report what each request got."""
+        outputs: list[RequestOutput] = []
+        self._step(outputs)
+        return outputs
+
+    def step_finished(self) -> list[Sequence]:
+        """Like :meth:`step` but returns only the sequences that finished (the simulator's fast path)."""
+        return self._step(None)
+
+    def _step(self, outputs: list[RequestOutput] | None) -> list[Sequence]:
+        with self._lock:
+            batch = self.scheduler.schedule(self._max_steps)
+            if batch is None:
+                return []
+            clock = self.clock
+            t0 = clock.now()
+            if batch.num_steps > 1:
+                batch.start_s = t0
+                batch.stop_at_s = self.next_event_s
+            result = self.backend.execute(batch)
+            return self._apply(batch, result, t0, outputs)
+
+    def _apply(
+        self, batch: ScheduledBatch, result: StepResult, t0: float, outputs: list[RequestOutput] | None
+    ) -> list[Sequence]:
+        clock = self.clock
+        durations = result.step_durations or (result.duration_s,)
+        if self._virtual:
+            times = []
+            for d in durations:
+                clock.advance(d)
+                times.append(clock.now())
+        else:
+            clock.advance(result.duration_s)
+            times = [clock.now()]
+        t_first, t_last = times[0], times[-1]
+        n_steps = len(times)
+        self.num_steps += n_steps
+        self.energy_j += result.energy_j
+        chunks = batch.chunks
+        if n_steps > 1:  # gaps of steps 2..n, one per sequence of the (all-decode) batch
+            self._itl_arrays.append((np.diff(np.asarray(times)), len(chunks)))
+
+        counts = result.token_counts
+        tokens = result.tokens
+        bm = self.block_manager
+        spec = self.config.num_speculative_tokens
+        prefix = bm.prefix_caching
+        max_len = self.config.max_model_len
+        common = 0  # sequences whose previous token came at t0 (their first gap is t_first - t0)
+        finished: list[Sequence] = []
+        itl_v, itl_c = self._itl_v, self._itl_c
+        for i, c in enumerate(chunks):
+            seq = c.seq
+            if seq.status is not SeqStatus.RUNNING:  # aborted meanwhile
+                continue
+            decoding = c.start >= seq.num_tokens - 1 and seq.num_output_tokens > 0
+            new = 0
+            if c.sample:
+                new = counts[i] if counts is not None else len(tokens[i])
+                left = seq.sampling.max_tokens - seq.num_output_tokens
+                if new > left:
+                    new = left
+            if decoding:
+                seq.num_computed_tokens += new
+            else:
+                seq.num_computed_tokens = c.start + c.num_tokens
+                self.prompt_tokens_computed += c.num_tokens
+            if prefix:
+                bm.register_full_blocks(seq)
+            if new == 0:
+                continue
+            reason = None
+            new_ids: list[int] = []
+            if seq.output_token_ids is not None and counts is None:
+                new_ids = list(tokens[i][:new])
+                sp = seq.sampling
+                if sp.stop_token_ids and not sp.ignore_eos:
+                    for j, tok in enumerate(new_ids):
+                        if tok in sp.stop_token_ids:
+                            new_ids = new_ids[: j + 1]
+                            new = j + 1
+                            reason = "stop"
+                            break
+                seq.output_token_ids.extend(new_ids)
+            seq.num_output_tokens += new
+            self.tokens_generated += new
+            if seq.first_token_s is None:
+                seq.first_token_s = t_first
+            elif seq.last_token_s == t0:
+                common += 1
+            else:
+                itl_v.append(t_first - seq.last_token_s)
+                itl_c.append(1)
+            seq.last_token_s = t_last
+            if reason is None and (
+                seq.num_output_tokens >= seq.sampling.max_tokens
+                or (max_len is not None and seq.num_tokens >= max_len)
+            ):
+                reason = "length"
+            if reason is not None:
+                seq.finish_s = t_last
+                self.scheduler.finish(seq, reason)
+                self._seqs.pop(seq.seq_id, None)
+                finished.append(seq)
+            elif decoding and (spec or n_steps < batch.num_steps):
+                # drop blocks reserved for rejected draft tokens or for steps cut off at an arrival
+                bm.trim(seq, seq.num_computed_tokens)
+            if outputs is not None:
+                outputs.append(
+                    RequestOutput(
+                        seq.seq_id,
+                        new_ids,
+                        new,
+                        reason is not None,
+                        seq.finish_reason if reason is not None else None,
+                        seq.num_output_tokens,
+                        seq.prompt_len,
+                    )
+                )
+        if common:
+            itl_v.append(t_first - t0)
+            itl_c.append(common)
+        if finished:
+            self.scheduler.running = [s for s in self.scheduler.running if s.status is SeqStatus.RUNNING]
+        return finished
+
+    # --- results ----------------------------------------------------------------------------------
+    def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
+        """Pooled inter-token gaps (s) and their counts, over the engine's life."""
+        vals = [np.asarray(self._itl_v, dtype=np.float64)]
+        cnts = [np.asarray(self._itl_c, dtype=np.int64)]
+        for arr, w in self._itl_arrays:
+            vals.append(arr)
+            cnts.append(np.full(arr.size, w, dtype=np.int64))
+        return np.concatenate(vals), np.concatenate(cnts)
+
+    def run(self, workload) -> "SimResult":  # noqa: F821 - see jalapeno.engine.driver
+        """Drive ``workload`` (a :class:`jalapeno.workload.Workload`) to completion on this engine's clock."""
+        from jalapeno.engine.driver import run_workload
+
+        return run_workload(self, workload)

@@ -1,0 +1,174 @@
+"""A request inside the engine: its tokens (or just their count), sampling parameters, KV blocks and times.
+
+Lifecycle: ``WAITING`` (queued, or preempted and queued again) → ``RUNNING`` (admitted; prefilling in chunks,
+then decoding) → ``FINISHED`` (reason ``length``, ``stop`` or ``abort``). Preemption by recompute sends a
+running sequence back to ``WAITING`` with its KV dropped; it later prefills prompt + output so far again.
+
+Real backends need token ids; the simulator does not, and must not materialise millions of them: a sequence
+built with ``prompt_token_ids=None`` and a ``prompt_len`` is *length-only* — only counters move.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+from typing import Literal
+
+from jalapeno.errors import RequestError
+
+FinishReason = Literal["length", "stop", "abort"]
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling controls (OpenAI / vLLM meanings). ``top_k <= 0`` disables top-k; ``seed`` makes
+    sampling reproducible per request; generation stops at ``max_tokens`` or at a token of
+    ``stop_token_ids`` (unless ``ignore_eos``: InferenceX runs ignore EOS)."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise RequestError(f"max_tokens must be >= 1 (got {self.max_tokens})")
+        if self.temperature < 0:
+            raise RequestError(f"temperature must be >= 0 (got {self.temperature})")
+        if not 0 < self.top_p <= 1:
+            raise RequestError(f"top_p must be in (0, 1] (got {self.top_p})")
+
+
+_ids = itertools.count()
+
+
+class Sequence:
+    """One request. ``seq_id`` is unique within the process unless given.
+
+    Token accounting (all counts in tokens): ``num_tokens = prompt_len + num_output_tokens``;
+    ``num_computed_tokens`` have their KV in cache (during decode it is ``num_tokens − 1``: the newest
+    sampled token is fed next step). ``num_blocks`` counts the KV blocks held; ``block_table`` lists their
+    ids when the block manager tracks ids (real backends, prefix caching).
+
+    Times (seconds on the engine clock): ``arrival_s`` (added), ``first_token_s``, ``last_token_s``,
+    ``finish_s``. Inter-token gaps are pooled by the engine (weighted samples), not stored per token.
+    """
+
+    __slots__ = (
+        "seq_id",
+        "prompt_token_ids",
+        "output_token_ids",
+        "prompt_len",
+        "num_output_tokens",
+        "sampling",
+        "status",
+        "finish_reason",
+        "num_computed_tokens",
+        "num_cached_tokens",
+        "num_blocks",
+        "block_table",
+        "arrival_s",
+        "first_token_s",
+        "last_token_s",
+        "finish_s",
+        "num_preemptions",
+        "user_data",
+    )
+
+    def __init__(
+        self,
+        prompt_token_ids: list[int] | None = None,
+        sampling: SamplingParams | None = None,
+        *,
+        prompt_len: int | None = None,
+        seq_id: int | str | None = None,
+        arrival_s: float = 0.0,
+        user_data: object = None,
+    ) -> None:
+        if prompt_token_ids is not None:
+            prompt_token_ids = list(prompt_token_ids)
+            if prompt_len is not None and prompt_len != len(prompt_token_ids):
+                raise RequestError("prompt_len disagrees with the number of prompt token ids")
+            prompt_len = len(prompt_token_ids)
+        if prompt_len is None or prompt_len < 1:
+            raise RequestError(f"a request needs a prompt of at least 1 token (got {prompt_len})")
+        self.seq_id = next(_ids) if seq_id is None else seq_id
+        self.prompt_token_ids = prompt_token_ids
+        self.output_token_ids: list[int] | None = [] if prompt_token_ids is not None else None
+        self.prompt_len = int(prompt_len)
+        self.num_output_tokens = 0
+        self.sampling = sampling or SamplingParams()
+        self.status = SeqStatus.WAITING
+        self.finish_reason: FinishReason | None = None
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0  # prompt tokens served from the prefix cache at admission
+        self.num_blocks = 0
+        self.block_table: list[int] = []
+        self.arrival_s = arrival_s
+        self.first_token_s: float | None = None
+        self.last_token_s: float | None = None
+        self.finish_s: float | None = None
+        self.num_preemptions = 0
+        self.user_data = user_data
+
+    # ---------------------------------------------------------------------------------------------
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_len + self.num_output_tokens
+
+    @property
+    def has_token_ids(self) -> bool:
+        return self.prompt_token_ids is not None
+
+    @property
+    def token_ids(self) -> list[int]:
+        """Prompt + output ids (real backends only)."""
+        if self.prompt_token_ids is None:
+            raise RequestError(f"sequence {self.seq_id} is length-only (simulated): it has no token ids")
+        return self.prompt_token_ids + self.output_token_ids  # type: ignore[operator]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SeqStatus.FINISHED
+
+    @property
+    def in_prefill(self) -> bool:
+        """True until every token but the newest has its KV computed (prompt, or prompt + output after a
+        preemption by recompute)."""
+        return self.num_computed_tokens < self.num_tokens - 1 or self.num_output_tokens == 0
+
+    @property
+    def remaining_tokens(self) -> int:
+        """Output tokens still allowed by ``max_tokens``."""
+        return self.sampling.max_tokens - self.num_output_tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence(id={self.seq_id}, {self.status.value}, prompt={self.prompt_len}, "
+            f"out={self.num_output_tokens}, computed={self.num_computed_tokens}, blocks={self.num_blocks})"
+        )
+
+
+@dataclass
+class RequestOutput:
+    """What one engine step produced for one request (the server streams these).
+
+    ``new_token_ids`` is empty for length-only sequences; ``num_new_tokens`` always counts the new tokens."""
+
+    seq_id: int | str
+    new_token_ids: list[int] = field(default_factory=list)
+    num_new_tokens: int = 0
+    finished: bool = False
+    finish_reason: FinishReason | None = None
+    num_output_tokens: int = 0
+    prompt_len: int = 0

@@ -1,0 +1,129 @@
+"""``jalapeno roofline``: per-operator roofline of one prefill or decode step of a model on a chip group."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from jalapeno.errors import ConfigError
+
+
+def _shape(phase: str, batch: int, context: int, window: int | None):
+    from jalapeno.perf.shape import StepShape
+
+    if phase == "decode":
+        return StepShape.from_lists(decode_ctx=[context] * batch, window=window)
+    return StepShape.from_lists(prefill=[(context, 0)] * batch, window=window)
+
+
+def _op_dict(o) -> dict:
+    return {
+        "name": o.name, "layers": o.layers, "dtype": o.dtype, "flops": o.flops, "bytes": dict(o.bytes),
+        "net_bytes": o.net_bytes, "time_s": o.time_s, "bound": o.bound, "share": o.share,
+        "arithmetic_intensity": o.intensity if o.total_bytes else None,
+    }
+
+
+def _si(x: float, unit: str = "") -> str:
+    for f, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= f:
+            return f"{x / f:.3g} {p}{unit}"
+    return f"{x:.3g} {unit}".rstrip()
+
+
+def _time(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3g} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s * 1e6:.3g} µs"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("roofline")
+    def roofline(
+        model: Annotated[str, typer.Option("--model", "-m", help="Model name, HF id or config.json path.")],
+        hardware: Annotated[str, typer.Option("--hardware", "-H", help="Chip key or alias (see `jalapeno hardware list`).")],
+        tp: Annotated[int, typer.Option(help="Tensor-parallel ranks.")] = 1,
+        ep: Annotated[int, typer.Option(help="Expert-parallel ranks (inside the tp group).")] = 1,
+        pp: Annotated[int, typer.Option(help="Pipeline stages.")] = 1,
+        dp: Annotated[int, typer.Option(help="Data-parallel replicas (reporting only: the step is one replica's).")] = 1,
+        dp_attention: Annotated[bool, typer.Option("--dp-attention", help="Attention data-parallel over the tp ranks.")] = False,
+        weight_dtype: Annotated[str, typer.Option("--weight-dtype", help="native | bf16 | fp8 | fp4 | mxfp4 | int4")] = "native",
+        kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16 | fp8")] = "bf16",
+        phase: Annotated[str, typer.Option(help="prefill | decode")] = "decode",
+        batch: Annotated[int, typer.Option(help="Sequences in the step.")] = 1,
+        context: Annotated[int, typer.Option(help="Decode: context per sequence; prefill: prompt tokens per sequence.")] = 1024,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON (ops + totals).")] = False,
+        plot: Annotated[Path | None, typer.Option("--plot", help="Write a roofline chart (PNG) of both phases.")] = None,
+        hardware_dir: Annotated[list[Path] | None, typer.Option("--hardware-dir", help="Extra chip YAML directory.")] = None,
+    ) -> None:
+        """Roofline of one step: FLOPs, bytes per memory level, network bytes, time and bound per operator."""
+        from jalapeno.hardware import get_chip
+        from jalapeno.models import load_model
+        from jalapeno.perf.model import CostModel
+        from jalapeno.perf.types import Parallelism, Precision
+
+        if phase not in ("prefill", "decode"):
+            raise ConfigError(f"--phase {phase!r} must be 'prefill' or 'decode'")
+        if batch < 1 or context < 1:
+            raise ConfigError(f"--batch ({batch}) and --context ({context}) must be at least 1")
+        arch = load_model(model)
+        chip = get_chip(hardware, hardware_dir) if hardware_dir else get_chip(hardware)
+        cm = CostModel(arch, chip, Parallelism(tp=tp, ep=ep, pp=pp, dp=dp, dp_attention=dp_attention),
+                       Precision(weights=weight_dtype, kv=kv_dtype))
+        bd = cm.breakdown(_shape(phase, batch, context, arch.sliding_window))
+        plan = cm.memory_plan()
+        totals = bd.totals()
+        if plot is not None:
+            from jalapeno.perf.plot import roofline_chart
+
+            other = "prefill" if phase == "decode" else "decode"
+            bds = {phase: bd, other: cm.breakdown(_shape(other, batch, context, arch.sliding_window))}
+            roofline_chart(cm, bds, plot, title=f"{arch.name} on {cm.chips_per_replica}x{chip.key} ({cm.parallel.describe()})"
+                           f", batch {batch}, context {context}")
+        if as_json:
+            out = {
+                "model": arch.name, "hardware": chip.key, "parallelism": cm.parallel.describe(),
+                "num_chips": cm.num_chips, "chips_per_replica": cm.chips_per_replica, "phase": phase,
+                "batch": batch, "context": context, "weight_dtypes": cm.weight_dtypes,
+                "weights_location": plan.weight_location, "kv_capacity_tokens": plan.kv_capacity_tokens,
+                "ops": [_op_dict(o) for o in bd.ops], **totals,
+            }
+            if plot is not None:
+                out["plot"] = str(plot)
+            typer.echo(json.dumps(out, indent=2))
+            return
+        _print_table(cm, bd, plan, phase, batch, context, plot)
+
+
+def _print_table(cm, bd, plan, phase, batch, context, plot) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    levels = sorted({k for o in bd.ops for k in o.bytes})
+    t = Table(title=f"{cm.model.name} on {cm.chips_per_replica}x{cm.chip.key} ({cm.parallel.describe()}) — {phase}, "
+                    f"batch {batch}, context {context}; weights in {plan.weight_location}")
+    for col in ["op", "layers", "dtype", "FLOPs", *[f"bytes {lv}" for lv in levels], "net bytes", "FLOP/B", "time", "bound", "share"]:
+        t.add_column(col, justify="left" if col in ("op", "bound", "dtype") else "right")
+    for o in bd.ops:
+        t.add_row(
+            o.name, str(o.layers or ""), o.dtype, _si(o.flops) if o.flops else "",
+            *[_si(o.bytes[lv], "B") if o.bytes.get(lv) else "" for lv in levels],
+            _si(o.net_bytes, "B") if o.net_bytes else "",
+            f"{o.intensity:.3g}" if o.total_bytes else "", _time(o.time_s), o.bound, f"{o.share:.1%}",
+        )
+    c = Console()
+    c.print(t)
+    tot = bd.totals()
+    c.print(
+        f"step_time_s {tot['step_time_s']:.6g}  flops {_si(tot['flops'])}  bytes {_si(tot['bytes'], 'B')}  "
+        f"arithmetic_intensity {tot['arithmetic_intensity']:.3g} FLOP/B  energy_j {tot['energy_j']:.4g}  "
+        f"avg_power_w {tot['avg_power_w']:.4g} ({cm.chips_per_replica} chips)  tokens_per_s {tot['tokens_per_s']:.4g}  "
+        f"joules_per_token {tot['joules_per_token']:.4g}  kv_capacity_tokens {plan.kv_capacity_tokens:,}"
+    )
+    if plot is not None:
+        c.print(f"roofline chart written to {plot}")

@@ -1,0 +1,371 @@
+"""The cost model: time and energy of one engine step, operator by operator (roofline + network + overheads).
+
+``op time = max(flops / (peak[dtype] * eff_c[dtype]), sum_level bytes_level / (bw_level * eff_m[level]))``
+for compute/memory operators, ``latency + bytes / (bw * eff_net)`` for collectives (not overlapped), and
+``step time = sum(op times) + step_overhead + layers * layer_overhead``. Energy = idle power x time +
+work energy (pJ per FLOP / byte / network byte), capped at TDP x time, over the replica's chips.
+See docs/cost-model.md for every equation and assumption.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from jalapeno.errors import CapacityError, ConfigError
+from jalapeno.hardware.schema import ChipSpec, Efficiency
+from jalapeno.models.arch import ModelArch
+from jalapeno.perf import dtypes as dt
+from jalapeno.perf.network import collective, p2p
+from jalapeno.perf.ops import IDX, NF, OpSpec, attention_dims, build_ops, features, kv_bytes_per_token_per_layer, vec
+from jalapeno.perf.shape import StepShape
+from jalapeno.perf.types import MemoryPlan, OpCost, Parallelism, Precision, StepBreakdown, StepCost
+
+#: fraction of main memory (HBM/DRAM) the engine may use (vLLM's gpu_memory_utilization default)
+MAIN_MEMORY_UTILIZATION = 0.9
+#: fraction of resident SRAM usable for weights/KV (compiled, statically scheduled: all of it)
+SRAM_UTILIZATION = 1.0
+#: fallback energy coefficients (pJ per byte) by memory kind, when the chip's energy block is empty
+FALLBACK_PJ_PER_BYTE = {"sram": 2.0, "hbm": 25.0, "dram": 40.0}
+FALLBACK_PJ_PER_NET_BYTE = 10.0
+#: with no pJ/FLOP given, derive it so that running at peak draws this fraction of TDP
+FALLBACK_COMPUTE_POWER_FRACTION = 0.7
+#: with no idle power given, assume this fraction of TDP
+FALLBACK_IDLE_FRACTION = 0.2
+
+
+def advance_decode(shape: StepShape, steps: int, window: int | None = None) -> StepShape:
+    """The same decode batch ``steps`` steps later: every decode context grows by 1 per step; the windowed
+    sum grows by ``decode_below_window`` per step, capped at ``decode_seqs * window``."""
+    if steps == 0:
+        return shape
+    d = shape.decode_seqs
+    if window:
+        cw = min(shape.decode_ctx_sum_window + steps * shape.decode_below_window, d * window)
+    else:
+        cw = shape.decode_ctx_sum_window + steps * d
+    return StepShape(
+        decode_seqs=d,
+        decode_tokens=shape.decode_tokens,
+        decode_ctx_sum=shape.decode_ctx_sum + steps * d,
+        decode_ctx_sum_window=cw,
+        decode_below_window=shape.decode_below_window,
+    )
+
+
+class CostModel:
+    """Step time/energy of ``model`` on ``parallel.tp * parallel.pp`` chips of ``chip`` (one replica).
+
+    A :class:`StepShape` describes the step of **one replica**; ``dp`` replicas run independent batches, so
+    ``num_chips = tp*pp*dp`` is for reporting (per-chip throughput) while step energy covers the replica's
+    ``tp*pp`` chips. Raises :class:`ConfigError` for an invalid sharding and :class:`CapacityError` when the
+    weights do not fit.
+    """
+
+    def __init__(
+        self,
+        model: ModelArch,
+        chip: ChipSpec,
+        parallel: Parallelism = Parallelism(),
+        precision: Precision = Precision(),
+        efficiency: Efficiency | None = None,
+    ) -> None:
+        self.model, self.chip, self.parallel, self.precision = model, chip, parallel, precision
+        self.eff = efficiency if efficiency is not None else chip.efficiency
+        self._validate()
+        p = parallel
+        self.num_chips = p.num_chips
+        self.chips_per_replica = p.chips_per_replica
+        self.weight_dtypes = dt.weight_dtypes(model, precision)
+        wbytes = {c: dt.weight_bytes_per_element(d, model) for c, d in self.weight_dtypes.items()}
+        cdt = {c: dt.compute_dtype(chip, d) for c, d in self.weight_dtypes.items()}
+        cdt["attn_math"] = dt.attention_dtype(chip)
+        cdt["bf16"] = dt.compute_dtype(chip, "bf16")
+        self.compute_dtypes = cdt
+        self.kv_bytes_per_element = dt.kv_bytes_per_element(precision.kv)
+        self.act_bytes = 2.0
+        desc = f" (tp={p.tp})"
+        ar = collective(chip, self.eff, p.tp, "allreduce", desc)
+        ag = collective(chip, self.eff, p.tp, "allgather", desc)
+        a2a = collective(chip, self.eff, p.tp, "alltoall", desc)
+        coll = {
+            "tp_allreduce": (ar.latency_s, ar.s_per_byte, ar.sent_per_byte),
+            "tp_allgather_rs": (ar.latency_s, ar.s_per_byte, ar.sent_per_byte),  # all-gather + reduce-scatter
+            "tp_allgather": (ag.latency_s, ag.s_per_byte, ag.sent_per_byte),
+            "ep_alltoall": (a2a.latency_s, a2a.s_per_byte, a2a.sent_per_byte),
+        }
+        ops = build_ops(
+            model, tp=p.tp, ep=p.ep, dp_attention=p.dp_attention, wbytes=wbytes, wdtype=cdt,
+            kvb=self.kv_bytes_per_element, actb=self.act_bytes, coll=coll,
+        )
+        ops += self._pipeline_ops()
+        self._dims = attention_dims(model, p.tp, p.dp_attention)
+        self._stages = self._stage_layers()
+        self._place(ops)
+        self._compile(ops)
+        self._moe_keep = 1.0 - model.experts_per_token / model.num_experts if model.num_experts else 1.0
+
+    # ------------------------------------------------------------------ validation & placement
+    def _validate(self) -> None:
+        m, p = self.model, self.parallel
+        if not p.dp_attention:
+            if m.num_heads % p.tp:
+                raise ConfigError(f"tp={p.tp} must divide num_heads={m.num_heads} of {m.name}; pick tp among its divisors")
+            if m.attention == "gqa" and m.num_kv_heads % p.tp and p.tp % m.num_kv_heads:
+                raise ConfigError(
+                    f"tp={p.tp} and num_kv_heads={m.num_kv_heads} of {m.name}: one must divide the other "
+                    "(kv heads are split, or replicated when tp > kv heads)"
+                )
+        if p.ep > 1 and m.num_experts == 0:
+            raise ConfigError(f"ep={p.ep} but {m.name} is a dense model (no experts); use ep=1")
+        if m.num_experts and m.num_experts % p.ep:
+            raise ConfigError(f"ep={p.ep} must divide num_experts={m.num_experts} of {m.name}")
+        if p.pp > m.num_layers:
+            raise ConfigError(f"pp={p.pp} exceeds num_layers={m.num_layers} of {m.name}; use at most one stage per layer")
+
+    def _stage_layers(self) -> list[range]:
+        L, pp = self.model.num_layers, self.parallel.pp
+        sizes = [L // pp + (1 if i < L % pp else 0) for i in range(pp)]
+        out, s = [], 0
+        for n in sizes:
+            out.append(range(s, s + n))
+            s += n
+        return out
+
+    def _pipeline_ops(self) -> list[OpSpec]:
+        p, chip = self.parallel, self.chip
+        if p.pp == 1:
+            return []
+        dom = chip.scale_up.domain_size or 10**9
+        stages_per_domain = max(1, dom // p.tp)
+        cross = math.ceil(p.pp / stages_per_domain) - 1 if p.tp * p.pp > dom else 0
+        if cross and chip.scale_out is None:
+            raise ConfigError(
+                f"tp*pp={p.tp * p.pp} chips exceed the {chip.key} scale-up domain of {dom} and the chip has no "
+                "scale-out network; use fewer pipeline stages"
+            )
+        msg = vec(T=self.model.hidden_size * self.act_bytes)  # every rank forwards the full activations
+        lat = bpb = sent = 0.0
+        for crosses, n in ((False, p.pp - 1 - cross), (True, cross)):
+            c = p2p(chip, self.eff, crosses)
+            lat += n * c.latency_s
+            bpb += n * c.s_per_byte
+            sent += n * c.sent_per_byte
+        return [OpSpec("pp_handoff", "network", p.pp - 1, "", p.tp, net_bytes=msg * sent,
+                       net_time=msg * bpb + vec(one=lat))]
+
+    def _stored_per_stage(self, ops: list[OpSpec]) -> list[float]:
+        out = []
+        last = len(self._stages) - 1
+        for si, rng in enumerate(self._stages):
+            lo, hi = rng.start, rng.stop
+            tot = 0.0
+            for o in ops:
+                if o.layer_ids:
+                    tot += o.stored * sum(1 for i in o.layer_ids if lo <= i < hi)
+                elif (o.stage == "first" and si == 0) or (o.stage == "last" and si == last):
+                    tot += o.stored
+            out.append(tot)
+        return out
+
+    def _capacity_error(self, need: float, have: float, where: str) -> CapacityError:
+        p = self.parallel
+        return CapacityError(
+            f"does not fit: needs {need / 1e9:.1f} GB per chip, has {have / 1e9:.1f} GB {where} "
+            f"(model {self.model.name} weights {self.precision.weights} on {p.chips_per_replica}x{self.chip.key}, "
+            f"{p.describe()}); try more chips (tp/pp), a smaller weight dtype (fp8, fp4) or a chip with more memory"
+        )
+
+    def _place(self, ops: list[OpSpec]) -> None:
+        chip = self.chip
+        stored = self._stored_per_stage(ops)
+        self.weight_bytes_per_chip = max(stored)
+        main, sram = chip.main_memory, chip.sram
+        sram_cap = float(sram.capacity_gb) * 1e9 * SRAM_UTILIZATION if sram else 0.0
+        self.weights_in_sram = sram is not None and self.weight_bytes_per_chip <= sram_cap
+        if not self.weights_in_sram:
+            if main is None:
+                raise self._capacity_error(self.weight_bytes_per_chip, sram_cap, "of on-chip SRAM")
+            cap = float(main.capacity_gb) * 1e9 * MAIN_MEMORY_UTILIZATION
+            if self.weight_bytes_per_chip > cap:
+                raise self._capacity_error(self.weight_bytes_per_chip, cap, f"of {main.name}")
+        w_level = sram if self.weights_in_sram else main
+        kv_level = main if main is not None else sram
+        a_level = sram if sram is not None else main
+        assert w_level is not None and kv_level is not None and a_level is not None
+        self.levels = {"W": w_level, "KV": kv_level, "A": a_level}
+
+    # ------------------------------------------------------------------ compile to matrices
+    def _rate(self, dtype: str) -> float:
+        d = dtype or self.compute_dtypes["attn_math"]
+        return self.chip.peak_flops(d) * self.eff.compute.get(d, self.eff.compute_default)
+
+    def _bw(self, sym: str) -> float:
+        lv = self.levels[sym]
+        bw = float(lv.bandwidth_tbps) * 1e12 * self.eff.memory.get(lv.name, self.eff.memory_default)
+        if bw <= 0:
+            raise ConfigError(f"{self.chip.key}: bandwidth of memory level {lv.name!r} is unknown; fill it in the hardware file")
+        return bw
+
+    def _pj_flop(self, dtype: str) -> float:
+        d = dtype or self.compute_dtypes["attn_math"]
+        e = self.chip.energy.pj_per_flop.get(d)
+        if e is not None:
+            return e
+        tdp = float(self.chip.power.tdp_w)
+        return FALLBACK_COMPUTE_POWER_FRACTION * tdp / self.chip.peak_flops(d) * 1e12
+
+    def _pj_byte(self, sym: str) -> float:
+        lv = self.levels[sym]
+        e = self.chip.energy.pj_per_byte.get(lv.name)
+        return e if e is not None else FALLBACK_PJ_PER_BYTE[lv.kind]
+
+    def _compile(self, ops: list[OpSpec]) -> None:
+        eff = self.eff
+        self._ops = ops
+        work = [o for o in ops if o.kind == "work"]
+        net = [o for o in ops if o.kind == "network"]
+        self._work, self._net = work, net
+        tc = np.array([o.flops / self._rate(o.dtype) for o in work])
+        tm = np.array([sum((c / self._bw(s) for s, c in o.bytes.items()), np.zeros(NF)) for o in work])
+        self._overhead_s = (eff.step_overhead_us + self.model.num_layers * eff.layer_overhead_us) * 1e-6
+        lin = sum((o.net_time for o in net), np.zeros(NF)) + vec(one=self._overhead_s)
+        pj_net = self.chip.energy.pj_per_network_byte or FALLBACK_PJ_PER_NET_BYTE
+        e_work = np.zeros(NF)
+        fl = np.zeros(NF)
+        by = np.zeros(NF)
+        for o in ops:
+            e_op = o.flops * self._pj_flop(o.dtype) + o.net_bytes * pj_net
+            for s, c in o.bytes.items():
+                e_op = e_op + c * self._pj_byte(s)
+                by = by + c * o.mult
+            e_work = e_work + e_op * o.mult * 1e-12
+            fl = fl + o.flops * o.mult
+        self._n = len(work)
+        self._M = np.vstack([tc, tm, lin, e_work, fl, by])
+        self._tc, self._tm = tc, tm
+        tdp = float(self.chip.power.tdp_w)
+        idle = float(self.chip.power.idle_w) if self.chip.power.idle_w and self.chip.power.idle_w.value else None
+        self.idle_w = idle if idle is not None else FALLBACK_IDLE_FRACTION * tdp
+        self.tdp_w = tdp
+        self._pj_net = pj_net
+
+    # ------------------------------------------------------------------ public API
+    def _x(self, shape: StepShape) -> np.ndarray:
+        return np.array(features(shape, self._moe_keep), dtype=np.float64)
+
+    def step(self, shape: StepShape) -> StepCost:
+        """Time (s), energy (J), FLOPs and bytes of one step of one replica."""
+        y = self._M.dot(np.array(features(shape, self._moe_keep), dtype=np.float64)).tolist()
+        n = self._n
+        t = sum([c if c > m else m for c, m in zip(y[:n], y[n : 2 * n])]) + y[2 * n]
+        nc = self.chips_per_replica
+        e = min(y[2 * n + 1] + self.idle_w * t * nc, self.tdp_w * t * nc)
+        return StepCost(t, e, y[2 * n + 2], y[2 * n + 3])
+
+    def decode_steps(self, shape: StepShape, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Durations and energies of ``k`` consecutive decode steps of the same batch (see
+        :func:`advance_decode`); equal to ``k`` calls of :meth:`step`, in one vectorised evaluation."""
+        if shape.prefill_tokens:
+            raise ConfigError("decode_steps needs a decode-only step shape (prefill_tokens must be 0)")
+        if k <= 0:
+            return np.zeros(0), np.zeros(0)
+        x = self._x(shape)
+        X = np.tile(x, (k, 1))
+        i = np.arange(k, dtype=float)
+        d = shape.decode_seqs
+        r = shape.decode_tokens / d if d else 0.0
+        w = self.model.sliding_window
+        c = shape.decode_ctx_sum + i * d
+        if w:
+            cw = np.minimum(shape.decode_ctx_sum_window + i * shape.decode_below_window, float(d * w))
+        else:
+            cw = shape.decode_ctx_sum_window + i * d
+        X[:, IDX["C"]], X[:, IDX["Cw"]], X[:, IDX["Cr"]], X[:, IDX["Cwr"]] = c, cw, c * r, cw * r
+        Y = X @ self._M.T
+        n = self._n
+        t = np.maximum(Y[:, :n], Y[:, n : 2 * n]).sum(axis=1) + Y[:, 2 * n]
+        nc = self.chips_per_replica
+        e = np.minimum(Y[:, 2 * n + 1] + self.idle_w * t * nc, self.tdp_w * t * nc)
+        return t, e
+
+    def breakdown(self, shape: StepShape) -> StepBreakdown:
+        """Per-operator costs of one step (FLOPs, bytes by memory level, network bytes, time, bound)."""
+        x = self._x(shape)
+        rows: list[tuple] = []
+        for j, o in enumerate(self._work):
+            tc, tm = float(self._tc[j] @ x), float(self._tm[j] @ x)
+            fl = float(o.flops @ x) * o.mult
+            by: dict[str, float] = {}
+            for s, c in o.bytes.items():
+                name = self.levels[s].name
+                by[name] = by.get(name, 0.0) + float(c @ x) * o.mult
+            bound = "compute" if tc >= tm else "memory"
+            rows.append((o.name, fl, by, 0.0, max(tc, tm), bound, o.dtype or self.compute_dtypes["attn_math"], o.layers))
+        for o in self._net:
+            rows.append((o.name, 0.0, {}, float(o.net_bytes @ x) * o.mult, float(o.net_time @ x), "network", "", o.layers))
+        if self._overhead_s:
+            rows.append(("overhead", 0.0, {}, 0.0, self._overhead_s, "overhead", "", self.model.num_layers))
+        rows = [r for r in rows if r[4] > 0 or r[1] > 0]
+        total = sum(r[4] for r in rows)
+        ops = tuple(OpCost(n, f, b, nb, t, bd, t / total if total else 0.0, d, ly) for n, f, b, nb, t, bd, d, ly in rows)
+        bytes_by: dict[str, float] = {}
+        for o in ops:
+            for k, v in o.bytes.items():
+                bytes_by[k] = bytes_by.get(k, 0.0) + v
+        cost = self.step(shape)
+        layer_t = sum(o.time_s for o in ops if o.layers and o.name not in ("pp_handoff", "overhead"))
+        max_stage = max(len(r) for r in self._stages)
+        stage_t = cost.time_s - layer_t + layer_t * max_stage / self.model.num_layers
+        if self.parallel.pp > 1:
+            stage_t -= sum(o.time_s for o in ops if o.name == "pp_handoff")
+        return StepBreakdown(
+            ops=ops, time_s=cost.time_s, energy_j=cost.energy_j, flops=sum(o.flops for o in ops), bytes=bytes_by,
+            net_bytes=sum(o.net_bytes for o in ops), tokens=shape.tokens, num_chips=self.chips_per_replica,
+            stage_time_s=stage_t,
+        )
+
+    def memory_plan(self, max_batch_tokens: int = 8192) -> MemoryPlan:
+        """Per-chip placement of weights, activation reserve and KV cache; KV capacity of one replica."""
+        m, p = self.model, self.parallel
+        tp = p.tp
+        a = self.act_bytes
+        inter = m.intermediate_size / tp
+        if m.num_experts:
+            inter = max(inter, m.experts_per_token * m.moe_intermediate_size * p.ep / tp)
+        reserve = max_batch_tokens * a * (4 * m.hidden_size + 3 * inter) + min(max_batch_tokens, 1024) * m.vocab_size / tp * 4
+        lv_w, lv_kv, lv_a = self.levels["W"], self.levels["KV"], self.levels["A"]
+
+        def usable(lv) -> float:
+            return float(lv.capacity_gb) * 1e9 * (SRAM_UTILIZATION if lv.kind == "sram" else MAIN_MEMORY_UTILIZATION)
+
+        free = usable(lv_kv)
+        if lv_w is lv_kv:
+            free -= self.weight_bytes_per_chip
+        if lv_a is lv_kv:
+            free -= reserve
+        elif lv_a is lv_w and self.weight_bytes_per_chip + reserve > usable(lv_w):
+            # activations spill to the KV level when the weights fill the SRAM
+            free -= reserve
+        per_layer = kv_bytes_per_token_per_layer(m, self._dims, self.kv_bytes_per_element)
+        max_stage = max(len(r) for r in self._stages)
+        per_chip_token = per_layer * max_stage
+        holders = 1 if p.dp_attention else tp  # chips holding one sequence's KV in one stage
+        kv_per_token = per_layer * m.num_layers * holders
+        if free <= 0:
+            raise CapacityError(
+                f"does not fit: the weights ({self.weight_bytes_per_chip / 1e9:.1f} GB per chip) and activations "
+                f"leave no room for the KV cache in {lv_kv.name} (model {m.name} on {p.chips_per_replica}x{self.chip.key}, "
+                f"{p.describe()}); try more chips, a smaller weight dtype or a smaller max_batch_tokens"
+            )
+        tokens = int(free // per_chip_token) * (tp if p.dp_attention else 1)
+        notes = []
+        if self.weights_in_sram:
+            notes.append(f"weights resident in {lv_w.name}")
+        return MemoryPlan(
+            capacity_bytes_per_chip=usable(lv_w), weight_bytes_per_chip=self.weight_bytes_per_chip,
+            weight_location=lv_w.name, kv_location=lv_kv.name, activation_reserve_bytes=reserve,
+            kv_bytes_available_per_chip=free, kv_bytes_per_token=kv_per_token, kv_capacity_tokens=tokens,
+            weights_in_sram=self.weights_in_sram, notes=tuple(notes),
+        )

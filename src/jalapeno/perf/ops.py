@@ -1,0 +1,281 @@
+"""Operator inventory of one engine step, as coefficients over the step's aggregate features.
+
+Every operator's FLOPs, bytes (per memory level) and network bytes are affine in a small feature vector
+computed from a :class:`~jalapeno.perf.shape.StepShape` (see :data:`FEATURES`), so the cost model evaluates a
+step with one matrix-vector product. The one non-linear term, the expected fraction of routed experts that
+``T`` tokens touch, ``u = 1 - (1 - k/E)^T``, is itself a feature.
+
+All coefficients are **per chip** (one tensor-parallel rank), **summed over the layers** the operator occurs
+in; ``mult`` says how many chips of the replica do that work (for totals and energy).
+Memory levels are symbolic here: ``W`` (weights), ``KV`` (KV cache), ``A`` (activations); the cost model maps
+them to the chip's real levels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from jalapeno.models.arch import ModelArch
+from jalapeno.perf.shape import StepShape
+
+#: feature names, in vector order
+FEATURES = (
+    "one",  # constant
+    "T",  # tokens fed this step (prefill + decode)
+    "Tp",  # prefill tokens
+    "Td",  # decode tokens
+    "S",  # rows that go through the LM head: decode tokens + one per prefill sequence
+    "P",  # causal (query, key) pairs of prefill chunks
+    "Pw",  # same, keys capped at the sliding window
+    "K",  # KV tokens read by prefill chunks (cached prefix + chunk)
+    "Kw",  # same, capped at the window
+    "C",  # sum of decode contexts
+    "Cw",  # same, capped at the window
+    "Cr",  # C x decode tokens per decode sequence (query rows that attend each context)
+    "Cwr",  # Cw x decode tokens per decode sequence
+    "U",  # expected fraction of routed experts touched by T tokens: 1 - (1 - k/E)^T
+)
+NF = len(FEATURES)
+IDX = {n: i for i, n in enumerate(FEATURES)}
+
+
+def vec(**coef: float) -> np.ndarray:
+    v = np.zeros(NF)
+    for k, x in coef.items():
+        v[IDX[k]] += x
+    return v
+
+
+def features(shape: StepShape, moe_keep: float) -> list[float]:
+    """Feature vector (as a list, :data:`FEATURES` order) of one step. ``moe_keep`` = 1 - k/E (1.0 if dense)."""
+    t = shape.prefill_tokens + shape.decode_tokens
+    r = shape.decode_tokens / shape.decode_seqs if shape.decode_seqs else 0.0
+    return [
+        1.0,
+        t,
+        shape.prefill_tokens,
+        shape.decode_tokens,
+        shape.decode_tokens + shape.prefill_seqs,
+        shape.prefill_attn_pairs,
+        shape.prefill_attn_pairs_window,
+        shape.prefill_kv_tokens,
+        shape.prefill_kv_tokens_window,
+        shape.decode_ctx_sum,
+        shape.decode_ctx_sum_window,
+        shape.decode_ctx_sum * r,
+        shape.decode_ctx_sum_window * r,
+        1.0 - moe_keep**t,
+    ]
+
+
+@dataclass
+class OpSpec:
+    """One operator: per-chip coefficient vectors summed over ``layers`` layers (see module doc)."""
+
+    name: str
+    kind: str  # "work" | "network" | "overhead"
+    layers: int = 0
+    dtype: str = ""
+    mult: float = 1.0
+    flops: np.ndarray = field(default_factory=lambda: np.zeros(NF))
+    bytes: dict[str, np.ndarray] = field(default_factory=dict)  # symbolic level -> coefficients
+    net_bytes: np.ndarray = field(default_factory=lambda: np.zeros(NF))
+    net_time: np.ndarray = field(default_factory=lambda: np.zeros(NF))
+    #: weight bytes stored per chip for one occurrence (one layer), and on which layers (for placement)
+    stored: float = 0.0
+    layer_ids: tuple[int, ...] = ()
+    stage: str = ""  # non-layer ops: "first" or "last" pipeline stage
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Sharding-resolved sizes, per chip."""
+
+    att_split: int  # the attention batch is split this many ways (dp-attention) else 1
+    att_shard: int  # attention heads split this many ways (tp) else 1
+    q_heads: float  # query heads per chip
+    kv_heads: float  # KV heads per chip (>= 1: replicated when tp > num_kv_heads)
+
+
+def attention_dims(m: ModelArch, tp: int, dp_attention: bool) -> Dims:
+    split, shard = (tp, 1) if dp_attention else (1, tp)
+    kvh = m.num_kv_heads / shard if m.num_kv_heads >= shard else 1.0
+    return Dims(split, shard, m.num_heads / shard, kvh)
+
+
+def kv_bytes_per_token_per_layer(m: ModelArch, d: Dims, kvb: float) -> float:
+    """KV bytes one token occupies on one chip in one layer (MLA: the latent, replicated on every rank)."""
+    if m.attention == "mla":
+        return (m.kv_lora_rank + m.qk_rope_head_dim) * kvb
+    return 2 * d.kv_heads * m.head_dim * kvb
+
+
+def build_ops(
+    m: ModelArch,
+    *,
+    tp: int,
+    ep: int,
+    dp_attention: bool,
+    wbytes: dict[str, float],  # bytes per element per weight class
+    wdtype: dict[str, str],  # compute dtype per weight class (+ "attn_math", "bf16")
+    kvb: float,
+    actb: float,
+    coll: dict[str, tuple[float, float, float]],  # collective name -> (latency_s, s_per_byte, sent_per_byte)
+) -> list[OpSpec]:
+    """All operators of one step for model ``m`` with the given sharding (see module doc for conventions)."""
+    ops: list[OpSpec] = []
+    L = m.num_layers
+    h = m.hidden_size
+    a = actb
+    d = attention_dims(m, tp, dp_attention)
+    sp = d.att_split
+    b16 = 2.0
+    all_layers = tuple(range(L))
+
+    def layer_op(name, layer_ids, dtype, flops, w_read, w_stored, kv=None, act=None, mult=tp):
+        n = len(layer_ids)
+        by = {"W": (vec(one=w_read) if np.isscalar(w_read) else w_read) * n}
+        if kv is not None:
+            by["KV"] = kv * n
+        if act is not None:
+            by["A"] = act * n
+        ops.append(
+            OpSpec(name, "work", n, dtype, mult, flops * n, by, stored=w_stored, layer_ids=tuple(layer_ids))
+        )
+
+    def net_op(name, n_layers, coll_name, msg: np.ndarray):
+        lat, spb, sent = coll[coll_name]
+        if spb == 0 and lat == 0:
+            return
+        ops.append(
+            OpSpec(name, "network", n_layers, "", tp, net_bytes=msg * sent * n_layers,
+                   net_time=(msg * spb + vec(one=lat)) * n_layers)
+        )
+
+    tok_att = vec(T=1.0 / sp)  # tokens a chip feeds to attention
+    # ---------------- embedding ----------------
+    emb_stored = m.vocab_size * h * b16 / (1 if dp_attention else tp)
+    ops.append(OpSpec("embed", "work", 0, "", tp, vec(), {"W": vec(T=h * b16 / tp), "A": vec(T=h * a)},
+                      stored=emb_stored, stage="first"))
+    if not dp_attention:
+        net_op("embed_allreduce", 1, "tp_allreduce", vec(T=h * a))
+
+    # ---------------- attention ----------------
+    dt_w, dt_att = wdtype["attn"], wdtype["attn_math"]
+    wb = wbytes["attn"]
+    full_ids = tuple(i for i in all_layers if not m.is_sliding_layer(i))
+    slide_ids = tuple(i for i in all_layers if m.is_sliding_layer(i))
+    if m.attention == "mla":
+        nope, rope, vd, kvl = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
+        qk = nope + rope
+        # fused q_a + kv_a (replicated on every rank, as in vLLM's fused_qkv_a_proj), then q_b column-parallel
+        if m.q_lora_rank:
+            ql = m.q_lora_rank
+            p_a = h * (ql + kvl + rope)
+            p_qb = ql * d.q_heads * qk
+            norms = (ql + kvl) * b16
+            layer_op("qkv_a_proj", all_layers, dt_w, 2 * p_a * tok_att, p_a * wb + norms, p_a * wb + norms,
+                     act=tok_att * (h + ql + kvl + rope) * a)
+            layer_op("q_b_proj", all_layers, dt_w, 2 * p_qb * tok_att, p_qb * wb, p_qb * wb,
+                     act=tok_att * (ql + d.q_heads * qk) * a)
+        else:
+            p_a = h * (kvl + rope)
+            p_q = h * d.q_heads * qk
+            layer_op("qkv_a_proj", all_layers, dt_w, 2 * (p_a + p_q) * tok_att, (p_a + p_q) * wb + kvl * b16,
+                     (p_a + p_q) * wb + kvl * b16, act=tok_att * (h + kvl + rope + d.q_heads * qk) * a)
+        # kv_b: prefill expands every context latent (non-absorbed); decode absorbs W_UK / W_UV per query token
+        p_kvb = kvl * d.q_heads * (nope + vd)
+        kvb_tokens = vec(K=1.0 / sp, Td=1.0 / sp)
+        layer_op("kv_b_proj", all_layers, dt_w, 2 * p_kvb * kvb_tokens, p_kvb * wb, p_kvb * wb,
+                 act=vec(K=1.0 / sp) * (kvl + d.q_heads * (nope + vd)) * a + vec(Td=1.0 / sp) * d.q_heads * (nope + vd + 2 * kvl) * a)
+        lat_tok = (kvl + rope) * kvb
+        flops = (2 * d.q_heads * (qk + vd)) * vec(P=1.0 / sp) + (2 * d.q_heads * (2 * kvl + rope)) * vec(Cr=1.0 / sp)
+        kv = lat_tok * vec(K=1.0 / sp, C=1.0 / sp, T=1.0 / sp)  # read prefix + chunk, read decode ctx, write new
+        act = vec(T=1.0 / sp) * d.q_heads * (qk + vd) * a + vec(K=1.0 / sp) * d.q_heads * (nope + vd) * a
+        layer_op("attention", all_layers, dt_att, flops, 0.0, 0.0, kv=kv, act=act)
+        p_o = d.q_heads * vd * h
+        layer_op("o_proj", all_layers, dt_w, 2 * p_o * tok_att, p_o * wb, p_o * wb, act=tok_att * (d.q_heads * vd + h) * a)
+    else:
+        hd = m.head_dim
+        p_qkv = h * (d.q_heads + 2 * d.kv_heads) * hd
+        bias = (d.q_heads + 2 * d.kv_heads) * hd * b16 if m.attention_bias else 0.0
+        qkn = 2 * hd * b16 if m.qk_norm else 0.0
+        layer_op("qkv_proj", all_layers, dt_w, 2 * p_qkv * tok_att, p_qkv * wb + bias + qkn, p_qkv * wb + bias + qkn,
+                 act=tok_att * (h + (d.q_heads + 2 * d.kv_heads) * hd) * a)
+        per_tok = 2 * d.kv_heads * hd * kvb
+        sink = 2 * d.q_heads * tok_att if m.attention_sinks else vec()
+        sink_w = d.q_heads * b16 if m.attention_sinks else 0.0
+        for ids, sfx, P, K, C, Cr in ((full_ids, "", "P", "K", "C", "Cr"), (slide_ids, "_sliding", "Pw", "Kw", "Cw", "Cwr")):
+            if not ids:
+                continue
+            flops = 4 * hd * d.q_heads * vec(**{P: 1.0 / sp, Cr: 1.0 / sp}) + sink
+            kv = per_tok * vec(**{K: 1.0 / sp, C: 1.0 / sp, "T": 1.0 / sp})
+            act = 2 * d.q_heads * hd * a * tok_att
+            layer_op("attention" + sfx, ids, dt_att, flops, sink_w, sink_w, kv=kv, act=act)
+        p_o = d.q_heads * hd * h
+        o_bias = getattr(m, "attn_o_bias", m.attention_bias and m.family == "gpt_oss")
+        obias = h * b16 if o_bias else 0.0
+        layer_op("o_proj", all_layers, dt_w, 2 * p_o * tok_att, p_o * wb + obias, p_o * wb + obias,
+                 act=tok_att * (d.q_heads * hd + h) * a)
+    if not dp_attention:
+        net_op("attn_allreduce", L, "tp_allreduce", vec(T=h * a))
+
+    # ---------------- MLP / MoE ----------------
+    T = vec(T=1.0)
+    dense_ids = tuple(i for i in all_layers if not m.is_moe_layer(i))
+    moe_ids = tuple(i for i in all_layers if m.is_moe_layer(i))
+    mlp_coll = "tp_allgather_rs" if dp_attention else "tp_allreduce"
+    if dense_ids:
+        inter = m.intermediate_size / tp
+        p = 3 * h * inter
+        bias = (2 * inter + h) * b16 if m.mlp_bias else 0.0
+        layer_op("mlp", dense_ids, wdtype["mlp"], 2 * p * T, p * wbytes["mlp"] + bias, p * wbytes["mlp"] + bias,
+                 act=T * (2 * h + 6 * inter) * a)
+        net_op("mlp_allreduce", len(dense_ids), mlp_coll, vec(T=h * a))
+    if moe_ids:
+        E, k = m.num_experts, m.experts_per_token
+        p_r = h * E
+        rbias = E * b16 if m.router_bias else 0.0
+        layer_op("moe_router", moe_ids, wdtype["bf16"], 2 * p_r * tok_att, p_r * b16 + rbias, p_r * b16 + rbias,
+                 act=tok_att * (h * a + E * 4))
+        im = m.moe_intermediate_size
+        p_e = 3 * h * im  # one expert
+        ebias = (2 * im + h) * b16 if m.mlp_bias else 0.0
+        e_bytes = p_e * wbytes["experts"] + ebias
+        # experts split over ep ranks, each expert split tp/ep ways: a chip handles T*k/ep (token, expert)
+        # pairs on im*ep/tp of the intermediate; it reads the touched experts among its E/ep (balanced routing)
+        flops = 2 * p_e * k / tp * T
+        w_read = vec(U=E * e_bytes / tp)
+        act = vec(T=k / ep) * (2 * h + 6 * im * ep / tp) * a
+        n = len(moe_ids)
+        ops.append(OpSpec("moe_experts", "work", n, wdtype["experts"], tp, flops * n,
+                          {"W": w_read * n, "A": act * n}, stored=E * e_bytes / tp, layer_ids=moe_ids))
+        if m.num_shared_experts:
+            isz = (m.shared_expert_intermediate_size or im) * m.num_shared_experts / tp
+            p_s = 3 * h * isz
+            layer_op("moe_shared", moe_ids, wdtype["shared"], 2 * p_s * T, p_s * wbytes["shared"], p_s * wbytes["shared"],
+                     act=T * (2 * h + 6 * isz) * a)
+        if dp_attention and ep > 1:
+            # DeepEP-style: each rank sends its T/tp tokens x k copies to expert owners (a fraction 1-1/ep
+            # leaves the rank; each expert is split tp/ep ways), and receives the results back (combine)
+            msg = vec(T=k * h * a / tp * (1 - 1 / ep) * (tp / ep))
+            net_op("moe_dispatch", n, "ep_alltoall", msg)
+            net_op("moe_combine", n, "ep_alltoall", msg)
+        else:
+            net_op("moe_allreduce", n, mlp_coll, vec(T=h * a))
+
+    # ---------------- norms, residuals, final norm, LM head, sampling ----------------
+    layer_op("norms_residual", all_layers, "", vec(T=(2 * 4 + 2) * h / sp), 2 * h * b16, 2 * h * b16,
+             act=vec(T=10 * h * a / sp))
+    p_lm = m.vocab_size * h / tp
+    ops.append(OpSpec("final_norm", "work", 0, "", tp, vec(T=4 * h), {"W": vec(one=h * b16), "A": vec(T=2 * h * a)},
+                      stored=h * b16, stage="last"))
+    ops.append(OpSpec("lm_head", "work", 0, wdtype["bf16"], tp, vec(S=2 * p_lm),
+                      {"W": vec(one=p_lm * b16), "A": vec(S=h * a + m.vocab_size / tp * 4)},
+                      stored=0.0 if m.tie_word_embeddings else p_lm * b16, stage="last"))
+    net_op("logits_gather", 1, "tp_allgather", vec(S=m.vocab_size * 4))
+    ops.append(OpSpec("sampling", "work", 0, "", 1, vec(S=5 * m.vocab_size), {"A": vec(S=2 * m.vocab_size * 4)},
+                      stage="last"))
+    return ops

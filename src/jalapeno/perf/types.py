@@ -1,0 +1,196 @@
+"""Small value types of the cost model: what a caller chooses (parallelism, precision) and what it gets back.
+
+Units: seconds, joules, FLOP, bytes. Totals are summed over every chip of one replica unless a field name
+says ``per_chip``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jalapeno.errors import ConfigError
+
+WEIGHT_PRECISIONS = ("native", "bf16", "fp8", "fp4", "mxfp4", "int4")
+KV_PRECISIONS = ("bf16", "fp8")
+ACT_PRECISIONS = ("bf16",)
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """How one model replica is spread over chips.
+
+    ``tp`` tensor parallel ranks; ``ep`` expert-parallel ranks *inside* the tp group (experts are split over
+    ``ep`` ranks, each expert is further split ``tp/ep`` ways); ``pp`` pipeline stages; ``dp`` independent
+    replicas. One replica uses ``tp*pp`` chips; ``num_chips = tp*pp*dp``. With ``dp_attention`` attention runs
+    data-parallel over the tp ranks (full attention weights on every rank, the batch split over ranks) while
+    the MLP/MoE layers stay tp/ep-sharded (SGLang / vLLM "DP attention").
+    """
+
+    tp: int = 1
+    ep: int = 1
+    pp: int = 1
+    dp: int = 1
+    dp_attention: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "ep", "pp", "dp"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"parallelism {name}={v!r} must be a positive integer")
+        if self.tp % self.ep:
+            raise ConfigError(
+                f"ep={self.ep} must divide tp={self.tp}: expert-parallel ranks live inside the tensor-parallel group"
+            )
+
+    @property
+    def chips_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def num_chips(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def describe(self) -> str:
+        s = f"tp={self.tp}"
+        for name in ("ep", "pp", "dp"):
+            if getattr(self, name) > 1:
+                s += f", {name}={getattr(self, name)}"
+        return s + (", dp-attention" if self.dp_attention else "")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Storage formats. ``weights``: "native" (the checkpoint's format), "bf16", "fp8" (128x128 block-scaled),
+    "fp4"/"mxfp4" (MXFP4; MoE models quantize only the routed experts, dense models all linear layers),
+    "int4" (same scope as fp4, weight-only). ``kv``: "bf16" | "fp8". ``activations``: "bf16"."""
+
+    weights: str = "native"
+    kv: str = "bf16"
+    activations: str = "bf16"
+
+    def __post_init__(self) -> None:
+        if self.weights not in WEIGHT_PRECISIONS:
+            raise ConfigError(f"weight dtype {self.weights!r} is not one of {', '.join(WEIGHT_PRECISIONS)}")
+        if self.kv not in KV_PRECISIONS:
+            raise ConfigError(f"kv dtype {self.kv!r} is not one of {', '.join(KV_PRECISIONS)}")
+        if self.activations not in ACT_PRECISIONS:
+            raise ConfigError(f"activation dtype {self.activations!r} is not one of {', '.join(ACT_PRECISIONS)}")
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Fast-path result for one step of one replica. ``flops`` and ``bytes`` are summed over its chips
+    (``bytes`` over all memory levels)."""
+
+    time_s: float
+    energy_j: float
+    flops: float = 0.0
+    bytes: float = 0.0
+
+    @property
+    def avg_power_w(self) -> float:
+        return self.energy_j / self.time_s if self.time_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One operator of a step, summed over all layers it occurs in and over the replica's chips.
+
+    ``bytes`` maps memory-level name -> bytes moved; ``net_bytes`` counts bytes sent over the network;
+    ``time_s`` is the time it adds to the step; ``bound`` is "compute", "memory", "network" or "overhead";
+    ``share`` is ``time_s / step time``; ``dtype`` the compute dtype it runs at.
+    """
+
+    name: str
+    flops: float
+    bytes: dict[str, float]
+    net_bytes: float
+    time_s: float
+    bound: str
+    share: float
+    dtype: str = ""
+    layers: int = 0
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(self.bytes.values())
+
+    @property
+    def intensity(self) -> float:
+        b = self.total_bytes
+        return self.flops / b if b > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Per-operator view of one step, with the same totals as :meth:`CostModel.step`."""
+
+    ops: tuple[OpCost, ...]
+    time_s: float
+    energy_j: float
+    flops: float
+    bytes: dict[str, float]
+    net_bytes: float
+    tokens: int
+    num_chips: int
+    #: time of the slowest pipeline stage (== time_s when pp == 1): the interval at which a new micro-batch
+    #: could enter if several batches were in flight
+    stage_time_s: float = 0.0
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(self.bytes.values())
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        b = self.total_bytes
+        return self.flops / b if b > 0 else float("inf")
+
+    @property
+    def avg_power_w(self) -> float:
+        return self.energy_j / self.time_s if self.time_s > 0 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.time_s if self.time_s > 0 else 0.0
+
+    @property
+    def joules_per_token(self) -> float:
+        return self.energy_j / self.tokens if self.tokens else 0.0
+
+    def op(self, name: str) -> OpCost:
+        for o in self.ops:
+            if o.name == name:
+                return o
+        raise KeyError(name)
+
+    def totals(self) -> dict[str, float]:
+        return {
+            "step_time_s": self.time_s,
+            "flops": self.flops,
+            "bytes": self.total_bytes,
+            "net_bytes": self.net_bytes,
+            "arithmetic_intensity": self.arithmetic_intensity,
+            "energy_j": self.energy_j,
+            "avg_power_w": self.avg_power_w,
+            "tokens_per_s": self.tokens_per_s,
+            "joules_per_token": self.joules_per_token,
+        }
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Where things live, per chip, and how many KV tokens one replica can hold. Bytes unless noted."""
+
+    capacity_bytes_per_chip: float  # usable capacity of the level weights live in (after utilization)
+    weight_bytes_per_chip: float  # the fullest chip (pipeline stages can differ)
+    weight_location: str  # memory level name, e.g. "sram" or "hbm"
+    kv_location: str
+    activation_reserve_bytes: float  # per chip, for max_batch_tokens in flight
+    kv_bytes_available_per_chip: float
+    #: KV bytes one token of one sequence occupies, summed over the chips holding that sequence's KV
+    kv_bytes_per_token: float
+    #: KV tokens one replica can hold (what a KV block manager gets)
+    kv_capacity_tokens: int
+    weights_in_sram: bool = False
+    notes: tuple[str, ...] = field(default_factory=tuple)

@@ -1,0 +1,117 @@
+"""CLI: ``jalapeno sweep``, ``jalapeno recommend``, ``jalapeno report``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from jalapeno.errors import ConfigError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep")(sweep_cmd)
+    app.command("recommend")(recommend_cmd)
+    app.command("report")(report_cmd)
+
+
+def sweep_cmd(
+    spec_file: Path = typer.Argument(..., help="sweep YAML (see examples/quick-sweep.yaml, docs/report.md)"),
+    out: Path = typer.Option(..., "--out", "-o", help="results directory (results.parquet, sweep.json)"),
+    workers: Optional[int] = typer.Option(None, "--workers", "-j", help="local worker processes [default: CPU count]"),
+    ray: Optional[str] = typer.Option(None, "--ray", help="run as Ray tasks: 'auto' or a cluster address (needs jalapeno[ray])"),
+    price: List[str] = typer.Option([], "--price", help="override a chip's price, CHIP=USD per chip-hour (repeatable)"),
+    pue: float = typer.Option(1.2, "--pue", help="power usage effectiveness for tokens per MW"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+) -> None:
+    """Run a grid of simulations (models × chips × layouts × workloads × concurrencies) into DIR/results.parquet.
+
+    Re-running resumes: points already in DIR are skipped. Ctrl-C keeps finished points.
+    """
+    from jalapeno.report.economics import parse_prices
+    from jalapeno.report.spec import load_sweep
+    from jalapeno.report.sweep import run_spec
+
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers {workers} must be >= 1")
+    if pue < 1.0:
+        raise ConfigError(f"--pue {pue} must be >= 1.0")
+    prices = parse_prices(price)
+    spec = load_sweep(spec_file)
+    summary = run_spec(spec, out, workers=workers, ray=ray, prices=prices, pue=pue, progress=not quiet)
+    typer.echo(summary.line())
+    for e in summary.first_errors:
+        typer.echo(f"  error: {e}", err=True)
+    typer.echo(f"results: {out / 'results.parquet'}  (next: jalapeno report {out})")
+
+
+def recommend_cmd(
+    model: str = typer.Option(..., "--model", "-m", help="model name (see `jalapeno models list`)"),
+    isl: Optional[int] = typer.Option(None, "--isl", help="input tokens per request"),
+    osl: Optional[int] = typer.Option(None, "--osl", help="output tokens per request"),
+    ttft_slo_ms: Optional[float] = typer.Option(None, "--ttft-slo-ms", help="p90 time-to-first-token bound, ms"),
+    tpot_slo_ms: Optional[float] = typer.Option(None, "--tpot-slo-ms", help="p90 time-per-output-token bound, ms"),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="comma-separated chips [default: h200,b200,jalapeno]"),
+    max_chips: int = typer.Option(8, "--max-chips", help="largest layout tried (powers of two)"),
+    objective: Optional[str] = typer.Option(None, "--objective", help="cost | energy | latency [default: preset's, else cost]"),
+    preset: Optional[str] = typer.Option(None, "--preset", help="interactive-agent | batch-throughput | long-context-128k"),
+    price: List[str] = typer.Option([], "--price", help="override a chip's price, CHIP=USD per chip-hour"),
+    workers: Optional[int] = typer.Option(None, "--workers", "-j", help="local worker processes"),
+    as_json: bool = typer.Option(False, "--json", help="print the ranking as JSON"),
+) -> None:
+    """Recommend the chip and layout that meet TTFT/TPOT SLOs best, and say why each other option lost."""
+    from jalapeno.report.economics import parse_prices
+    from jalapeno.report.recommend import recommend
+
+    chips = [h.strip() for h in hardware.split(",") if h.strip()] if hardware else None
+    rec = recommend(
+        model, isl=isl, osl=osl, ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms, hardware=chips,
+        max_chips=max_chips, objective=objective, preset=preset, prices=parse_prices(price), workers=workers,
+    )
+    if as_json:
+        typer.echo(json.dumps(rec.as_dict(), indent=2))
+        return
+    _print_recommendation(rec)
+
+
+def _print_recommendation(rec) -> None:  # noqa: ANN001 - Recommendation, imported lazily
+    from rich.console import Console
+    from rich.table import Table
+
+    from jalapeno.report.recommend import describe_value
+
+    con = Console()
+    con.print(
+        f"[bold]{rec.model}[/] ISL {rec.isl} / OSL {rec.osl}, SLOs p90 TTFT ≤ {rec.ttft_slo_ms:g} ms, "
+        f"p90 TPOT ≤ {rec.tpot_slo_ms:g} ms, objective [bold]{rec.objective}[/]" + (f" (preset {rec.preset})" if rec.preset else "")
+    )
+    if rec.best is None:
+        con.print("[red]no chip and layout met the SLOs[/]")
+    else:
+        b = rec.best
+        con.print(f"[green]recommended:[/] {b.hardware} {b.layout} ({b.num_chips} chips) at concurrency {b.concurrency}: "
+                  f"{describe_value(b.objective_value, rec.objective)}")
+    t = Table("rank", "chip", "layout", "chips", "conc", "tok/s/chip", "tok/s/user", "p90 TTFT ms", "p90 TPOT ms", "$/Mtok", "tok/J", "why not first")
+    for c in rec.ranked:
+        t.add_row(str(c.rank), c.hardware, c.layout, str(c.num_chips), str(c.concurrency), _g(c.output_throughput_per_chip),
+                  _g(c.median_interactivity), _g(c.p90_ttft_ms), _g(c.p90_tpot_ms), _g(c.usd_per_mtok), _g(c.output_tokens_per_joule), c.reason)
+    for c in rec.losers:
+        t.add_row("–", c.hardware, c.layout, str(c.num_chips), "", "", "", _g(c.p90_ttft_ms), _g(c.p90_tpot_ms), "", "", c.reason)
+    con.print(t)
+
+
+def _g(v: float | None) -> str:
+    return "–" if v is None else f"{v:.4g}"
+
+
+def report_cmd(
+    out_dir: Path = typer.Argument(..., help="a sweep's results directory"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file [default: DIR/report.html]"),
+) -> None:
+    """Write a self-contained HTML report (summary, Pareto plots, chip cards, assumptions) for a sweep."""
+    from jalapeno.report.html import write_report
+
+    path = write_report(out_dir, out)
+    typer.echo(f"report: {path}")

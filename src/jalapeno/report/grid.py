@@ -1,0 +1,217 @@
+"""Grid expansion: a :class:`SweepSpec` becomes a list of flat, hashable points.
+
+A point is a plain ``dict`` (it crosses process and Ray boundaries and becomes one parquet row) with the keys
+of :data:`POINT_KEYS`. Layouts that cannot work (heads or experts not divisible) are kept as points with a
+``skip_reason`` so the results say why they were not run; layouts that do not fit in memory are found when
+the point runs (the cost model's memory plan raises :class:`CapacityError`) and recorded the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from jalapeno.report.spec import DisaggLayout, Layout, SweepSpec
+
+#: bump when the meaning of a point's inputs changes (invalidates resume)
+POINT_SCHEMA = 1
+
+#: every input column of a point, in order, with its default
+POINT_DEFAULTS: dict[str, Any] = {
+    "model": "",
+    "hardware": "",  # the (decode) chip
+    "mode": "aggregated",  # or "disaggregated"
+    "tp": 1,
+    "ep": 1,
+    "pp": 1,
+    "dp": 1,
+    "dp_attention": False,
+    "prefill_hardware": None,
+    "prefill_workers": None,
+    "prefill_tp": None,
+    "decode_workers": None,
+    "weights": "native",
+    "kv": "bf16",
+    "isl": 1024,
+    "osl": 1024,
+    "concurrency": 1,
+    "num_prompts": None,
+    "spec_method": "none",
+    "spec_tokens": 0,
+    "spec_acceptance": None,
+    "slo_ttft_ms": None,
+    "slo_tpot_ms": None,
+    "seed": 0,
+}
+POINT_KEYS: tuple[str, ...] = tuple(POINT_DEFAULTS)
+
+
+def make_point(**kw: Any) -> dict:
+    """A complete point dict: defaults for what is not given; unknown keys are a programming error."""
+    unknown = set(kw) - set(POINT_DEFAULTS)
+    if unknown:
+        raise TypeError(f"unknown point keys: {sorted(unknown)}")
+    return {**POINT_DEFAULTS, **kw}
+
+
+def point_id(point: dict) -> str:
+    """Stable 16-hex-digit hash of a point's inputs (resume key). Independent of dict order and of keys that
+    are not inputs (metrics, errors)."""
+    inputs = {k: point.get(k, POINT_DEFAULTS[k]) for k in POINT_KEYS}
+    blob = json.dumps({"schema": POINT_SCHEMA, **inputs}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def point_chips(point: dict) -> int:
+    """Chips a point occupies: tp·pp·dp aggregated; prefill_workers·prefill_tp + decode_workers·tp disaggregated."""
+    if point.get("mode") == "disaggregated":
+        return int(point["prefill_workers"]) * int(point["prefill_tp"]) + int(point["decode_workers"]) * int(point["tp"])
+    return int(point["tp"]) * int(point["pp"]) * int(point["dp"])
+
+
+def describe_layout(point: dict) -> str:
+    """Short label such as ``tp8 ep8 dpa`` or ``P1×tp8(h200) D2×tp4``."""
+    if point.get("mode") == "disaggregated":
+        ph = point.get("prefill_hardware")
+        pre = f"P{point['prefill_workers']}×tp{point['prefill_tp']}" + (f"({ph})" if ph and ph != point["hardware"] else "")
+        dec = f"D{point['decode_workers']}×tp{point['tp']}" + (f" ep{point['ep']}" if point["ep"] > 1 else "")
+        return f"{pre} {dec}"
+    s = f"tp{point['tp']}"
+    for k in ("ep", "pp", "dp"):
+        if point.get(k, 1) > 1:
+            s += f" {k}{point[k]}"
+    if point.get("dp_attention"):
+        s += " dpa"
+    return s
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Layout validity
+# ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ArchDims:
+    """What layout checks need from a model (kept small so tests can hand-make one)."""
+
+    num_heads: int
+    num_kv_heads: int
+    num_experts: int  # 0 = dense
+    num_layers: int
+
+    @classmethod
+    def of(cls, arch: Any) -> "ArchDims":
+        return cls(arch.num_heads, arch.num_kv_heads, arch.num_experts, arch.num_layers)
+
+
+def layout_problem(dims: ArchDims, tp: int, ep: int = 1, pp: int = 1, dp_attention: bool = False) -> str | None:
+    """Why a layout cannot shard this model (None when it can)."""
+    if tp % ep:
+        return f"not divisible: ep={ep} must divide tp={tp}"
+    if not dp_attention and dims.num_heads % tp:
+        return f"not divisible: {dims.num_heads} attention heads over tp={tp}"
+    if ep > 1 and dims.num_experts == 0:
+        return f"not divisible: ep={ep} on a dense model (no experts)"
+    if ep > 1 and dims.num_experts % ep:
+        return f"not divisible: {dims.num_experts} experts over ep={ep}"
+    if dp_attention and tp == 1:
+        return "dp_attention needs tp > 1"
+    if pp > dims.num_layers:
+        return f"not divisible: pp={pp} exceeds {dims.num_layers} layers"
+    return None
+
+
+def auto_layouts(dims: ArchDims, max_chips: int) -> list[Layout]:
+    """Every TP / EP / DP-attention layout on a power-of-two number of chips up to ``max_chips`` that shards the
+    model: dense models ``tp=n``; MoE models ``tp=n`` with ``ep`` = 1 or n, and ``tp=n ep=n`` with DP attention.
+    (Pipeline parallelism is left to explicit layouts: it does not lower latency on one node.)"""
+    out: list[Layout] = []
+    n = 1
+    while n <= max_chips:
+        cands = [Layout(tp=n)]
+        if dims.num_experts and n > 1:
+            cands += [Layout(tp=n, ep=n), Layout(tp=n, ep=n, dp_attention=True)]
+        out += [c for c in cands if layout_problem(dims, c.tp, c.ep, c.pp, c.dp_attention) is None]
+        n *= 2
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Expansion
+# ---------------------------------------------------------------------------------------------------------
+def _dims_from_catalogue(model: str) -> ArchDims:
+    from jalapeno.models import load_model
+
+    return ArchDims.of(load_model(model))
+
+
+def _layout_points(spec: SweepSpec, model: str, chip: str, dims: ArchDims) -> list[tuple[dict, str | None]]:
+    """(layout keys, skip reason) for one model on one chip, aggregated and disaggregated."""
+    out: list[tuple[dict, str | None]] = []
+    layouts = auto_layouts(dims, spec.max_chips) if spec.parallelism == "auto" else list(spec.parallelism)
+    if spec.parallelism == "auto" and not layouts:
+        out.append(({"tp": 1}, f"no valid layout of {model} on up to {spec.max_chips} chips"))
+    for lay in layouts:
+        reason = layout_problem(dims, lay.tp, lay.ep, lay.pp, lay.dp_attention)
+        out.append(({"tp": lay.tp, "ep": lay.ep, "pp": lay.pp, "dp": lay.dp, "dp_attention": lay.dp_attention}, reason))
+    for d in spec.disaggregated:
+        out += _disagg_points(d, chip, dims)
+    return out
+
+
+def _disagg_points(d: DisaggLayout, chip: str, dims: ArchDims) -> list[tuple[dict, str | None]]:
+    if d.decode.hardware and d.decode.hardware != chip:
+        return []  # a layout pinned to another decode chip belongs to that chip's rows
+    keys = {
+        "mode": "disaggregated",
+        "prefill_hardware": d.prefill.hardware or chip,
+        "prefill_workers": d.prefill.workers,
+        "prefill_tp": d.prefill.tp,
+        "decode_workers": d.decode.workers,
+        "tp": d.decode.tp,
+        "ep": d.decode.ep,
+    }
+    reason = layout_problem(dims, d.prefill.tp) or layout_problem(dims, d.decode.tp, d.decode.ep)
+    return [(keys, reason)]
+
+
+def expand(spec: SweepSpec, dims_fn: Callable[[str], ArchDims] | None = None) -> list[dict]:
+    """All points of the grid (cartesian product), in a deterministic order. Points whose layout cannot shard
+    the model carry ``skip_reason``; the others have ``skip_reason = None``."""
+    dims_fn = dims_fn or _dims_from_catalogue
+    chips = list(spec.hardware)
+    for d in spec.disaggregated:  # a decode chip named only in a disaggregated layout still gets its rows
+        if d.decode.hardware and d.decode.hardware not in chips:
+            chips.append(d.decode.hardware)
+    slo = spec.slo
+    points: list[dict] = []
+    for model in spec.models:
+        dims = dims_fn(model)
+        for chip in chips:
+            layouts = _layout_points(spec, model, chip, dims)
+            if chip not in spec.hardware:
+                layouts = [x for x in layouts if x[0].get("mode") == "disaggregated"]
+            for (lay, reason), prec, wl, spec_dec, conc in itertools.product(
+                layouts, spec.precision_list(), spec.workloads, spec.speculative, spec.concurrencies
+            ):
+                p = make_point(
+                    model=model,
+                    hardware=chip,
+                    **lay,
+                    weights=prec.weights,
+                    kv=prec.kv,
+                    isl=wl.isl,
+                    osl=wl.osl,
+                    concurrency=conc,
+                    num_prompts=spec.num_prompts,
+                    spec_method=spec_dec.method,
+                    spec_tokens=spec_dec.num_tokens,
+                    spec_acceptance=spec_dec.acceptance_rate,
+                    slo_ttft_ms=slo.ttft_ms if slo else None,
+                    slo_tpot_ms=slo.tpot_ms if slo else None,
+                    seed=spec.seed,
+                )
+                p["skip_reason"] = reason
+                points.append(p)
+    return points

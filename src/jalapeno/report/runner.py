@@ -1,0 +1,216 @@
+"""Running sweep points: the one adapter to the simulator, and the local-pool / Ray drivers.
+
+:func:`run_point` is the only function that knows how the simulator is called: a point dict in, the metrics dict
+of ``jalapeno simulate --json`` out. Everything else (grid, resume, economics, Pareto, recommend) works on
+those dicts. :func:`run_sweep` runs points on a local process pool (default) or as Ray tasks, writing each
+finished point to the :class:`~jalapeno.report.store.ResultStore` at once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from jalapeno.errors import CapacityError, ConfigError, JalapenoError
+from jalapeno.report.grid import POINT_KEYS, point_chips, point_id
+from jalapeno.report.store import ResultStore
+
+PointFn = Callable[[dict], dict]
+
+
+def run_point(point: dict) -> dict:
+    """Simulate one point and return its metrics (the dict ``jalapeno simulate --json`` prints).
+
+    Raises :class:`CapacityError` when the model does not fit and :class:`ConfigError` for layouts or options
+    the simulator rejects; both become ``status = "skipped"`` rows with the message as reason.
+    """
+    try:
+        from jalapeno.engine.simulate import simulate  # type: ignore[import-not-found]
+    except ImportError:
+        raise ConfigError("the simulator (jalapeno.engine.simulate) is not available in this install") from None
+    return simulate(**point)  # placeholder until the engine's entry point lands
+
+
+# ---------------------------------------------------------------------------------------------------------
+def execute(point_fn: PointFn, point: dict) -> dict:
+    """Run one point and always return a result row (never raises): inputs + metrics + status/error."""
+    row = {k: point.get(k) for k in POINT_KEYS}
+    row["point_id"] = point.get("point_id") or point_id(point)
+    row["_order"] = point.get("_order", 0)
+    if point.get("skip_reason"):
+        return {**row, "status": "skipped", "error": point["skip_reason"], "num_chips": point_chips(point)}
+    t0 = time.perf_counter()
+    try:
+        metrics = point_fn({k: point.get(k) for k in POINT_KEYS})
+        row.update({k: v for k, v in metrics.items() if k not in row})
+        row["status"], row["error"] = "ok", None
+    except (CapacityError, ConfigError) as exc:
+        row["status"], row["error"] = "skipped", str(exc)
+    except JalapenoError as exc:
+        row["status"], row["error"] = "error", str(exc)
+    except Exception as exc:  # a bug in one point must not lose the others; keep where it came from
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else ""
+        row["status"], row["error"] = "error", f"{type(exc).__name__}: {exc}{where}"
+    row.setdefault("num_chips", point_chips(point))
+    row["sim_wall_s"] = time.perf_counter() - t0
+    return row
+
+
+@dataclass
+class SweepSummary:
+    total: int = 0
+    already_done: int = 0
+    ran: int = 0
+    ok: int = 0
+    skipped: int = 0
+    errors: int = 0
+    interrupted: bool = False
+    first_errors: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        s = f"{self.total} points: {self.already_done} already done, {self.ran} run ({self.ok} ok, {self.skipped} skipped, {self.errors} errors)"
+        return s + (" — interrupted, finished points kept" if self.interrupted else "")
+
+
+def run_sweep(
+    points: Iterable[dict],
+    store: ResultStore,
+    *,
+    point_fn: PointFn = run_point,
+    workers: int | None = None,
+    ray: str | None = None,
+    progress: bool = True,
+    enrich: Callable[[dict], dict] | None = None,
+) -> SweepSummary:
+    """Run the points not already in ``store`` and compact the store (also on Ctrl-C, then re-raise).
+
+    ``workers``: local processes (default ``os.cpu_count()``; 1 runs in this process). ``ray``: ``"auto"``
+    (a running cluster if there is one, else a local Ray instance) or a cluster address; needs ``jalapeno[ray]``.
+    """
+    pts = []
+    for i, p in enumerate(points):
+        p = dict(p)
+        p["point_id"] = point_id(p)
+        p["_order"] = i
+        pts.append(p)
+    done = store.done_ids()
+    todo = [p for p in pts if p["point_id"] not in done]
+    summary = SweepSummary(total=len(pts), already_done=len(pts) - len(todo))
+
+    def on_row(row: dict) -> None:
+        store.append(row)
+        summary.ran += 1
+        st = row["status"]
+        if st == "ok":
+            summary.ok += 1
+        elif st == "skipped":
+            summary.skipped += 1
+        else:
+            summary.errors += 1
+            if len(summary.first_errors) < 3:
+                summary.first_errors.append(f"{row['model']} on {row['hardware']}: {row['error']}")
+
+    try:
+        with _progress(progress, len(todo)) as advance:
+
+            def sink(row: dict) -> None:
+                on_row(row)
+                advance()
+
+            if ray:
+                _run_ray(todo, ray, point_fn, sink)
+            else:
+                _run_local(todo, workers or os.cpu_count() or 1, point_fn, sink)
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        store.compact(enrich)
+        raise
+    store.compact(enrich)
+    return summary
+
+
+def run_points(points: Iterable[dict], *, point_fn: PointFn = run_point, workers: int | None = None) -> list[dict]:
+    """Run points without a store (``recommend``'s small internal sweeps); rows come back in input order."""
+    pts = [{**p, "point_id": point_id(p), "_order": i} for i, p in enumerate(points)]
+    rows: list[dict] = []
+    _run_local(pts, workers or os.cpu_count() or 1, point_fn, rows.append)
+    return sorted(rows, key=lambda r: r["_order"])
+
+
+def _run_local(points: list[dict], workers: int, point_fn: PointFn, sink: Callable[[dict], None]) -> None:
+    runnable = [p for p in points if not p.get("skip_reason")]
+    for p in points:  # skipped points need no worker
+        if p.get("skip_reason"):
+            sink(execute(point_fn, p))
+    if workers <= 1 or len(runnable) <= 1:
+        for p in runnable:
+            sink(execute(point_fn, p))
+        return
+    ex = ProcessPoolExecutor(max_workers=min(workers, len(runnable)))
+    try:
+        pending = {ex.submit(execute, point_fn, p) for p in runnable}
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                sink(f.result())
+    except BaseException:
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True)
+
+
+def _run_ray(points: list[dict], address: str, point_fn: PointFn, sink: Callable[[dict], None]) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--ray needs Ray, which is not installed: pip install 'jalapeno[ray]'") from None
+    started = False
+    if not ray.is_initialized():
+        if address == "auto":
+            try:
+                ray.init(address="auto", log_to_driver=False)
+            except ConnectionError:  # no running cluster: start a local one
+                ray.init(include_dashboard=False, log_to_driver=False)
+        else:
+            try:
+                ray.init(address=address, log_to_driver=False)
+            except (ConnectionError, ValueError) as exc:
+                raise ConfigError(f"--ray {address}: cannot connect to a Ray cluster ({exc}); use --ray auto for a local one") from None
+        started = True
+    try:
+        task = ray.remote(execute)
+        refs = [task.remote(point_fn, p) for p in points]
+        while refs:
+            done, refs = ray.wait(refs, num_returns=1)
+            sink(ray.get(done[0]))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+class _progress:
+    """A rich progress bar (or nothing) yielding an ``advance()`` callable."""
+
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.enabled, self.total, self._p = enabled, total, None
+
+    def __enter__(self) -> Callable[[], None]:
+        if not self.enabled or self.total == 0:
+            return lambda: None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self._p = Progress(
+            TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(), transient=False
+        )
+        self._p.start()
+        tid = self._p.add_task("sweep", total=self.total)
+        return lambda: self._p.advance(tid)  # type: ignore[union-attr]
+
+    def __exit__(self, *exc: object) -> None:
+        if self._p is not None:
+            self._p.stop()

@@ -1,0 +1,250 @@
+"""The sweep file: a YAML grid of models × hardware × layouts × precisions × workloads × concurrencies.
+
+Parsed with ``yaml.safe_load``, validated with pydantic (unknown keys are errors), and every error names the
+file and the line it comes from: the YAML is also *composed* into a node tree so a pydantic error location
+(``("hardware", 2)``) can be mapped back to a line. Example (see ``examples/quick-sweep.yaml``)::
+
+    name: quick
+    models: [llama-3.1-8b, gpt-oss-120b]
+    hardware: [h200, b200, jalapeno]
+    parallelism: auto          # or a list of {tp, ep, pp, dp, dp_attention}
+    max_chips: 8               # bound for `auto`
+    disaggregated:             # optional extra layouts: prefill pool + decode pool
+      - {prefill: {hardware: h200, workers: 1, tp: 8}, decode: {workers: 1, tp: 8, ep: 1}}
+    precisions: [{weights: native, kv: bf16}]
+    workloads: [{isl: 1024, osl: 1024}]
+    concurrencies: [4, 64]
+    speculative: [{method: none}]
+    num_prompts: null          # default: the simulator's (InferenceX: 10 × concurrency)
+    slo: {ttft_ms: 2000, tpot_ms: 50}   # for SLO attainment and the $/Mtok compliance factor
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from jalapeno.errors import SpecError, UnknownNameError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Layout(_Strict):
+    """One aggregated layout of a replica (see :class:`jalapeno.perf.Parallelism`)."""
+
+    tp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    dp: int = Field(default=1, ge=1)
+    dp_attention: bool = False
+
+
+class PrefillPool(_Strict):
+    #: None = each chip of the sweep's ``hardware`` list
+    hardware: str | None = None
+    workers: int = Field(default=1, ge=1)
+    tp: int = Field(default=1, ge=1)
+
+
+class DecodePool(_Strict):
+    hardware: str | None = None
+    workers: int = Field(default=1, ge=1)
+    tp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+
+
+class DisaggLayout(_Strict):
+    """Disaggregated serving: ``prefill.workers`` replicas of ``prefill.tp`` chips hand their KV cache to
+    ``decode.workers`` replicas of ``decode.tp`` chips."""
+
+    prefill: PrefillPool
+    decode: DecodePool
+
+
+class PrecisionSpec(_Strict):
+    weights: str = "native"
+    kv: str = "bf16"
+
+
+class Workload(_Strict):
+    isl: int = Field(ge=1)
+    osl: int = Field(ge=1)
+
+
+class Speculative(_Strict):
+    """Speculative decoding: ``method`` none | mtp | eagle | draft | ngram, ``num_tokens`` drafted per step,
+    ``acceptance_rate`` per drafted token (None = the simulator's default for the method)."""
+
+    method: str = "none"
+    num_tokens: int = Field(default=0, ge=0)
+    acceptance_rate: float | None = Field(default=None, ge=0, le=1)
+
+
+class SLOSpec(_Strict):
+    ttft_ms: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+
+
+class SweepSpec(_Strict):
+    name: str = "sweep"
+    description: str = ""
+    models: list[str] = Field(min_length=1)
+    hardware: list[str] = Field(min_length=1)
+    parallelism: Literal["auto"] | list[Layout] = "auto"
+    max_chips: int = Field(default=8, ge=1)
+    disaggregated: list[DisaggLayout] = Field(default_factory=list)
+    precisions: list[PrecisionSpec | str] = Field(default_factory=lambda: [PrecisionSpec()], min_length=1)
+    workloads: list[Workload] = Field(min_length=1)
+    concurrencies: list[int] = Field(min_length=1)
+    speculative: list[Speculative] = Field(default_factory=lambda: [Speculative()], min_length=1)
+    num_prompts: int | None = Field(default=None, ge=1)
+    slo: SLOSpec | None = None
+    seed: int = 0
+
+    @field_validator("parallelism")
+    @classmethod
+    def _nonempty_layouts(cls, v: Any) -> Any:
+        if isinstance(v, list) and not v:
+            raise ValueError("empty list: give at least one layout or 'auto'")
+        return v
+
+    @field_validator("concurrencies")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        for c in v:
+            if c < 1:
+                raise ValueError(f"concurrency {c} must be >= 1")
+        return v
+
+    def precision_list(self) -> list[PrecisionSpec]:
+        """Precisions with the ``"fp8"`` shorthand expanded (weights = that dtype, kv = bf16)."""
+        return [PrecisionSpec(weights=p) if isinstance(p, str) else p for p in self.precisions]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Line numbers
+# ---------------------------------------------------------------------------------------------------------
+def _node_line(root: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
+    """1-based line of the deepest node on ``loc`` that exists (a key's line for mapping entries)."""
+    node = root
+    line = root.start_mark.line + 1 if root is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if isinstance(k, yaml.ScalarNode) and k.value == str(part):
+                    line = k.start_mark.line + 1
+                    node = v
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _loc_str(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _clean_loc(loc: Sequence[Any]) -> list[int | str]:
+    """Drop pydantic's union-branch markers (``PrecisionSpec``, ``str``, ``list[Layout]``...) from a location."""
+    branch = {"str", "int", "PrecisionSpec", "Layout", "list[Layout]", "literal['auto']", "function-after[_nonempty_layouts(), list[Layout]]"}
+    return [p for p in loc if not (isinstance(p, str) and (p in branch or p.startswith(("function-", "literal["))))]
+
+
+class SpecSource:
+    """A parsed YAML document with its node tree, for error messages that name lines."""
+
+    def __init__(self, text: str, path: str = "<sweep>") -> None:
+        self.path = path
+        try:
+            self.data = yaml.safe_load(text)
+            self.root = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}" if mark is not None else path
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise SpecError(f"{where}: YAML syntax error: {problem}") from None
+
+    def error(self, loc: Sequence[int | str], msg: str) -> SpecError:
+        line = _node_line(self.root, loc)
+        where = f"{self.path}:{line}" if line else self.path
+        return SpecError(f"{where}: {_loc_str(loc)}: {msg}")
+
+
+def _validation_error(src: SpecSource, err: ValidationError) -> SpecError:
+    errors = err.errors(include_url=False)
+    # prefer the most specific error (longest location) among union branches
+    first = max(errors, key=lambda e: len(_clean_loc(e["loc"])))
+    loc = _clean_loc(first["loc"])
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = f"unknown key {str(loc[-1])!r}; see docs/report.md for the sweep schema"
+    elif first["type"] == "too_short":
+        msg = "empty list: the grid needs at least one entry here"
+    elif first["type"] == "missing":
+        msg = "required key is missing"
+    return src.error(loc, msg)
+
+
+def parse_sweep(text: str, path: str = "<sweep>", *, check_names: bool = True) -> tuple[SweepSpec, SpecSource]:
+    """Parse and validate a sweep YAML document. Raises :class:`SpecError` naming the line of the problem."""
+    src = SpecSource(text, path)
+    if not isinstance(src.data, dict):
+        raise SpecError(f"{path}:1: a sweep file must be a YAML mapping (models:, hardware:, ...)")
+    try:
+        spec = SweepSpec.model_validate(src.data)
+    except ValidationError as exc:
+        raise _validation_error(src, exc) from None
+    if check_names:
+        check_spec_names(spec, src)
+    return spec, src
+
+
+def load_sweep(path: str | Path, *, check_names: bool = True) -> SweepSpec:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read sweep file ({exc.strerror or exc})") from None
+    return parse_sweep(text, str(p), check_names=check_names)[0]
+
+
+def check_spec_names(spec: SweepSpec, src: SpecSource) -> None:
+    """Every model, chip and precision the spec names must exist; the error names the line."""
+    from jalapeno.hardware import get_chip
+    from jalapeno.models import load_model
+    from jalapeno.perf.types import KV_PRECISIONS, WEIGHT_PRECISIONS
+
+    for i, m in enumerate(spec.models):
+        try:
+            load_model(m)
+        except UnknownNameError as exc:
+            raise src.error(("models", i), str(exc)) from None
+    chips: list[tuple[tuple[int | str, ...], str]] = [(("hardware", i), h) for i, h in enumerate(spec.hardware)]
+    for i, d in enumerate(spec.disaggregated):
+        if d.prefill.hardware:
+            chips.append((("disaggregated", i, "prefill", "hardware"), d.prefill.hardware))
+        if d.decode.hardware:
+            chips.append((("disaggregated", i, "decode", "hardware"), d.decode.hardware))
+    for loc, h in chips:
+        try:
+            get_chip(h)
+        except UnknownNameError as exc:
+            raise src.error(loc, str(exc)) from None
+    for i, p in enumerate(spec.precision_list()):
+        if p.weights not in WEIGHT_PRECISIONS:
+            raise src.error(("precisions", i), f"weights {p.weights!r} is not one of {', '.join(WEIGHT_PRECISIONS)}")
+        if p.kv not in KV_PRECISIONS:
+            raise src.error(("precisions", i), f"kv {p.kv!r} is not one of {', '.join(KV_PRECISIONS)}")

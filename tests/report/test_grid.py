@@ -1,0 +1,83 @@
+"""Sweep YAML parsing, grid expansion, auto layouts and point ids."""
+
+import pytest
+
+from jalapeno.errors import SpecError
+from jalapeno.report.grid import ArchDims, auto_layouts, expand, layout_problem, point_id
+from jalapeno.report.spec import parse_sweep
+
+BASE = """\
+models: [llama-3.1-8b, gpt-oss-120b]
+hardware: [h200, b200]
+max_chips: 8
+workloads: [{isl: 1024, osl: 1024}, {isl: 8192, osl: 1024}]
+concurrencies: [4, 64]
+"""
+
+
+def test_auto_layouts_dense_and_moe():
+    dense = ArchDims(num_heads=32, num_kv_heads=8, num_experts=0, num_layers=32)
+    assert [(l.tp, l.ep, l.dp_attention) for l in auto_layouts(dense, 8)] == [(1, 1, False), (2, 1, False), (4, 1, False), (8, 1, False)]
+    moe = ArchDims(num_heads=64, num_kv_heads=8, num_experts=128, num_layers=36)
+    got = [(l.tp, l.ep, l.dp_attention) for l in auto_layouts(moe, 4)]
+    assert got == [(1, 1, False), (2, 1, False), (2, 2, False), (2, 2, True), (4, 1, False), (4, 4, False), (4, 4, True)]
+    # 40 heads do not split 16 ways; 6 experts do not split 4 ways
+    odd = ArchDims(num_heads=40, num_kv_heads=8, num_experts=6, num_layers=4)
+    assert all(l.tp != 16 or l.dp_attention for l in auto_layouts(odd, 16))
+    assert layout_problem(odd, 4, ep=4) == "not divisible: 6 experts over ep=4"
+    assert layout_problem(odd, 16) == "not divisible: 40 attention heads over tp=16"
+    assert layout_problem(odd, 4, ep=3) == "not divisible: ep=3 must divide tp=4"
+
+
+def test_expand_real_catalogue_counts():
+    spec, _ = parse_sweep(BASE)
+    pts = expand(spec)
+    # llama-3.1-8b (32 heads, dense): tp 1,2,4,8 = 4 layouts; gpt-oss-120b (64 heads, 128 experts):
+    # tp1 + 3 layouts for each of tp 2,4,8 = 10; x 2 chips x 2 workloads x 2 concurrencies
+    assert len(pts) == (4 + 10) * 2 * 2 * 2
+    assert all(p["skip_reason"] is None for p in pts)
+    assert len({point_id(p) for p in pts}) == len(pts)
+    assert {p["concurrency"] for p in pts} == {4, 64}
+
+
+def test_explicit_invalid_layout_is_kept_with_a_reason_and_disaggregated_layouts():
+    text = BASE.replace("max_chips: 8\n", "parallelism: [{tp: 8}, {tp: 3}]\ndisaggregated:\n"
+                        "  - {prefill: {hardware: h200, workers: 2, tp: 4}, decode: {workers: 1, tp: 8, ep: 8}}\n")
+    spec, _ = parse_sweep(text)
+    pts = expand(spec)
+    tp3 = [p for p in pts if p["tp"] == 3]
+    assert tp3 and all("not divisible" in p["skip_reason"] for p in tp3)
+    dis = [p for p in pts if p["mode"] == "disaggregated"]
+    assert {p["prefill_hardware"] for p in dis} == {"h200"}
+    # ep=8 on dense llama is not divisible; on gpt-oss it is valid
+    assert all(p["skip_reason"] for p in dis if p["model"] == "llama-3.1-8b")
+    assert not any(p["skip_reason"] for p in dis if p["model"] == "gpt-oss-120b")
+
+
+def test_point_id_is_stable_and_input_only():
+    spec, _ = parse_sweep(BASE)
+    p = expand(spec)[0]
+    shuffled = dict(reversed(list(p.items())))
+    assert point_id(p) == point_id(shuffled)
+    assert point_id({**p, "output_throughput": 5.0, "skip_reason": "x"}) == point_id(p)
+    assert point_id({**p, "concurrency": p["concurrency"] + 1}) != point_id(p)
+
+
+@pytest.mark.parametrize(
+    "text, line, words",
+    [
+        (BASE + "bogus: 1\n", 6, "unknown key 'bogus'"),
+        (BASE.replace("[{isl: 1024, osl: 1024}, {isl: 8192, osl: 1024}]", "\n  - {isl: 1024, osl: 1024}\n  - {isl: 8192, osl: 1024, foo: 2}"), 6, "unknown key 'foo'"),
+        (BASE.replace("hardware: [h200, b200]", "hardware:\n  - h200\n  - h9000"), 4, "unknown chip 'h9000'"),
+        (BASE.replace("models: [llama-3.1-8b, gpt-oss-120b]", "models:\n  - nope-7b"), 2, "unknown model 'nope-7b'"),
+        (BASE.replace("concurrencies: [4, 64]", "concurrencies: []"), 5, "empty list"),
+        (BASE.replace("concurrencies: [4, 64]", "concurrencies: [4, 64"), 6, "YAML syntax error"),
+        (BASE + "precisions: [{weights: fp7}]\n", 6, "weights 'fp7'"),
+    ],
+)
+def test_bad_yaml_names_the_line(text, line, words):
+    with pytest.raises(SpecError) as ei:
+        parse_sweep(text, "s.yaml")
+    msg = str(ei.value)
+    assert msg.startswith(f"s.yaml:{line}:"), msg
+    assert words in msg and "\n" not in msg

@@ -32,3 +32,18 @@ def keyed_server():
     served, srv = start_sim(0.0, api_key=API_KEY)
     yield served, srv
     srv.stop()
+
+
+@pytest.fixture(scope="module")
+def make_sim_server():
+    """Factory: ``make_sim_server(time_scale, api_key=None) -> (served, server)``; servers stop at teardown."""
+    started = []
+
+    def make(time_scale: float = 0.0, api_key: str | None = None, **kw):
+        served, srv = start_sim(time_scale, api_key, **kw)
+        started.append(srv)
+        return served, srv
+
+    yield make
+    for srv in started:
+        srv.stop()

@@ -10,8 +10,6 @@ import time
 import httpx
 import pytest
 
-from tests.server.conftest import start_sim  # noqa: E402  (helper, not a fixture)
-
 MODEL = "llama-3.1-8b"
 
 
@@ -64,11 +62,9 @@ def _metric(url: str, name: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def slow_server():
-    # real-time pacing: a 1000-token stream lasts seconds, so every abort happens mid-stream
-    served, srv = start_sim(1.0)
-    yield served, srv
-    srv.stop()
+def slow_server(make_sim_server):
+    # real-time pacing: a 2000-token stream lasts seconds, so every abort happens mid-stream
+    return make_sim_server(1.0)
 
 
 def test_200_aborted_streams_free_every_kv_block(slow_server):
@@ -126,13 +122,9 @@ def served_total(srv) -> float:
     return float(httpx.get(srv.url + "/health").json()["kv_blocks_total"])
 
 
-def test_two_apps_have_separate_registries():
-    a, sa = start_sim(0.0)
-    b, sb = start_sim(0.0)
-    try:
-        httpx.post(sa.url + "/v1/completions", json={"model": MODEL, "prompt": "a", "max_tokens": 4})
-        assert _metric(sa.url, "jalapeno_generation_tokens_total") == 4
-        assert _metric(sb.url, "jalapeno_generation_tokens_total") == 0
-    finally:
-        sa.stop()
-        sb.stop()
+def test_two_apps_have_separate_registries(make_sim_server):
+    _, sa = make_sim_server(0.0)
+    _, sb = make_sim_server(0.0)
+    httpx.post(sa.url + "/v1/completions", json={"model": MODEL, "prompt": "a", "max_tokens": 4})
+    assert _metric(sa.url, "jalapeno_generation_tokens_total") == 4
+    assert _metric(sb.url, "jalapeno_generation_tokens_total") == 0

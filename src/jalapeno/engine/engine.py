@@ -70,6 +70,9 @@ class Engine:
         #: time of the next event outside the engine (e.g. an arrival); multi-step decodes stop there
         self.next_event_s: float | None = None
         self.energy_j = 0.0
+        #: duration of the last step when it was all-decode and nothing finished (else 0): a lower bound on
+        #: the next steps' durations while the batch only grows (used to interleave engines in a cluster)
+        self.last_decode_step_s = 0.0
         self.num_steps = 0
         self.tokens_generated = 0
         self.prompt_tokens_computed = 0
@@ -279,6 +282,8 @@ class Engine:
             itl_c.append(common)
         if finished:
             self.scheduler.running = [s for s in self.scheduler.running if s.status is SeqStatus.RUNNING]
+        all_decode = batch.num_prefill_tokens == 0 if n_steps == 1 else True
+        self.last_decode_step_s = durations[-1] if all_decode and not finished else 0.0
         return finished
 
     # --- results ----------------------------------------------------------------------------------

@@ -44,6 +44,16 @@ def _sram_cell(c: ChipSpec, detail: bool) -> str:
     return size + bw + ("" if sram.resident else " (cache)")
 
 
+def _scale_up_cell(c: ChipSpec, compact: bool) -> str:
+    bw, dom = c.scale_up.bandwidth_gbps.value, c.scale_up.domain_size
+    return f"{bw or 0:g}x{dom}" if compact else f"{_num(bw)} x {dom}"
+
+
+_MEDIUM = {"bf16 TF": "bf16", "fp8 TF": "fp8", "fp4 TF": "fp4", "HBM GB": "HBM", "TDP W": "TDP",
+           "scale-up GB/s x dom": "up GB/s x N"}
+_SHORT = {1: _MEDIUM, 0: {**_MEDIUM, "scale-up GB/s x dom": "scale-up"}}  # column headers by terminal-width tier
+
+
 def _table(chips: list[ChipSpec], width: int) -> Table:
     """The catalogue table. Columns drop out on narrow terminals (name/vendor below 170, status/SRAM below 110)."""
     tier = 2 if width >= 170 else 1 if width >= 110 else 0
@@ -62,26 +72,24 @@ def _table(chips: list[ChipSpec], width: int) -> Table:
         ("HBM GB", 0, lambda c: main_fact(c, "capacity_gb")),
         ("TB/s", 0, lambda c: main_fact(c, "bandwidth_tbps", 2)),
         ("SRAM", 1, lambda c: _sram_cell(c, detail=tier == 2)),
-        ("scale-up GB/s x dom", 0, lambda c: f"{_num(c.scale_up.bandwidth_gbps.value)} x {c.scale_up.domain_size}"),
+        ("scale-up GB/s x dom", 0, lambda c: _scale_up_cell(c, compact=tier == 0)),
         ("TDP W", 0, lambda c: _fact_str(c.power.tdp_w)),
         ("$/h", 0, lambda c: _fact_str(c.price.usd_per_hour if c.price else None, 2)),
     ]
     columns = [col for col in columns if col[1] <= tier]
     rows = [[cell(c) for _, _, cell in columns] for c in chips]
-    t = Table(title="Jalapeño hardware catalogue (dense peaks; network GB/s per chip per direction)",
-              box=box.HEAVY_HEAD if tier == 2 else box.SIMPLE_HEAD, pad_edge=tier == 2)
+    title = "Jalapeño hardware catalogue (dense peaks; network GB/s per chip per direction)"
+    t = Table(title=title if tier else "hardware (dense TFLOPS; GB/s per chip per direction)",
+              box=box.HEAVY_HEAD if tier == 2 else box.SIMPLE_HEAD, pad_edge=tier == 2,
+              collapse_padding=tier < 2)
     for i, (header, _, _) in enumerate(columns):
-        short = header if tier == 2 else _SHORT.get(header, header)
+        short = header if tier == 2 else _SHORT[tier].get(header, header)
         wraps = header in ("name", "vendor")
         t.add_column(short, justify="left" if header in ("key", "name", "vendor", "status") else "right",
                      no_wrap=not wraps, min_width=None if wraps else max([len(r[i]) for r in rows] + [len(short)]))
     for r in rows:
         t.add_row(*r)
     return t
-
-
-_SHORT = {"bf16 TF": "bf16", "fp8 TF": "fp8", "fp4 TF": "fp4", "HBM GB": "HBM", "scale-up GB/s x dom": "up GB/s x N",
-          "TDP W": "TDP"}
 
 
 def _plain(value: Any) -> str:

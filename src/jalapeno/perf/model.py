@@ -101,7 +101,7 @@ class CostModel:
         )
         ops += self._pipeline_ops()
         self._dims = attention_dims(model, p.tp, p.dp_attention)
-        self._stages = self._stage_layers()
+        self._stages = self._stage_layers(ops)
         self._place(ops)
         self._compile(ops)
         self._moe_keep = 1.0 - model.experts_per_token / model.num_experts if model.num_experts else 1.0
@@ -124,14 +124,48 @@ class CostModel:
         if p.pp > m.num_layers:
             raise ConfigError(f"pp={p.pp} exceeds num_layers={m.num_layers} of {m.name}; use at most one stage per layer")
 
-    def _stage_layers(self) -> list[range]:
+    def _stage_layers(self, ops: list[OpSpec]) -> list[range]:
+        """Contiguous pipeline stages (>= 1 layer each) that minimise the fullest chip's weight bytes, counting
+        the embedding on the first stage and the LM head on the last (like vLLM's VLLM_PP_LAYER_PARTITION)."""
         L, pp = self.model.num_layers, self.parallel.pp
-        sizes = [L // pp + (1 if i < L % pp else 0) for i in range(pp)]
-        out, s = [], 0
-        for n in sizes:
-            out.append(range(s, s + n))
-            s += n
-        return out
+        if pp == 1:
+            return [range(L)]
+        w = [0.0] * L
+        first = last = 0.0
+        for o in ops:
+            for i in o.layer_ids:
+                w[i] += o.stored
+            if o.stage == "first":
+                first += o.stored
+            elif o.stage == "last":
+                last += o.stored
+
+        def split(cap: float) -> list[range] | None:
+            out, i = [], 0
+            for st in range(pp):
+                budget = cap - (first if st == 0 else 0.0) - (last if st == pp - 1 else 0.0)
+                j, used = i, 0.0
+                stop = L if st == pp - 1 else L - (pp - st - 1)
+                while j < stop and (j == i or used + w[j] <= budget):
+                    used += w[j]
+                    j += 1
+                if used > budget + 1e-6 * cap:
+                    return None
+                out.append(range(i, j))
+                i = j
+            return out if i == L else None
+
+        lo, hi = max(w), sum(w) + first + last
+        best = split(hi)
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            got = split(mid)
+            if got is None:
+                lo = mid
+            else:
+                hi, best = mid, got
+        assert best is not None
+        return best
 
     def _pipeline_ops(self) -> list[OpSpec]:
         p, chip = self.parallel, self.chip

@@ -51,7 +51,7 @@ def _round_up_scale(amax: torch.Tensor) -> torch.Tensor:
     """fp32 ``amax / 448`` rounded up to an fp32 ``s`` with ``448 · s >= amax`` (exact test in fp64)."""
     s = amax / E4M3_MAX  # fp32, round-to-nearest
     low = s.to(torch.float64) * E4M3_MAX < amax.to(torch.float64)  # exact: 24+3 significant bits
-    s = torch.where(low & False, torch.nextafter(s, torch.full_like(s, math.inf)), s)
+    s = torch.where(low, torch.nextafter(s, torch.full_like(s, math.inf)), s)
     return torch.where(amax == 0, torch.ones_like(s), s)
 
 

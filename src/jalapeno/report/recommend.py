@@ -184,9 +184,9 @@ def rank(rows: Sequence[Mapping], ttft_ms: float, tpot_ms: float, objective: str
             _fill(c, closest, None)
             c.reason = "; ".join(slo_misses(closest, ttft_ms, tpot_ms)) + f" at best (concurrency {closest.get('concurrency')})"
         else:
-            errs = [str(r.get("error") or "") for r in rs]
-            cap = next((e for e in errs if "fit" in e.lower() or "memory" in e.lower() or "capacity" in e.lower()), None)
-            c.reason = f"did not fit: {cap}" if cap else f"could not run: {errs[0] if errs else 'no points'}"
+            cap = next((r for r in rs if r.get("error_kind") == "capacity"), None)
+            first = cap or (rs[0] if rs else {})
+            c.reason = f"did not fit: {first.get('error')}" if cap else f"could not run: {first.get('error') or 'no points'}"
         failing.append(c)
     meeting.sort(key=lambda c: (c.objective_value is None, c.objective_value if c.objective_value is not None else 0.0, -(c.output_throughput_per_chip or 0.0)))
     for i, c in enumerate(meeting, 1):
@@ -318,5 +318,5 @@ def _run_small(points: list[dict], point_fn: PointFn, workers: int | None) -> li
     for p in points:
         r = dead.get((p["hardware"], describe_layout(p)))
         if p["concurrency"] != low and r is not None:
-            rows.append({**p, "status": r["status"], "error": r["error"], "num_chips": r.get("num_chips")})
+            rows.append({**p, "status": r["status"], "error": r["error"], "error_kind": r.get("error_kind"), "num_chips": r.get("num_chips")})
     return rows

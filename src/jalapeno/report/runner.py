@@ -42,20 +42,22 @@ def execute(point_fn: PointFn, point: dict) -> dict:
     row["point_id"] = point.get("point_id") or point_id(point)
     row["_order"] = point.get("_order", 0)
     if point.get("skip_reason"):
-        return {**row, "status": "skipped", "error": point["skip_reason"], "num_chips": point_chips(point)}
+        return {**row, "status": "skipped", "error": point["skip_reason"], "error_kind": "layout", "num_chips": point_chips(point)}
     t0 = time.perf_counter()
     try:
         metrics = point_fn({k: point.get(k) for k in POINT_KEYS})
         row.update({k: v for k, v in metrics.items() if k not in row})
-        row["status"], row["error"] = "ok", None
-    except (CapacityError, ConfigError) as exc:
-        row["status"], row["error"] = "skipped", str(exc)
+        row["status"], row["error"], row["error_kind"] = "ok", None, None
+    except CapacityError as exc:
+        row["status"], row["error"], row["error_kind"] = "skipped", str(exc), "capacity"
+    except ConfigError as exc:
+        row["status"], row["error"], row["error_kind"] = "skipped", str(exc), "config"
     except JalapenoError as exc:
-        row["status"], row["error"] = "error", str(exc)
+        row["status"], row["error"], row["error_kind"] = "error", str(exc), "error"
     except Exception as exc:  # a bug in one point must not lose the others; keep where it came from
         tb = traceback.extract_tb(exc.__traceback__)
         where = f" at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else ""
-        row["status"], row["error"] = "error", f"{type(exc).__name__}: {exc}{where}"
+        row["status"], row["error"], row["error_kind"] = "error", f"{type(exc).__name__}: {exc}{where}", "bug"
     row.setdefault("num_chips", point_chips(point))
     row["sim_wall_s"] = time.perf_counter() - t0
     return row

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from jalapeno.report.grid import POINT_KEYS
 
 RESULTS = "results.parquet"
-FIRST_COLUMNS = ("point_id", "status", "error", *POINT_KEYS)
+FIRST_COLUMNS = ("point_id", "status", "error", "error_kind", *POINT_KEYS)
 
 
 class ResultStore:

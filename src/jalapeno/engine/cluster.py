@@ -1,0 +1,177 @@
+"""Several engines on one virtual timeline: data-parallel replicas, or disaggregated prefill/decode pools.
+
+Not a second scheduler: each worker is an ordinary :class:`~jalapeno.engine.Engine` with its own backend and
+clock; this coordinator only routes requests (least-loaded worker) and always advances the worker whose
+next event is earliest. A worker's multi-step decode is cut at the earliest time another event could reach
+it — the next client arrival, the next KV transfer landing, or the earliest completion any other worker can
+reach (its clock plus, while it only decodes, its fewest steps to a completion times its last step time;
+steps only get longer as contexts grow) — so workers interleave as they would in real time.
+
+Disaggregated serving: a request prefills in the prefill pool (``max_tokens=1``: its first token), its KV
+(``kv_bytes_per_token × prompt``) crosses the scale-out network (``latency + bytes / bandwidth``), and it
+then decodes in the decode pool. Its TTFT ends when the KV (and first token) reach the decode worker.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from jalapeno.engine.driver import Call, SimResult, drive
+from jalapeno.engine.engine import Engine
+from jalapeno.engine.sequence import SamplingParams, Sequence
+from jalapeno.workload import Workload
+
+
+@dataclass(frozen=True)
+class KVLink:
+    """The network between the pools: seconds = ``latency_s + bytes / bytes_per_s``; ``bytes_per_token`` is
+    the KV one prompt token occupies (all layers, all chips holding it)."""
+
+    latency_s: float
+    bytes_per_s: float
+    bytes_per_token: float
+
+    def transfer_s(self, tokens: int) -> float:
+        return self.latency_s + tokens * self.bytes_per_token / self.bytes_per_s
+
+
+def _bound(e: Engine) -> float:
+    """Earliest time ``e`` could finish a request (a lower bound), from its current state."""
+    now = e.clock.now()
+    s = e.scheduler
+    if not s.running and not s.waiting:
+        return float("inf")
+    d = e.last_decode_step_s
+    if s.waiting or d <= 0 or any(q.num_output_tokens == 0 or q.num_computed_tokens < q.num_tokens - 1 for q in s.running):
+        return now
+    per = 1 + e.config.num_speculative_tokens
+    steps = min((q.sampling.max_tokens - q.num_output_tokens - 1) // per + 1 for q in s.running)
+    bm = e.block_manager
+    if sum(bm.blocks_needed(q, q.num_computed_tokens + steps * per) for q in s.running) > bm.num_free:
+        return now  # it may preempt (and then run shorter steps) before that
+    return now + (steps - 1) * d
+
+
+class Cluster:
+    """A driver target over ``workers`` (aggregated replicas) or ``prefill`` + ``decode`` pools."""
+
+    def __init__(self, workers: list[Engine], decode: list[Engine] | None = None, link: KVLink | None = None) -> None:
+        self.prefill = workers
+        self.decode = decode or []
+        if self.decode and link is None:
+            raise ValueError("a disaggregated cluster needs the KV link between its pools")
+        self.link = link
+        self.all = self.prefill + self.decode
+        self._transfers: list[tuple[float, int, Sequence, Engine]] = []
+        self._tick = itertools.count()
+        self._finished_direct: list[Sequence] = []
+
+    # --- Target protocol ------------------------------------------------------------------------
+    def now(self) -> float:
+        busy = [e.clock.now() for e in self.all if e.has_unfinished()]
+        if busy:
+            return min(busy)
+        if self._transfers:
+            return self._transfers[0][0]
+        return max(e.clock.now() for e in self.all)
+
+    def busy(self) -> bool:
+        return bool(self._transfers) or any(e.has_unfinished() for e in self.all)
+
+    def wait_until(self, t: float) -> None:
+        for e in self.all:
+            if not e.has_unfinished():
+                _idle(e, t)
+
+    @staticmethod
+    def _load(e: Engine) -> int:
+        s = e.scheduler
+        return len(s.running) + len(s.waiting)
+
+    def submit(self, call: Call) -> None:
+        e = min(self.prefill, key=self._load)
+        if not e.has_unfinished():
+            _idle(e, call.send_s)
+        max_tokens = 1 if self.decode else call.max_tokens
+        e.add_request(
+            prompt_len=call.prompt_len,
+            sampling=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+            arrival_s=call.send_s,
+            user_data=call,
+        )
+
+    def _horizon(self, skip: Engine, external: float | None) -> float | None:
+        h = float("inf") if external is None else external
+        if self._transfers:
+            h = min(h, self._transfers[0][0])
+        for e in self.all:
+            if e is not skip:
+                b = _bound(e)
+                if e in self.prefill and self.decode and b < float("inf"):
+                    b += self.link.latency_s  # type: ignore[union-attr]
+                h = min(h, b)
+        return None if h == float("inf") else h
+
+    def advance(self, horizon: float | None) -> list[Sequence]:
+        busy = [e for e in self.all if e.has_unfinished()]
+        t_step = min((e.clock.now() for e in busy), default=float("inf"))
+        if self._transfers and self._transfers[0][0] <= t_step:
+            t, _, seq, dst = heapq.heappop(self._transfers)
+            if not dst.has_unfinished():
+                _idle(dst, t)
+            dst.add_sequence(seq)
+            return []
+        e = min(busy, key=lambda x: x.clock.now())
+        e.next_event_s = self._horizon(e, horizon)
+        done = e.step_finished()
+        if not self.decode or e in self.decode:
+            return done
+        out = []
+        for seq in done:  # prefill finished: ship the KV to the least-loaded decode worker
+            call: Call = seq.user_data  # type: ignore[assignment]
+            if call.max_tokens <= 1:
+                out.append(seq)
+                continue
+            dst = min(self.decode, key=lambda d: self._load(d) + self._inbound(d))
+            t = seq.finish_s + self.link.transfer_s(seq.prompt_len)  # type: ignore[union-attr]
+            nxt = Sequence(
+                None,
+                SamplingParams(max_tokens=call.max_tokens, ignore_eos=True),
+                prompt_len=seq.prompt_len,
+                arrival_s=call.send_s,
+                user_data=call,
+            )
+            nxt.num_output_tokens = 1
+            nxt.num_computed_tokens = seq.prompt_len
+            nxt.first_token_s = nxt.last_token_s = t
+            heapq.heappush(self._transfers, (t, next(self._tick), nxt, dst))
+        return out
+
+    def _inbound(self, d: Engine) -> int:
+        return sum(1 for x in self._transfers if x[3] is d)
+
+    def result_parts(self) -> tuple[float, int, np.ndarray, np.ndarray]:
+        end = max(e.clock.now() for e in self.all)
+        for e in self.all:
+            _idle(e, end)
+        vals, cnts = zip(*(e.itl_samples() for e in self.all))
+        return (
+            sum(e.energy_j for e in self.all),
+            sum(e.num_steps for e in self.all),
+            np.concatenate(vals),
+            np.concatenate(cnts),
+        )
+
+    def run(self, wl: Workload) -> SimResult:
+        return drive(self, wl)
+
+
+def _idle(e: Engine, t: float) -> None:
+    dt = t - e.clock.now()
+    if dt > 0:
+        e.clock.wait_until(t)
+        e.energy_j += float(getattr(e.backend, "idle_power_w", 0.0)) * dt

@@ -1,0 +1,150 @@
+"""Cost-model behaviour: the seeds' roofline argument, capacity/config errors, energy, multi-step decode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from perf_refdata import (
+    DEEPSEEK_R1, GPT_OSS_120B, GROQ_LP30, GROQ_LPU, H100, H200, LLAMA_8B, LLAMA_70B, LLAMA_405B, chip,
+)
+
+from jalapeno.errors import CapacityError, ConfigError
+from jalapeno.perf import CostModel, Parallelism, Precision, StepShape, advance_decode
+
+
+def per_token_latency(cm: CostModel, batch: int, ctx: int = 1000) -> float:
+    return cm.step(StepShape.from_lists(decode_ctx=[ctx] * batch)).time_s
+
+
+@pytest.mark.parametrize("groq,par", [(GROQ_LP30, Parallelism(tp=8, pp=32)), (GROQ_LPU, Parallelism(tp=16, pp=36))])
+def test_sram_resident_group_wins_batch1_latency_and_loses_per_chip_throughput(groq, par):
+    sram = CostModel(LLAMA_70B, groq, par, Precision("fp8"))
+    hbm = CostModel(LLAMA_70B, H200, Parallelism(tp=8), Precision("fp8"))
+    assert sram.memory_plan(256).weights_in_sram and sram.memory_plan(256).weight_location == "sram"
+    assert not hbm.memory_plan().weights_in_sram
+    assert per_token_latency(sram, 1) < per_token_latency(hbm, 1) / 2
+
+    def per_chip_tput(cm, b):
+        return b / per_token_latency(cm, b) / cm.num_chips
+
+    ratios = [per_chip_tput(sram, b) / per_chip_tput(hbm, b) for b in (1, 8, 64, 256)]
+    assert all(a > b for a, b in zip(ratios, ratios[1:]))
+    assert ratios[-1] < ratios[0] / 5
+    # H200 stays weight-bound (flat) at small batch; the SRAM group is compute-bound almost at once
+    assert per_token_latency(hbm, 8) < 1.2 * per_token_latency(hbm, 1)
+    assert per_token_latency(sram, 64) > 4 * per_token_latency(sram, 1)
+
+
+def test_capacity_error_when_weights_do_not_fit():
+    with pytest.raises(CapacityError, match="does not fit"):
+        CostModel(LLAMA_405B, H100, Parallelism(tp=1), Precision("bf16"))
+    with pytest.raises(CapacityError, match="does not fit.*SRAM"):
+        CostModel(LLAMA_70B, GROQ_LPU, Parallelism(tp=8), Precision("fp8"))
+    # fits with enough chips
+    CostModel(LLAMA_405B, H200, Parallelism(tp=8), Precision("fp8"))
+
+
+def test_capacity_error_when_no_room_for_kv():
+    tight = chip("tight", {"bf16": 1000}, [{"name": "hbm", "kind": "hbm", "gb": 18.5, "tbps": 3}], 450, 2, 8, 700)
+    cm = CostModel(LLAMA_8B, tight, precision=Precision("bf16"))  # 16.06 GB of weights fit in 16.65 GB usable
+    with pytest.raises(CapacityError, match="no room for the KV cache"):
+        cm.memory_plan(max_batch_tokens=8192)
+
+
+@pytest.mark.parametrize(
+    "model,par,prec,msg",
+    [
+        (LLAMA_8B, Parallelism(tp=3), Precision(), "num_heads"),
+        (LLAMA_8B, Parallelism(tp=2, ep=2), Precision(), "dense model"),
+        (DEEPSEEK_R1, Parallelism(tp=6, ep=6, dp_attention=True), Precision(), "num_experts"),
+        (LLAMA_8B, Parallelism(pp=40), Precision(), "num_layers"),
+    ],
+)
+def test_config_errors_name_the_value(model, par, prec, msg):
+    with pytest.raises(ConfigError, match=msg):
+        CostModel(model, H200, par, prec)
+
+
+@pytest.mark.parametrize("kw,msg", [({"tp": 0}, "tp=0"), ({"tp": 4, "ep": 3}, "ep=3 must divide tp=4")])
+def test_parallelism_validation(kw, msg):
+    with pytest.raises(ConfigError, match=msg):
+        Parallelism(**kw)
+
+
+@pytest.mark.parametrize("kw", [{"weights": "fp2"}, {"kv": "int8"}])
+def test_precision_validation(kw):
+    with pytest.raises(ConfigError):
+        Precision(**kw)
+
+
+def test_kv_heads_replicated_beyond_tp_and_indivisible_rejected():
+    big = chip("big", {"bf16": 1000}, [{"name": "hbm", "kind": "hbm", "gb": 200, "tbps": 5}], 450, 2, 64, 700)
+    CostModel(LLAMA_70B, big, Parallelism(tp=16))  # 8 kv heads, 16 ranks: replicated
+    odd = LLAMA_70B.__class__(**{**LLAMA_70B.__dict__, "num_kv_heads": 6})
+    with pytest.raises(ConfigError, match="num_kv_heads=6"):
+        CostModel(odd, big, Parallelism(tp=4))
+
+
+def _decode_equivalence(cm, ctxs, k, window=None, per_seq=1):
+    shape = StepShape.from_lists(decode_ctx=ctxs, window=window, decode_tokens_per_seq=per_seq)
+    t, e = cm.decode_steps(shape, k)
+    ref = [cm.step(StepShape.from_lists(decode_ctx=[c + i for c in ctxs], window=window, decode_tokens_per_seq=per_seq))
+           for i in range(k)]
+    np.testing.assert_allclose(t, [r.time_s for r in ref], rtol=1e-12)
+    np.testing.assert_allclose(e, [r.energy_j for r in ref], rtol=1e-12)
+    for i in (0, k - 1):  # advance_decode reproduces the same shapes
+        assert cm.step(advance_decode(shape, i, window)) == ref[i]
+
+
+def test_decode_steps_equals_repeated_step():
+    _decode_equivalence(CostModel(LLAMA_8B, H200, precision=Precision("bf16")), [5, 700, 3000, 17], 50)
+    _decode_equivalence(CostModel(DEEPSEEK_R1, H200, Parallelism(tp=8, ep=8, dp_attention=True)), [100] * 32, 20)
+    _decode_equivalence(CostModel(LLAMA_8B, H200), [10, 20], 7, per_seq=3)  # speculative verification rows
+    gpt = CostModel(GPT_OSS_120B, H200)
+    _decode_equivalence(gpt, [300, 1000, 129], 30, window=128)  # all beyond the window
+    _decode_equivalence(gpt, [10, 50, 90], 30, window=128)  # all stay below it
+    _decode_equivalence(gpt, [120, 500], 30, window=128)  # one crosses, capped sum
+    with pytest.raises(ConfigError):
+        gpt.decode_steps(StepShape.from_lists(prefill=[(10, 0)]), 3)
+
+
+def test_energy_hand_count_and_tdp_cap():
+    energy = {"pj_per_flop": {"bf16": 0.5}, "pj_per_byte": {"hbm": 20.0}, "pj_per_network_byte": 0.0}
+    c = chip("e", {"bf16": 1000}, [{"name": "hbm", "kind": "hbm", "gb": 100, "tbps": 4}], 450, 2, 8, 1000,
+             energy=energy, idle=100.0)
+    cm = CostModel(LLAMA_8B, c, precision=Precision("bf16"))
+    cost = cm.step(StepShape.from_lists(decode_ctx=[100] * 8))
+    hand = 100.0 * cost.time_s + cost.flops * 0.5e-12 + cost.bytes * 20e-12
+    assert cost.energy_j == pytest.approx(hand, rel=1e-9)
+    hot = chip("hot", {"bf16": 1000}, [{"name": "hbm", "kind": "hbm", "gb": 100, "tbps": 4}], 450, 2, 8, 300,
+               energy={**energy, "pj_per_flop": {"bf16": 5.0}}, idle=100.0)
+    pre = CostModel(LLAMA_8B, hot, precision=Precision("bf16")).step(StepShape.from_lists(prefill=[(4096, 0)]))
+    assert pre.avg_power_w == pytest.approx(300.0)  # capped at TDP
+
+
+def test_energy_fallbacks_when_chip_has_no_energy_block():
+    cm = CostModel(LLAMA_8B, H200, precision=Precision("bf16"))  # fixture H200 has no energy block
+    pre = cm.breakdown(StepShape.from_lists(prefill=[(4096, 0)]))
+    dec = cm.breakdown(StepShape.from_lists(decode_ctx=[100]))
+    assert 0.2 * 700 < dec.avg_power_w < pre.avg_power_w <= 700 + 1e-9
+    assert dec.joules_per_token > pre.joules_per_token  # decode is the expensive phase per token
+
+
+def test_dp_attention_cuts_mla_kv_replication():
+    tp = CostModel(DEEPSEEK_R1, H200, Parallelism(tp=8, ep=8))
+    dpa = CostModel(DEEPSEEK_R1, H200, Parallelism(tp=8, ep=8, dp_attention=True))
+    assert dpa.memory_plan().kv_capacity_tokens > 5 * tp.memory_plan().kv_capacity_tokens
+    s = StepShape.from_lists(decode_ctx=[4000] * 128)
+    assert dpa.breakdown(s).op("attention").total_bytes < tp.breakdown(s).op("attention").total_bytes / 4
+    ops = {o.name for o in dpa.breakdown(s).ops}
+    assert {"moe_dispatch", "moe_combine"} <= ops and "attn_allreduce" not in ops
+
+
+def test_step_is_consistent_with_breakdown_for_mixed_batches():
+    cm = CostModel(GPT_OSS_120B, H200, Parallelism(tp=2))
+    s = StepShape.from_lists(prefill=[(512, 1000), (300, 0)], decode_ctx=[10, 2000, 64], window=128)
+    cost, bd = cm.step(s), cm.breakdown(s)
+    assert cost.time_s == pytest.approx(sum(o.time_s for o in bd.ops))
+    assert cost.flops == pytest.approx(bd.flops)
+    assert cost.bytes == pytest.approx(bd.total_bytes)
+    assert bd.tokens == 812 + 3

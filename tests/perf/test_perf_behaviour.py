@@ -148,3 +148,43 @@ def test_step_is_consistent_with_breakdown_for_mixed_batches():
     assert cost.flops == pytest.approx(bd.flops)
     assert cost.bytes == pytest.approx(bd.total_bytes)
     assert bd.tokens == 812 + 3
+
+
+def test_empty_step_costs_nothing():
+    cm = CostModel(LLAMA_8B, H200)
+    assert cm.step(StepShape()).time_s == 0.0
+    t, e = cm.decode_steps(StepShape(), 4)
+    assert not t.any() and not e.any()
+
+
+def test_pipeline_stages_respect_sram_and_cover_all_layers():
+    cm = CostModel(LLAMA_70B, GROQ_LP30, Parallelism(tp=8, pp=32), Precision("fp8"))
+    stages = cm._stages
+    assert [i for r in stages for i in r] == list(range(80)) and all(len(r) >= 1 for r in stages)
+    assert cm.memory_plan(256).weight_bytes_per_chip <= 0.5e9
+    assert max(len(r) for r in stages) - min(len(r) for r in stages[1:-1]) <= 1  # middle stages balanced
+
+
+def test_partial_sram_pinning_puts_always_read_weights_first():
+    mixed = chip("mixed", {"bf16": 1000, "fp8": 2000},
+                 [{"name": "sram", "kind": "sram", "gb": 1.0, "tbps": 30},
+                  {"name": "hbm", "kind": "hbm", "gb": 100, "tbps": 4}],
+                 450, 2, 8, 700)
+    off = CostModel(LLAMA_8B, mixed, Parallelism(tp=8), Precision("bf16"))
+    assert off.memory_plan().sram_weight_bytes_per_chip == 0
+    cm = CostModel(LLAMA_8B, mixed, Parallelism(tp=8), Precision("bf16"), sram_pinning=True)
+    h, L, V = 4096, 32, 128256
+    qkv, o = L * h * 48 * 128 / 8 * 2, L * h * h / 8 * 2
+    norms, head, emb = (2 * L + 1) * h * 2, V * h / 8 * 2, V * h / 8 * 2
+    plan = cm.memory_plan()
+    assert not plan.weights_in_sram
+    assert plan.sram_weight_bytes_per_chip == pytest.approx(qkv + o + norms + head + emb, rel=1e-12)
+    assert plan.weight_bytes_per_chip - plan.sram_weight_bytes_per_chip == pytest.approx(L * 3 * h * 14336 / 8 * 2)
+    bd = cm.breakdown(StepShape.from_lists(decode_ctx=[1]))
+    assert set(bd.op("qkv_proj").bytes) == {"sram"}
+    assert bd.op("mlp").bytes.get("hbm", 0) > 0.9 * bd.op("mlp").total_bytes
+    # the same chip without SRAM pinning is slower at batch 1
+    plain = chip("plain", {"bf16": 1000, "fp8": 2000}, [{"name": "hbm", "kind": "hbm", "gb": 100, "tbps": 4}],
+                 450, 2, 8, 700)
+    slow = CostModel(LLAMA_8B, plain, Parallelism(tp=8), Precision("bf16"))
+    assert cm.step(StepShape.from_lists(decode_ctx=[1])).time_s < slow.step(StepShape.from_lists(decode_ctx=[1])).time_s

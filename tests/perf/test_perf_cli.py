@@ -58,7 +58,9 @@ def test_roofline_table_prefill_and_plot(app, tmp_path):
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize("args,msg", [(["--phase", "train"], "phase"), (["--tp", "3"], "num_heads"), (["--batch", "0"], "batch")])
+@pytest.mark.parametrize(
+    "args,msg", [(["--phase", "train"], "phase"), (["--tp", "3"], "num_heads"), (["--batch", "0"], "batch")]
+)
 def test_roofline_bad_input_is_a_user_error(app, args, msg):
     from jalapeno.errors import JalapenoError
 

@@ -66,7 +66,9 @@ def test_overheads_add_exactly():
     assert over.step(s).time_s - base.step(s).time_s == pytest.approx(100e-6 + L * 5e-6, rel=1e-9)
 
 
-@pytest.mark.parametrize("wdtype,b", [("bf16", 2.0), ("fp8", 1 + 4 / 16384), ("mxfp4", 0.5 + 1 / 32), ("int4", 0.5 + 2 / 128)])
+@pytest.mark.parametrize(
+    "wdtype,b", [("bf16", 2.0), ("fp8", 1 + 4 / 16384), ("mxfp4", 0.5 + 1 / 32), ("int4", 0.5 + 2 / 128)]
+)
 def test_low_batch_decode_intensity_is_two_over_b(wdtype, b):
     cm = CostModel(LLAMA_8B, H200, precision=Precision(wdtype))
     mlp = cm.breakdown(StepShape.from_lists(decode_ctx=[1])).op("mlp")
@@ -237,3 +239,18 @@ def test_pipeline_sums_stages_and_hands_off():
     assert bd.stage_time_s < bd.time_s
     assert two.memory_plan().weight_bytes_per_chip == pytest.approx(one.memory_plan().weight_bytes_per_chip, rel=0.05)
     assert math.isclose(two.num_chips, 8)
+
+
+@pytest.mark.parametrize(
+    "topology,n,max_hops,expected",
+    [("switch", 8, None, 1), ("ring", 8, None, 4), ("chain", 5, None, 3), ("torus3d", 64, None, 6),
+     ("torus3d", 8, None, 3), ("torus2d", 16, None, 4), ("mesh", 8, None, 4), ("torus3d", 4096, 7, 7),
+     ("boardfly", 1024, 7, 6), ("switch", 1, None, 0)],
+)
+def test_topology_hops(topology, n, max_hops, expected):
+    from jalapeno.hardware.schema import NetworkLink
+    from jalapeno.perf.network import hops
+
+    f = {"value": 100.0, "source": "test", "status": "seed"}
+    link = NetworkLink(bandwidth_gbps=f, latency_us=f, topology=topology, max_hops=max_hops)
+    assert hops(link, n) == expected

@@ -73,7 +73,7 @@ concurrencies: [1, 8, 32]
     out = write_report(tmp_path)
     page = out.read_text()
     assert page.startswith("<!doctype html>") and "</html>" in page
-    assert "<h2>Summary</h2>" in page and "<td class=\"l\">b200</td>" in page
+    assert "<h2>Summary</h2>" in page and "<td class=\"\">b200</td>" in page
     pngs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert len(pngs) == 1 and base64.b64decode(pngs[0])[:8] == b"\x89PNG\r\n\x1a\n"
     assert "PUE <b>1.3</b>" in page and "price overridden: $4/chip-hour" in page

@@ -115,19 +115,28 @@ class SimBackend(Backend):
 
     # ---------------------------------------------------------------------------------------------
     def shape_of(self, batch: ScheduledBatch) -> StepShape:
-        """Aggregate the batch (decode = a chunk that feeds the sequence's newest token onward)."""
+        """Aggregate the batch's first step (decode = a chunk that feeds the sequence's newest token on)."""
+        return self._shapes(batch, False)[0]
+
+    def _shapes(self, batch: ScheduledBatch, multi: bool) -> tuple[StepShape, StepShape | None]:
+        """The first step's shape and, for a multi-step batch, the shape of its second step (every chunk
+        then decodes: a finished prompt feeds its first token, a decode its next)."""
         w = self.window
+        per = 1 + self.k
         pt = ps = pkv = pkvw = 0
         pp = ppw = 0.0
         ds = dt = dsum = dsw = below = 0
+        sum2 = sw2 = below2 = 0
         for c in batch.chunks:
             seq = c.seq
             n = c.num_tokens
-            if c.start >= seq.num_tokens - 1 and seq.num_output_tokens:
+            out = seq.num_output_tokens
+            if out and c.start >= seq.prompt_len + out - 1:
                 ctx = c.start + n
                 ds += 1
                 dt += n
                 dsum += ctx
+                nxt = ctx + 1
                 if w:
                     if ctx < w:
                         dsw += ctx
@@ -143,9 +152,23 @@ class SimBackend(Backend):
                 ppw += _pairs(n, pre, w) if w else full
                 pkv += pre + n
                 pkvw += (min(pre, w) if w else pre) + n
+                nxt = pre + n + per
+            if multi:
+                sum2 += nxt
+                if w:
+                    if nxt < w:
+                        sw2 += nxt
+                        below2 += 1
+                    else:
+                        sw2 += w
         if not w:
             dsw = dsum
-        return StepShape(pt, ps, pp, ppw, pkv, pkvw, ds, dt, dsum, dsw, below)
+            sw2 = sum2
+        first = StepShape(pt, ps, pp, ppw, pkv, pkvw, ds, dt, dsum, dsw, below)
+        if not multi:
+            return first, None
+        b = len(batch.chunks)
+        return first, StepShape(0, 0, 0.0, 0.0, 0, 0, b, b * per, sum2, sw2, below2)
 
     def _proposer(self, shape: StepShape, steps: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Time and energy the draft proposer adds to each of ``steps`` steps."""
@@ -194,14 +217,22 @@ class SimBackend(Backend):
         return t, e
 
     def execute(self, batch: ScheduledBatch) -> StepResult:
-        shape = self.shape_of(batch)
         steps = batch.num_steps
-        if steps > 1:
+        shape, nxt = self._shapes(batch, steps > 1)
+        if steps > 1 and not shape.prefill_tokens:
             durs, ens = self.cm.decode_steps(shape, steps)
+            extra = self._proposer(shape, steps)
         else:
             c = self.cm.step(shape)
             durs, ens = np.array([c.time_s]), np.array([c.energy_j])
-        extra = self._proposer(shape, steps)
+            extra = self._proposer(shape, 1)
+            if steps > 1:  # the first step finished some prompts; then everyone decodes
+                assert nxt is not None
+                d2, e2 = self.cm.decode_steps(nxt, steps - 1)
+                durs, ens = np.concatenate((durs, d2)), np.concatenate((ens, e2))
+                x2 = self._proposer(nxt, steps - 1)
+                if extra is not None and x2 is not None:
+                    extra = (np.concatenate((extra[0], x2[0])), np.concatenate((extra[1], x2[1])))
         if extra is not None:
             durs = durs + extra[0]
             ens = ens + extra[1]
@@ -220,6 +251,7 @@ class SimBackend(Backend):
                     "decode_seqs": shape.decode_seqs,
                     "decode_ctx_sum": shape.decode_ctx_sum,
                     "duration_s": float(durs.sum()),
+                    "step_durations": durs.tolist(),
                     "energy_j": energy,
                 }
             )
@@ -234,19 +266,25 @@ class SimBackend(Backend):
         )
 
     def _token_counts(self, batch: ScheduledBatch, steps: int) -> Seq[int]:
+        """Tokens each chunk gained over ``steps`` steps (every chunk of a multi-step batch samples)."""
         if not self.k:
-            return [(steps if c.start >= c.seq.num_tokens - 1 and c.seq.num_output_tokens else 1) if c.sample else 0 for c in batch.chunks]
+            if batch.num_steps > 1:
+                return [steps] * len(batch.chunks)
+            return [1 if c.sample else 0 for c in batch.chunks]
         acc, e = self._acc, self._e_num
         out = []
         for c in batch.chunks:
             seq = c.seq
             if not c.sample:
                 out.append(0)
-            elif c.start >= seq.num_tokens - 1 and seq.num_output_tokens:
+                continue
+            # a finished prompt gains its first token; every decode step gains floor-accumulated E tokens
+            dec = steps if (seq.num_output_tokens and c.start >= seq.num_tokens - 1) else steps - 1
+            got = 0 if dec == steps else 1
+            if dec:
                 a0 = acc.get(seq.seq_id, 0)
-                a1 = a0 + steps * e
+                a1 = a0 + dec * e
                 acc[seq.seq_id] = a1
-                out.append(a1 // _ONE - a0 // _ONE)
-            else:
-                out.append(1)
+                got += a1 // _ONE - a0 // _ONE
+            out.append(got)
         return out

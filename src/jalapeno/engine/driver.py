@@ -92,7 +92,7 @@ class Client:
         self.next_chain = 0
         self.in_flight = 0
         self.due: deque[Call] = deque()  # follow-up calls, sent at once
-        self.slot_free_s = 0.0
+        self._freed: list[float] = []
         self.outcomes: list[RequestOutcome] = []
         self.chain_e2el: list[float] = []
 
@@ -101,19 +101,25 @@ class Client:
         return Call(chain, 0, int(self.wl.input_lens[k]), int(self.wl.output_lens[k]), t, t)
 
     def release(self, now: float) -> list[Call]:
+        """Calls to send by ``now``: follow-up calls of chains, then new chains while a slot is free. A chain
+        that found every slot busy starts when one frees (``_freed``: completions since the last release)."""
         out = list(self.due)
         self.due.clear()
         arr = self.wl.arrival_s
+        freed = sorted(self._freed)
         while self.next_chain < self.n and self.in_flight < self.limit:
-            if arr is None:
-                t = now
-            else:
-                if arr[self.next_chain] > now:
-                    break
-                t = max(float(arr[self.next_chain]), self.slot_free_s)
+            a = 0.0 if arr is None else float(arr[self.next_chain])
+            if a > now:
+                break
+            t = a
+            if freed:  # busy slots at time x = in_flight + completions after x; must be < limit
+                room = self.limit - self.in_flight  # >= 1
+                if room <= len(freed):
+                    t = max(a, freed[-room])
             out.append(self._chain_call(self.next_chain, t))
             self.next_chain += 1
             self.in_flight += 1
+        self._freed.clear()
         return out
 
     def next_time(self) -> float | None:
@@ -121,7 +127,7 @@ class Client:
         if self.due:
             return self.due[0].send_s
         if self.wl.arrival_s is not None and self.next_chain < self.n and self.in_flight < self.limit:
-            return max(float(self.wl.arrival_s[self.next_chain]), self.slot_free_s)
+            return float(self.wl.arrival_s[self.next_chain])
         return None
 
     @property
@@ -151,7 +157,8 @@ class Client:
         if self.calls > 1:
             self.chain_e2el.append(t - call.chain_start_s)
         self.in_flight -= 1
-        self.slot_free_s = t
+        if self.limit != math.inf:
+            self._freed.append(t)
 
 
 class EngineTarget:

@@ -184,21 +184,22 @@ class Engine:
     ) -> list[Sequence]:
         clock = self.clock
         durations = result.step_durations or (result.duration_s,)
-        if self._virtual:
-            times = []
-            for d in durations:
-                clock.advance(d)
-                times.append(clock.now())
-        else:
+        n_steps = len(durations)
+        if not self._virtual:
             clock.advance(result.duration_s)
-            times = [clock.now()]
-        t_first, t_last = times[0], times[-1]
-        n_steps = len(times)
+            t_first = t_last = clock.now()
+        elif n_steps == 1:
+            clock.advance(durations[0])
+            t_first = t_last = clock.now()
+        else:  # step ends summed one by one (np.cumsum is sequential), exactly as clock.advance would
+            times = np.cumsum(np.concatenate(([t0], durations)))[1:]
+            t_first, t_last = float(times[0]), float(times[-1])
+            clock.wait_until(t_last)
+            # gaps of steps 2..n: one per sequence of the batch (all of them sample every step)
+            self._itl_arrays.append((np.diff(times), len(batch.chunks)))
         self.num_steps += n_steps
         self.energy_j += result.energy_j
         chunks = batch.chunks
-        if n_steps > 1:  # gaps of steps 2..n, one per sequence of the (all-decode) batch
-            self._itl_arrays.append((np.diff(np.asarray(times)), len(chunks)))
 
         counts = result.token_counts
         tokens = result.tokens
@@ -206,29 +207,25 @@ class Engine:
         spec = self.config.num_speculative_tokens
         prefix = bm.prefix_caching
         max_len = self.config.max_model_len
+        trim = spec or n_steps < batch.num_steps
+        generated = prefilled = 0
         common = 0  # sequences whose previous token came at t0 (their first gap is t_first - t0)
         finished: list[Sequence] = []
         itl_v, itl_c = self._itl_v, self._itl_c
         for i, c in enumerate(chunks):
             seq = c.seq
-            if seq.status is not SeqStatus.RUNNING:  # aborted meanwhile
-                continue
-            decoding = c.start >= seq.num_tokens - 1 and seq.num_output_tokens > 0
-            new = 0
-            if c.sample:
-                new = counts[i] if counts is not None else len(tokens[i])
-                left = seq.sampling.max_tokens - seq.num_output_tokens
-                if new > left:
-                    new = left
-            if decoding:
-                seq.num_computed_tokens += new
-            else:
+            out = seq.num_output_tokens
+            if not (out and c.start >= seq.prompt_len + out - 1):
+                prefilled += c.num_tokens
+            if not c.sample:
                 seq.num_computed_tokens = c.start + c.num_tokens
-                self.prompt_tokens_computed += c.num_tokens
-            if prefix:
-                bm.register_full_blocks(seq)
-            if new == 0:
+                if prefix:
+                    bm.register_full_blocks(seq)
                 continue
+            new = counts[i] if counts is not None else len(tokens[i])
+            left = seq.max_tokens - out
+            if new > left:
+                new = left
             reason = None
             new_ids: list[int] = []
             if seq.output_token_ids is not None and counts is None:
@@ -242,27 +239,27 @@ class Engine:
                             reason = "stop"
                             break
                 seq.output_token_ids.extend(new_ids)
-            seq.num_output_tokens += new
-            self.tokens_generated += new
-            if seq.first_token_s is None:
-                seq.first_token_s = t_first
-            elif seq.last_token_s == t0:
+            seq.num_output_tokens = out = out + new
+            seq.num_computed_tokens = seq.prompt_len + out - 1  # all but the newest token are in the cache
+            if prefix:
+                bm.register_full_blocks(seq)
+            generated += new
+            if seq.last_token_s == t0:
                 common += 1
+            elif seq.first_token_s is None:
+                seq.first_token_s = t_first
             else:
                 itl_v.append(t_first - seq.last_token_s)
                 itl_c.append(1)
             seq.last_token_s = t_last
-            if reason is None and (
-                seq.num_output_tokens >= seq.sampling.max_tokens
-                or (max_len is not None and seq.num_tokens >= max_len)
-            ):
+            if reason is None and (out >= seq.max_tokens or (max_len is not None and seq.prompt_len + out >= max_len)):
                 reason = "length"
             if reason is not None:
                 seq.finish_s = t_last
                 self.scheduler.finish(seq, reason)
                 self._seqs.pop(seq.seq_id, None)
                 finished.append(seq)
-            elif decoding and (spec or n_steps < batch.num_steps):
+            elif trim:
                 # drop blocks reserved for rejected draft tokens or for steps cut off at an arrival
                 bm.trim(seq, seq.num_computed_tokens)
             if outputs is not None:
@@ -277,13 +274,15 @@ class Engine:
                         seq.prompt_len,
                     )
                 )
+        self.tokens_generated += generated
+        self.prompt_tokens_computed += prefilled
         if common:
             itl_v.append(t_first - t0)
             itl_c.append(common)
         if finished:
             self.scheduler.running = [s for s in self.scheduler.running if s.status is SeqStatus.RUNNING]
-        all_decode = batch.num_prefill_tokens == 0 if n_steps == 1 else True
-        self.last_decode_step_s = durations[-1] if all_decode and not finished else 0.0
+        last_is_decode = n_steps > 1 or prefilled == 0
+        self.last_decode_step_s = durations[-1] if last_is_decode and not finished else 0.0
         return finished
 
     # --- results ----------------------------------------------------------------------------------

@@ -10,14 +10,16 @@ Each step, under a token budget (``max_num_batched_tokens``) and a sequence cap 
 When a sequence cannot get the KV blocks it needs, the newest running sequence is preempted by recompute:
 its blocks are freed and it goes back to the *front* of the waiting queue (it prefills prompt + output again).
 
-Multi-step decode: when a step is all-decode and nothing can change the batch for K steps — no completion
-(bounded with ``1 + k`` tokens per step), no admission (admission already failed this step and free blocks
-only shrink while decoding), and blocks for all K steps reserved up front — the batch asks for K steps at
-once. The engine still cuts them at the next external arrival (see ``engine.py``).
+Multi-step: when every chunk of a step samples (decodes, and prompts whose last chunk this is) and nothing
+can change the batch for K steps — no completion (bounded with ``1 + k`` tokens per step), no admission
+(nothing waits, or admission failed for lack of blocks or sequence slots, which persists while decoding),
+and blocks for all K steps reserved up front — the batch asks for K steps at once: the scheduled step, then
+K−1 decode steps of every sequence. The engine still cuts them at the next arrival (see ``engine.py``).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from typing import Callable
 
@@ -85,14 +87,19 @@ class Scheduler:
     # --- the policy ---------------------------------------------------------------------------------
     def schedule(self, max_steps: int = 1) -> ScheduledBatch | None:
         """Choose the next step's chunks (None when nothing can run). ``max_steps`` > 1 allows a multi-step
-        decode batch (the backend's :attr:`~jalapeno.engine.interface.Backend.max_multi_step`)."""
+        batch (the backend's :attr:`~jalapeno.engine.interface.Backend.max_multi_step`).
+
+        A running sequence's decode :class:`SeqChunk` is reused from step to step (its ``start`` updated):
+        a batch's chunks are valid until the next call."""
         cfg = self.config
         bm = self.bm
+        bs = bm.block_size
         running = self.running
         per_decode = 1 + cfg.num_speculative_tokens
         budget = cfg.max_num_batched_tokens
         chunks: list[SeqChunk] = []
         preempted = False
+        max_len = cfg.max_model_len
 
         for want_decode in (True, False):
             i = 0
@@ -100,38 +107,56 @@ class Scheduler:
                 seq = running[i]
                 i += 1
                 start = seq.num_computed_tokens
-                decoding = start >= seq.num_tokens - 1 and seq.num_output_tokens > 0
+                out = seq.num_output_tokens
+                decoding = out > 0 and start >= seq.prompt_len + out - 1
                 if decoding is not want_decode:
                     continue
-                n = per_decode if decoding else min(seq.num_tokens - start, budget)
-                while not bm.reserve(seq, start + n):
-                    victim = running[-1]
-                    if victim is not seq:
-                        for j, c in enumerate(chunks):  # a decode scheduled earlier in this step
-                            if c.seq is victim:
-                                budget += c.num_tokens
-                                del chunks[j]
-                                break
-                    self._preempt(victim)
-                    preempted = True
-                    if victim is seq:
+                n = per_decode if decoding else min(seq.prompt_len + out - start, budget)
+                if -(-(start + n) // bs) > seq.num_blocks:
+                    while not bm.reserve(seq, start + n):
+                        victim = running[-1]
+                        if victim is not seq:
+                            for j, c in enumerate(chunks):  # a decode scheduled earlier in this step
+                                if c.seq is victim:
+                                    budget += c.num_tokens
+                                    del chunks[j]
+                                    break
+                        self._preempt(victim)
+                        preempted = True
+                        if victim is seq:
+                            break
+                    if seq.status is not SeqStatus.RUNNING:
                         i -= 1
-                        break
+                        continue
+                if decoding:
+                    ch = seq.decode_chunk
+                    if ch is None:
+                        ch = seq.decode_chunk = SeqChunk(seq, start, n, True)
+                    else:
+                        ch.start = start
+                    chunks.append(ch)
                 else:
-                    chunks.append(SeqChunk(seq, start, n, decoding or start + n >= seq.num_tokens))
-                    budget -= n
+                    chunks.append(SeqChunk(seq, start, n, start + n >= seq.prompt_len + out))
+                budget -= n
 
+        admission_may_change = False
         if not preempted:
             waiting = self.waiting
-            while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+            while waiting and len(running) < cfg.max_num_seqs:
+                if budget <= 0:
+                    admission_may_change = True
+                    break
                 seq = waiting[0]
                 if seq.num_blocks == 0 and seq.num_computed_tokens == 0:
                     bm.match_prefix(seq)
                 start = seq.num_computed_tokens
                 left = seq.num_tokens - start
                 n = min(left, budget)
-                if (n < left and not cfg.enable_chunked_prefill) or not bm.reserve(seq, start + n):
+                if n < left and not cfg.enable_chunked_prefill:
+                    admission_may_change = True
                     break
+                if not bm.reserve(seq, start + n):
+                    break  # free blocks only shrink until something finishes
                 waiting.popleft()
                 seq.status = SeqStatus.RUNNING
                 running.append(seq)
@@ -141,43 +166,56 @@ class Scheduler:
         if not chunks:
             return None
         steps = 1
-        if max_steps > 1 and not preempted and all(c.num_tokens == per_decode and c.seq.num_output_tokens for c in chunks):
-            if all(c.start >= c.seq.num_tokens - 1 for c in chunks):
-                steps = self._multi_step(chunks, max_steps, per_decode)
+        if (
+            max_steps > 1
+            and not preempted
+            and not admission_may_change
+            and len(chunks) == len(running)
+            and (max_len is None or all(c.seq.num_tokens + max_steps * per_decode < max_len for c in chunks))
+        ):
+            steps = self._multi_step(chunks, max_steps, per_decode)
         return ScheduledBatch(chunks, num_steps=steps)
 
     def _multi_step(self, chunks: list[SeqChunk], max_steps: int, per_step: int) -> int:
-        """Largest K <= max_steps for which no sequence can finish before step K and blocks for all K steps
-        fit; reserves those blocks. Step 1's blocks are already held."""
+        """Largest K <= max_steps such that the batch stays the same for K steps: every chunk samples (step 1
+        may finish prompts; steps 2..K decode every sequence), none can finish before step K (at most
+        ``per_step`` tokens a step), and KV blocks for all K steps fit. Reserves those blocks."""
         k = max_steps
-        max_len = self.config.max_model_len
         for c in chunks:
-            seq = c.seq
-            left = seq.sampling.max_tokens - seq.num_output_tokens
-            if max_len is not None:
-                left = min(left, max_len - seq.num_tokens)
-            # finishing *at* step K is fine; before it is not: (K-1)·per_step < left
-            k = min(k, (left - 1) // per_step + 1)
-            if k <= 1:
+            if not c.sample:
                 return 1
+            seq = c.seq
+            # finishing *at* step K is fine, before it is not: (K-1)·per_step < tokens left
+            kk = (seq.max_tokens - seq.num_output_tokens - 1) // per_step + 1
+            if kk < k:
+                k = kk
+                if k <= 1:
+                    return 1
         bm = self.bm
+        if bm.reserve_chunks(chunks, (k - 1) * per_step):
+            return k
+        # Short of blocks. Sequence i needs its first extra block at step K_i (its reserved slots run out);
+        # while no sequence needs two, need(K) = #{i : K_i <= K}, so the answer is the (free+1)-th smallest
+        # K_i minus one. Check it (a sequence may need two) and bisect below it if it does not fit.
         bs = bm.block_size
+        free = bm.num_free
+        firsts = [(c.seq.num_blocks * bs - c.start - c.num_tokens) // per_step + 2 for c in chunks]
+        hi = min(k, min(heapq.nsmallest(free + 1, firsts)[-1] - 1, k) if len(firsts) > free else k)
+        lo = 1
 
-        def need(steps: int) -> int:
-            add = steps * per_step
-            return sum(max(0, -(-(c.start + add) // bs) - c.seq.num_blocks) for c in chunks)
+        def fits(steps: int) -> bool:
+            add = (steps - 1) * per_step
+            return sum(max(0, -(-(c.start + c.num_tokens + add) // bs) - c.seq.num_blocks) for c in chunks) <= free
 
-        if need(k) > bm.num_free:
-            lo, hi = 1, k  # need(lo) fits (already reserved), need(hi) does not
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if need(mid) <= bm.num_free:
+        if hi > 1 and not fits(hi):
+            hi_bad = hi
+            while hi_bad - lo > 1:
+                mid = (lo + hi_bad) // 2
+                if fits(mid):
                     lo = mid
                 else:
-                    hi = mid
-            k = lo
-        if k > 1:
-            add = k * per_step
-            for c in chunks:
-                bm.reserve(c.seq, c.start + add)
-        return k
+                    hi_bad = mid
+            hi = lo
+        if hi > 1:
+            bm.reserve_chunks(chunks, (hi - 1) * per_step)
+        return max(hi, 1)

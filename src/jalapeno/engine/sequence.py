@@ -83,6 +83,8 @@ class Sequence:
         "finish_s",
         "num_preemptions",
         "user_data",
+        "max_tokens",
+        "decode_chunk",
     )
 
     def __init__(
@@ -108,6 +110,8 @@ class Sequence:
         self.prompt_len = int(prompt_len)
         self.num_output_tokens = 0
         self.sampling = sampling or SamplingParams()
+        self.max_tokens = self.sampling.max_tokens  # hot-path copy of sampling.max_tokens
+        self.decode_chunk = None  # the scheduler's reusable decode SeqChunk for this sequence
         self.status = SeqStatus.WAITING
         self.finish_reason: FinishReason | None = None
         self.num_computed_tokens = 0

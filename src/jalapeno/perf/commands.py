@@ -42,24 +42,31 @@ def _time(s: float) -> str:
     return f"{s * 1e6:.3g} µs"
 
 
+DpAttention = Annotated[bool, typer.Option("--dp-attention", help="Attention data-parallel over the tp ranks.")]
+WeightDtype = Annotated[str, typer.Option("--weight-dtype", help="native | bf16 | fp8 | fp4 | mxfp4 | int4")]
+Context = Annotated[int, typer.Option(help="Decode: context per sequence; prefill: prompt tokens per sequence.")]
+Plot = Annotated[Path | None, typer.Option("--plot", help="Write a roofline chart (PNG) of both phases.")]
+HardwareDir = Annotated[list[Path] | None, typer.Option("--hardware-dir", help="Extra chip YAML directory.")]
+
+
 def register(app: typer.Typer) -> None:
     @app.command("roofline")
     def roofline(
         model: Annotated[str, typer.Option("--model", "-m", help="Model name, HF id or config.json path.")],
-        hardware: Annotated[str, typer.Option("--hardware", "-H", help="Chip key or alias (see `jalapeno hardware list`).")],
+        hardware: Annotated[str, typer.Option("--hardware", "-H", help="Chip key or alias.")],
         tp: Annotated[int, typer.Option(help="Tensor-parallel ranks.")] = 1,
         ep: Annotated[int, typer.Option(help="Expert-parallel ranks (inside the tp group).")] = 1,
         pp: Annotated[int, typer.Option(help="Pipeline stages.")] = 1,
-        dp: Annotated[int, typer.Option(help="Data-parallel replicas (reporting only: the step is one replica's).")] = 1,
-        dp_attention: Annotated[bool, typer.Option("--dp-attention", help="Attention data-parallel over the tp ranks.")] = False,
-        weight_dtype: Annotated[str, typer.Option("--weight-dtype", help="native | bf16 | fp8 | fp4 | mxfp4 | int4")] = "native",
+        dp: Annotated[int, typer.Option(help="Data-parallel replicas (per-chip reporting only).")] = 1,
+        dp_attention: DpAttention = False,
+        weight_dtype: WeightDtype = "native",
         kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16 | fp8")] = "bf16",
         phase: Annotated[str, typer.Option(help="prefill | decode")] = "decode",
         batch: Annotated[int, typer.Option(help="Sequences in the step.")] = 1,
-        context: Annotated[int, typer.Option(help="Decode: context per sequence; prefill: prompt tokens per sequence.")] = 1024,
+        context: Context = 1024,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON (ops + totals).")] = False,
-        plot: Annotated[Path | None, typer.Option("--plot", help="Write a roofline chart (PNG) of both phases.")] = None,
-        hardware_dir: Annotated[list[Path] | None, typer.Option("--hardware-dir", help="Extra chip YAML directory.")] = None,
+        plot: Plot = None,
+        hardware_dir: HardwareDir = None,
     ) -> None:
         """Roofline of one step: FLOPs, bytes per memory level, network bytes, time and bound per operator."""
         from jalapeno.hardware import get_chip
@@ -83,14 +90,16 @@ def register(app: typer.Typer) -> None:
 
             other = "prefill" if phase == "decode" else "decode"
             bds = {phase: bd, other: cm.breakdown(_shape(other, batch, context, arch.sliding_window))}
-            roofline_chart(cm, bds, plot, title=f"{arch.name} on {cm.chips_per_replica}x{chip.key} ({cm.parallel.describe()})"
-                           f", batch {batch}, context {context}")
+            title = (f"{arch.name} on {cm.chips_per_replica}x{chip.key} ({cm.parallel.describe()}), "
+                     f"batch {batch}, context {context}")
+            roofline_chart(cm, bds, plot, title=title)
         if as_json:
             out = {
                 "model": arch.name, "hardware": chip.key, "parallelism": cm.parallel.describe(),
                 "num_chips": cm.num_chips, "chips_per_replica": cm.chips_per_replica, "phase": phase,
                 "batch": batch, "context": context, "weight_dtypes": cm.weight_dtypes,
-                "weights_location": plan.weight_location, "kv_capacity_tokens": plan.kv_capacity_tokens,
+                "weights_location": plan.weight_location, "sram_weight_bytes_per_chip": plan.sram_weight_bytes_per_chip,
+                "kv_capacity_tokens": plan.kv_capacity_tokens,
                 "ops": [_op_dict(o) for o in bd.ops], **totals,
             }
             if plot is not None:
@@ -106,8 +115,11 @@ def _print_table(cm, bd, plan, phase, batch, context, plot) -> None:
 
     levels = sorted({k for o in bd.ops for k in o.bytes})
     t = Table(title=f"{cm.model.name} on {cm.chips_per_replica}x{cm.chip.key} ({cm.parallel.describe()}) — {phase}, "
-                    f"batch {batch}, context {context}; weights in {plan.weight_location}")
-    for col in ["op", "layers", "dtype", "FLOPs", *[f"bytes {lv}" for lv in levels], "net bytes", "FLOP/B", "time", "bound", "share"]:
+                    f"batch {batch}, context {context}; weights in {plan.weight_location}"
+                    + (f" ({plan.notes[0]})" if plan.notes and not plan.weights_in_sram else ""))
+    cols = ["op", "layers", "dtype", "FLOPs", *[f"bytes {lv}" for lv in levels], "net bytes", "FLOP/B", "time",
+            "bound", "share"]
+    for col in cols:
         t.add_column(col, justify="left" if col in ("op", "bound", "dtype") else "right")
     for o in bd.ops:
         t.add_row(

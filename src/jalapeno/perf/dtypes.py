@@ -55,8 +55,9 @@ def weight_dtypes(model: ModelArch, precision: Precision) -> dict[str, str]:
 def weight_bytes_per_element(dtype: str, model: ModelArch | None = None) -> float:
     """Bytes per weight element including block scales; the model's own native layout when it declares one."""
     d = _canon(dtype)
-    if model is not None and getattr(model, "native_bytes_per_element", None) and d == _canon(model.native_weight_dtype):
-        return float(model.native_bytes_per_element)
+    own = getattr(model, "native_bytes_per_element", None) if model is not None else None
+    if own and model is not None and d == _canon(model.native_weight_dtype):
+        return float(own)
     return BYTES_PER_ELEMENT[d]
 
 

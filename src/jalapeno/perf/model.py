@@ -26,6 +26,8 @@ from jalapeno.perf.types import MemoryPlan, OpCost, Parallelism, Precision, Step
 MAIN_MEMORY_UTILIZATION = 0.9
 #: fraction of resident SRAM usable for weights/KV (compiled, statically scheduled: all of it)
 SRAM_UTILIZATION = 1.0
+#: when not all weights fit, the share of SRAM that pinned weights may take (the rest stages activations)
+PINNED_SRAM_FRACTION = 0.9
 #: fallback energy coefficients (pJ per byte) by memory kind, when the chip's energy block is empty
 FALLBACK_PJ_PER_BYTE = {"sram": 2.0, "hbm": 25.0, "dram": 40.0}
 FALLBACK_PJ_PER_NET_BYTE = 10.0
@@ -59,7 +61,8 @@ class CostModel:
 
     A :class:`StepShape` describes the step of **one replica**; ``dp`` replicas run independent batches, so
     ``num_chips = tp*pp*dp`` is for reporting (per-chip throughput) while step energy covers the replica's
-    ``tp*pp`` chips. Raises :class:`ConfigError` for an invalid sharding and :class:`CapacityError` when the
+    ``tp*pp`` chips. ``sram_pinning=True`` pins part of the weights in a resident SRAM that cannot hold them all
+    (off by default: the all-or-nothing rule). Raises :class:`ConfigError` for an invalid sharding and :class:`CapacityError` when the
     weights do not fit.
     """
 
@@ -70,9 +73,12 @@ class CostModel:
         parallel: Parallelism = Parallelism(),
         precision: Precision = Precision(),
         efficiency: Efficiency | None = None,
+        *,
+        sram_pinning: bool = False,
     ) -> None:
         self.model, self.chip, self.parallel, self.precision = model, chip, parallel, precision
         self.eff = efficiency if efficiency is not None else chip.efficiency
+        self.sram_pinning = sram_pinning
         self._validate()
         p = parallel
         self.num_chips = p.num_chips
@@ -111,7 +117,9 @@ class CostModel:
         m, p = self.model, self.parallel
         if not p.dp_attention:
             if m.num_heads % p.tp:
-                raise ConfigError(f"tp={p.tp} must divide num_heads={m.num_heads} of {m.name}; pick tp among its divisors")
+                raise ConfigError(
+                    f"tp={p.tp} must divide num_heads={m.num_heads} of {m.name}; pick tp among its divisors"
+                )
             if m.attention == "gqa" and m.num_kv_heads % p.tp and p.tp % m.num_kv_heads:
                 raise ConfigError(
                     f"tp={p.tp} and num_kv_heads={m.num_kv_heads} of {m.name}: one must divide the other "
@@ -122,7 +130,9 @@ class CostModel:
         if m.num_experts and m.num_experts % p.ep:
             raise ConfigError(f"ep={p.ep} must divide num_experts={m.num_experts} of {m.name}")
         if p.pp > m.num_layers:
-            raise ConfigError(f"pp={p.pp} exceeds num_layers={m.num_layers} of {m.name}; use at most one stage per layer")
+            raise ConfigError(
+                f"pp={p.pp} exceeds num_layers={m.num_layers} of {m.name}; use at most one stage per layer"
+            )
 
     def _stage_layers(self, ops: list[OpSpec]) -> list[range]:
         """Contiguous pipeline stages (>= 1 layer each) that minimise the fullest chip's weight bytes, counting
@@ -140,12 +150,14 @@ class CostModel:
             elif o.stage == "last":
                 last += o.stored
 
-        def split(cap: float) -> list[range] | None:
+        def split(cap: float, even: bool = False) -> list[range] | None:
             out, i = [], 0
             for st in range(pp):
                 budget = cap - (first if st == 0 else 0.0) - (last if st == pp - 1 else 0.0)
                 j, used = i, 0.0
                 stop = L if st == pp - 1 else L - (pp - st - 1)
+                if even and st < pp - 1:  # an even share of the layers the last stage cannot take
+                    stop = min(stop, i + math.ceil((L - i - tail) / (pp - st - 1)))
                 while j < stop and (j == i or used + w[j] <= budget):
                     used += w[j]
                     j += 1
@@ -165,7 +177,13 @@ class CostModel:
             else:
                 hi, best = mid, got
         assert best is not None
-        return best
+        # within that bound, prefer even layer counts (balanced stage times) when the greedy allows it
+        tail, used = 0, last
+        while tail < L - (pp - 1) and used + w[L - 1 - tail] <= hi * (1 + 1e-9):
+            used += w[L - 1 - tail]
+            tail += 1
+        tail = max(tail, 1)
+        return split(hi, even=True) or best
 
     def _pipeline_ops(self) -> list[OpSpec]:
         p, chip = self.parallel, self.chip
@@ -189,18 +207,15 @@ class CostModel:
         return [OpSpec("pp_handoff", "network", p.pp - 1, "", p.tp, net_bytes=msg * sent,
                        net_time=msg * bpb + vec(one=lat))]
 
-    def _stored_per_stage(self, ops: list[OpSpec]) -> list[float]:
-        out = []
+    def _stage_bytes(self, o: OpSpec) -> list[float]:
+        """Weight bytes one chip of each pipeline stage stores for operator ``o``."""
         last = len(self._stages) - 1
+        out = []
         for si, rng in enumerate(self._stages):
-            lo, hi = rng.start, rng.stop
-            tot = 0.0
-            for o in ops:
-                if o.layer_ids:
-                    tot += o.stored * sum(1 for i in o.layer_ids if lo <= i < hi)
-                elif (o.stage == "first" and si == 0) or (o.stage == "last" and si == last):
-                    tot += o.stored
-            out.append(tot)
+            if o.layer_ids:
+                out.append(o.stored * sum(1 for i in o.layer_ids if rng.start <= i < rng.stop))
+            else:
+                out.append(o.stored if (o.stage == "first" and si == 0) or (o.stage == "last" and si == last) else 0.0)
         return out
 
     def _capacity_error(self, need: float, have: float, where: str) -> CapacityError:
@@ -212,23 +227,54 @@ class CostModel:
         )
 
     def _place(self, ops: list[OpSpec]) -> None:
+        """Decide where each operator's weights live (symbolic level "WS" = resident SRAM, "W" = main memory).
+
+        All weights go to SRAM when they fit. With ``sram_pinning`` on chips with SRAM *and* main memory, the
+        weights are otherwise pinned per operator, always-read weights first (attention, dense MLP, shared experts, router, LM head), then the
+        routed experts, the embedding table last, within ``PINNED_SRAM_FRACTION`` of the SRAM."""
         chip = self.chip
-        stored = self._stored_per_stage(ops)
+        per_op = [self._stage_bytes(o) for o in ops]
+        n_st = len(self._stages)
+        stored = [sum(b[s] for b in per_op) for s in range(n_st)]
         self.weight_bytes_per_chip = max(stored)
         main, sram = chip.main_memory, chip.sram
         sram_cap = float(sram.capacity_gb) * 1e9 * SRAM_UTILIZATION if sram else 0.0
-        self.weights_in_sram = sram is not None and self.weight_bytes_per_chip <= sram_cap
-        if not self.weights_in_sram:
-            if main is None:
-                raise self._capacity_error(self.weight_bytes_per_chip, sram_cap, "of on-chip SRAM")
+        pinned = [False] * len(ops)
+        if sram is not None and self.weight_bytes_per_chip <= sram_cap:
+            pinned = [o.stored > 0 for o in ops]
+        elif main is None:
+            raise self._capacity_error(self.weight_bytes_per_chip, sram_cap, "of on-chip SRAM")
+        elif sram is not None and self.sram_pinning:
+            budget = sram_cap * PINNED_SRAM_FRACTION
+            used = [0.0] * n_st
+
+            def rank(j: int) -> int:
+                o = ops[j]
+                return 2 if o.stage == "first" else 1 if o.name == "moe_experts" else 0
+
+            for j in sorted((j for j, o in enumerate(ops) if o.stored > 0), key=rank):
+                if all(used[s] + per_op[j][s] <= budget for s in range(n_st)):
+                    pinned[j] = True
+                    used = [used[s] + per_op[j][s] for s in range(n_st)]
+        for j, o in enumerate(ops):
+            if pinned[j] and "W" in o.bytes:
+                o.bytes["WS"] = o.bytes.pop("W")
+        self.weights_in_sram = all(pinned[j] for j, o in enumerate(ops) if o.stored > 0)
+        self.sram_weight_bytes_per_chip = max(
+            sum(per_op[j][s] for j in range(len(ops)) if pinned[j]) for s in range(n_st)
+        )
+        self.main_weight_bytes_per_chip = max(
+            sum(per_op[j][s] for j in range(len(ops)) if not pinned[j]) for s in range(n_st)
+        )
+        if main is not None:
             cap = float(main.capacity_gb) * 1e9 * MAIN_MEMORY_UTILIZATION
-            if self.weight_bytes_per_chip > cap:
-                raise self._capacity_error(self.weight_bytes_per_chip, cap, f"of {main.name}")
-        w_level = sram if self.weights_in_sram else main
+            if self.main_weight_bytes_per_chip > cap:
+                raise self._capacity_error(self.main_weight_bytes_per_chip, cap, f"of {main.name}")
         kv_level = main if main is not None else sram
         a_level = sram if sram is not None else main
-        assert w_level is not None and kv_level is not None and a_level is not None
-        self.levels = {"W": w_level, "KV": kv_level, "A": a_level}
+        assert kv_level is not None and a_level is not None
+        self.levels = {"W": main if main is not None else sram, "WS": sram if sram is not None else main,
+                       "KV": kv_level, "A": a_level}
 
     # ------------------------------------------------------------------ compile to matrices
     def _rate(self, dtype: str) -> float:
@@ -239,7 +285,9 @@ class CostModel:
         lv = self.levels[sym]
         bw = float(lv.bandwidth_tbps) * 1e12 * self.eff.memory.get(lv.name, self.eff.memory_default)
         if bw <= 0:
-            raise ConfigError(f"{self.chip.key}: bandwidth of memory level {lv.name!r} is unknown; fill it in the hardware file")
+            raise ConfigError(
+                f"{self.chip.key}: bandwidth of memory level {lv.name!r} is unknown; fill it in the hardware file"
+            )
         return bw
 
     def _pj_flop(self, dtype: str) -> float:
@@ -290,7 +338,9 @@ class CostModel:
         return np.array(features(shape, self._moe_keep), dtype=np.float64)
 
     def step(self, shape: StepShape) -> StepCost:
-        """Time (s), energy (J), FLOPs and bytes of one step of one replica."""
+        """Time (s), energy (J), FLOPs and bytes of one step of one replica (an empty step costs nothing)."""
+        if not (shape.prefill_tokens or shape.decode_tokens):
+            return StepCost(0.0, 0.0)
         y = self._M.dot(np.array(features(shape, self._moe_keep), dtype=np.float64)).tolist()
         n = self._n
         t = sum([c if c > m else m for c, m in zip(y[:n], y[n : 2 * n])]) + y[2 * n]
@@ -305,6 +355,8 @@ class CostModel:
             raise ConfigError("decode_steps needs a decode-only step shape (prefill_tokens must be 0)")
         if k <= 0:
             return np.zeros(0), np.zeros(0)
+        if not shape.decode_tokens:
+            return np.zeros(k), np.zeros(k)
         x = self._x(shape)
         X = np.tile(x, (k, 1))
         i = np.arange(k, dtype=float)
@@ -336,14 +388,18 @@ class CostModel:
                 name = self.levels[s].name
                 by[name] = by.get(name, 0.0) + float(c @ x) * o.mult
             bound = "compute" if tc >= tm else "memory"
-            rows.append((o.name, fl, by, 0.0, max(tc, tm), bound, o.dtype or self.compute_dtypes["attn_math"], o.layers))
+            dtype = o.dtype or self.compute_dtypes["attn_math"]
+            rows.append((o.name, fl, by, 0.0, max(tc, tm), bound, dtype, o.layers))
         for o in self._net:
-            rows.append((o.name, 0.0, {}, float(o.net_bytes @ x) * o.mult, float(o.net_time @ x), "network", "", o.layers))
+            nb, nt = float(o.net_bytes @ x) * o.mult, float(o.net_time @ x)
+            rows.append((o.name, 0.0, {}, nb, nt, "network", "", o.layers))
         if self._overhead_s:
             rows.append(("overhead", 0.0, {}, 0.0, self._overhead_s, "overhead", "", self.model.num_layers))
         rows = [r for r in rows if r[4] > 0 or r[1] > 0]
         total = sum(r[4] for r in rows)
-        ops = tuple(OpCost(n, f, b, nb, t, bd, t / total if total else 0.0, d, ly) for n, f, b, nb, t, bd, d, ly in rows)
+        ops = tuple(
+            OpCost(n, f, b, nb, t, bd, t / total if total else 0.0, d, ly) for n, f, b, nb, t, bd, d, ly in rows
+        )
         bytes_by: dict[str, float] = {}
         for o in ops:
             for k, v in o.bytes.items():
@@ -368,20 +424,19 @@ class CostModel:
         inter = m.intermediate_size / tp
         if m.num_experts:
             inter = max(inter, m.experts_per_token * m.moe_intermediate_size * p.ep / tp)
-        reserve = max_batch_tokens * a * (4 * m.hidden_size + 3 * inter) + min(max_batch_tokens, 1024) * m.vocab_size / tp * 4
-        lv_w, lv_kv, lv_a = self.levels["W"], self.levels["KV"], self.levels["A"]
+        logits = min(max_batch_tokens, 1024) * m.vocab_size / tp * 4
+        reserve = max_batch_tokens * a * (4 * m.hidden_size + 3 * inter) + logits
+        lv_kv, lv_a = self.levels["KV"], self.levels["A"]
+        lv_w = self.levels["WS"] if self.weights_in_sram else self.levels["W"]
 
         def usable(lv) -> float:
             return float(lv.capacity_gb) * 1e9 * (SRAM_UTILIZATION if lv.kind == "sram" else MAIN_MEMORY_UTILIZATION)
 
-        free = usable(lv_kv)
-        if lv_w is lv_kv:
-            free -= self.weight_bytes_per_chip
-        if lv_a is lv_kv:
-            free -= reserve
-        elif lv_a is lv_w and self.weight_bytes_per_chip + reserve > usable(lv_w):
-            # activations spill to the KV level when the weights fill the SRAM
-            free -= reserve
+        on_level = {self.levels["W"].name: self.main_weight_bytes_per_chip}
+        on_level[self.levels["WS"].name] = on_level.get(self.levels["WS"].name, 0.0) + self.sram_weight_bytes_per_chip
+        free = usable(lv_kv) - on_level.get(lv_kv.name, 0.0)
+        if lv_a is lv_kv or on_level.get(lv_a.name, 0.0) + reserve > usable(lv_a):
+            free -= reserve  # activations live with the KV cache, or spill to it when SRAM is full
         per_layer = kv_bytes_per_token_per_layer(m, self._dims, self.kv_bytes_per_element)
         max_stage = max(len(r) for r in self._stages)
         per_chip_token = per_layer * max_stage
@@ -390,16 +445,21 @@ class CostModel:
         if free <= 0:
             raise CapacityError(
                 f"does not fit: the weights ({self.weight_bytes_per_chip / 1e9:.1f} GB per chip) and activations "
-                f"leave no room for the KV cache in {lv_kv.name} (model {m.name} on {p.chips_per_replica}x{self.chip.key}, "
-                f"{p.describe()}); try more chips, a smaller weight dtype or a smaller max_batch_tokens"
+                f"leave no room for the KV cache in {lv_kv.name} (model {m.name} on "
+                f"{p.chips_per_replica}x{self.chip.key}, {p.describe()}); try more chips, a smaller weight dtype "
+                "or a smaller max_batch_tokens"
             )
         tokens = int(free // per_chip_token) * (tp if p.dp_attention else 1)
         notes = []
         if self.weights_in_sram:
             notes.append(f"weights resident in {lv_w.name}")
+        elif self.sram_weight_bytes_per_chip:
+            notes.append(f"{self.sram_weight_bytes_per_chip / 1e9:.2f} GB of weights per chip pinned in "
+                         f"{self.levels['WS'].name}, the rest in {self.levels['W'].name}")
         return MemoryPlan(
             capacity_bytes_per_chip=usable(lv_w), weight_bytes_per_chip=self.weight_bytes_per_chip,
             weight_location=lv_w.name, kv_location=lv_kv.name, activation_reserve_bytes=reserve,
             kv_bytes_available_per_chip=free, kv_bytes_per_token=kv_per_token, kv_capacity_tokens=tokens,
-            weights_in_sram=self.weights_in_sram, notes=tuple(notes),
+            weights_in_sram=self.weights_in_sram, sram_weight_bytes_per_chip=self.sram_weight_bytes_per_chip,
+            notes=tuple(notes),
         )

@@ -25,7 +25,9 @@ class Collective:
     sent_per_byte: float = 0.0
 
     def __add__(self, o: "Collective") -> "Collective":
-        return Collective(self.latency_s + o.latency_s, self.s_per_byte + o.s_per_byte, self.sent_per_byte + o.sent_per_byte)
+        return Collective(
+            self.latency_s + o.latency_s, self.s_per_byte + o.s_per_byte, self.sent_per_byte + o.sent_per_byte
+        )
 
 
 NONE = Collective()

@@ -189,14 +189,16 @@ def build_ops(
         p_kvb = kvl * d.q_heads * (nope + vd)
         kvb_tokens = vec(K=1.0 / sp, Td=1.0 / sp)
         layer_op("kv_b_proj", all_layers, dt_w, 2 * p_kvb * kvb_tokens, p_kvb * wb, p_kvb * wb,
-                 act=vec(K=1.0 / sp) * (kvl + d.q_heads * (nope + vd)) * a + vec(Td=1.0 / sp) * d.q_heads * (nope + vd + 2 * kvl) * a)
+                 act=vec(K=1.0 / sp) * (kvl + d.q_heads * (nope + vd)) * a
+                 + vec(Td=1.0 / sp) * d.q_heads * (nope + vd + 2 * kvl) * a)
         lat_tok = (kvl + rope) * kvb
         flops = (2 * d.q_heads * (qk + vd)) * vec(P=1.0 / sp) + (2 * d.q_heads * (2 * kvl + rope)) * vec(Cr=1.0 / sp)
         kv = lat_tok * vec(K=1.0 / sp, C=1.0 / sp, T=1.0 / sp)  # read prefix + chunk, read decode ctx, write new
         act = vec(T=1.0 / sp) * d.q_heads * (qk + vd) * a + vec(K=1.0 / sp) * d.q_heads * (nope + vd) * a
         layer_op("attention", all_layers, dt_att, flops, 0.0, 0.0, kv=kv, act=act)
         p_o = d.q_heads * vd * h
-        layer_op("o_proj", all_layers, dt_w, 2 * p_o * tok_att, p_o * wb, p_o * wb, act=tok_att * (d.q_heads * vd + h) * a)
+        layer_op("o_proj", all_layers, dt_w, 2 * p_o * tok_att, p_o * wb, p_o * wb,
+                 act=tok_att * (d.q_heads * vd + h) * a)
     else:
         hd = m.head_dim
         p_qkv = h * (d.q_heads + 2 * d.kv_heads) * hd
@@ -207,7 +209,8 @@ def build_ops(
         per_tok = 2 * d.kv_heads * hd * kvb
         sink = 2 * d.q_heads * tok_att if m.attention_sinks else vec()
         sink_w = d.q_heads * b16 if m.attention_sinks else 0.0
-        for ids, sfx, P, K, C, Cr in ((full_ids, "", "P", "K", "C", "Cr"), (slide_ids, "_sliding", "Pw", "Kw", "Cw", "Cwr")):
+        groups = ((full_ids, "", "P", "K", "C", "Cr"), (slide_ids, "_sliding", "Pw", "Kw", "Cw", "Cwr"))
+        for ids, sfx, P, K, C, Cr in groups:
             if not ids:
                 continue
             flops = 4 * hd * d.q_heads * vec(**{P: 1.0 / sp, Cr: 1.0 / sp}) + sink
@@ -255,8 +258,8 @@ def build_ops(
         if m.num_shared_experts:
             isz = (m.shared_expert_intermediate_size or im) * m.num_shared_experts / tp
             p_s = 3 * h * isz
-            layer_op("moe_shared", moe_ids, wdtype["shared"], 2 * p_s * T, p_s * wbytes["shared"], p_s * wbytes["shared"],
-                     act=T * (2 * h + 6 * isz) * a)
+            ws = p_s * wbytes["shared"]
+            layer_op("moe_shared", moe_ids, wdtype["shared"], 2 * p_s * T, ws, ws, act=T * (2 * h + 6 * isz) * a)
         if dp_attention and ep > 1:
             # DeepEP-style: each rank sends its T/tp tokens x k copies to expert owners (a fraction 1-1/ep
             # leaves the rank; each expert is split tp/ep ways), and receives the results back (combine)

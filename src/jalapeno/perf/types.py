@@ -193,4 +193,6 @@ class MemoryPlan:
     #: KV tokens one replica can hold (what a KV block manager gets)
     kv_capacity_tokens: int
     weights_in_sram: bool = False
+    #: weight bytes per chip pinned in resident SRAM (all of them when ``weights_in_sram``)
+    sram_weight_bytes_per_chip: float = 0.0
     notes: tuple[str, ...] = field(default_factory=tuple)

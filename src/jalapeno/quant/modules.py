@@ -23,7 +23,13 @@ import torch
 from torch import nn
 
 from jalapeno.errors import ConfigError, UnknownNameError
-from jalapeno.quant.fp8 import DEFAULT_BLOCK, dequantize_fp8_block, fp8_block_matmul, fp8_scale_shape, quantize_fp8_block
+from jalapeno.quant.fp8 import (
+    DEFAULT_BLOCK,
+    dequantize_fp8_block,
+    fp8_block_matmul,
+    fp8_scale_shape,
+    quantize_fp8_block,
+)
 from jalapeno.quant.mxfp4 import MX_BLOCK, as_flat_blocks, dequantize_mxfp4, mxfp4_matmul, quantize_mxfp4
 
 
@@ -84,7 +90,9 @@ class Fp8BlockLinear(_HoldsQuantized):
     ) -> Fp8BlockLinear:
         """Wrap a stored pair (DeepSeek ``*.weight`` E4M3 + ``*.weight_scale_inv`` fp32) without converting it."""
         if weight.dtype != torch.float8_e4m3fn or weight.ndim != 2:
-            raise ConfigError(f"Fp8BlockLinear: weight must be 2-D float8_e4m3fn, got {weight.dtype} {tuple(weight.shape)}")
+            raise ConfigError(
+                f"Fp8BlockLinear: weight must be 2-D float8_e4m3fn, got {weight.dtype} {tuple(weight.shape)}"
+            )
         want = fp8_scale_shape(tuple(weight.shape), block)
         if tuple(weight_scale_inv.shape) != want:
             raise ConfigError(
@@ -128,7 +136,8 @@ class Fp8BlockLinear(_HoldsQuantized):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, block={self.block}, bias={self.bias is not None}"
+        bias = self.bias is not None
+        return f"in_features={self.in_features}, out_features={self.out_features}, block={self.block}, bias={bias}"
 
 
 class Mxfp4Linear(_HoldsQuantized):
@@ -143,7 +152,8 @@ class Mxfp4Linear(_HoldsQuantized):
         if in_features % MX_BLOCK:
             raise ConfigError(f"Mxfp4Linear: in_features={in_features} must be a multiple of {MX_BLOCK}")
         self.in_features, self.out_features = in_features, out_features
-        self.register_buffer("weight_blocks", torch.zeros(out_features, in_features // 2, dtype=torch.uint8, device=device))
+        blocks = torch.zeros(out_features, in_features // 2, dtype=torch.uint8, device=device)
+        self.register_buffer("weight_blocks", blocks)
         self.register_buffer(
             "weight_scales", torch.full((out_features, in_features // MX_BLOCK), 127, dtype=torch.uint8, device=device)
         )
@@ -203,7 +213,9 @@ class Mxfp4Experts(_HoldsQuantized):
         super().__init__()
         flat = as_flat_blocks(blocks, scales, "Mxfp4Experts")
         if flat.ndim != 3:
-            raise ConfigError(f"Mxfp4Experts: expected blocks [E, N, K/2] or [E, N, K/32, 16], got {tuple(blocks.shape)}")
+            raise ConfigError(
+                f"Mxfp4Experts: expected blocks [E, N, K/2] or [E, N, K/32, 16], got {tuple(blocks.shape)}"
+            )
         self.num_experts, self.out_features, self.in_features = flat.shape[0], flat.shape[1], flat.shape[2] * 2
         self.register_buffer("blocks", flat.detach().contiguous())
         self.register_buffer("scales", scales.detach().contiguous())
@@ -228,7 +240,7 @@ class Mxfp4Experts(_HoldsQuantized):
         return dequantize_mxfp4(self.blocks, self.scales, dtype)
 
     def extra_repr(self) -> str:
-        return f"num_experts={self.num_experts}, in_features={self.in_features}, out_features={self.out_features}, mxfp4"
+        return f"num_experts={self.num_experts}, in={self.in_features}, out={self.out_features}, mxfp4"
 
 
 def mxfp4_experts_from_checkpoint(blocks: torch.Tensor, scales: torch.Tensor) -> Mxfp4Experts:
@@ -250,13 +262,14 @@ QUANTIZE_FORMATS = ("fp8", "mxfp4")
 def quantize_linears(
     module: nn.Module,
     fmt: str,
-    skip: Iterable[str] = ("lm_head",),
+    skip: Iterable[str] = ("lm_head", "gate", "router"),
     block: tuple[int, int] = DEFAULT_BLOCK,
 ) -> QuantizeResult:
     """Replace every ``nn.Linear`` under ``module`` with :class:`Fp8BlockLinear` / :class:`Mxfp4Linear` in place.
 
-    ``skip``: glob patterns matched against each layer's qualified name and its last component (default
-    keeps ``lm_head`` in float, as DeepSeek and GPT-OSS ship it; this also keeps tied embeddings tied).
+    ``skip``: glob patterns matched against each layer's qualified name and its last component. The default
+    keeps ``lm_head`` (as DeepSeek and GPT-OSS ship it; this also keeps tied embeddings tied) and MoE routers
+    (``gate``/``router``; ``gate_proj`` is quantized) in float.
     MXFP4 needs ``in_features % 32 == 0``; other layers stay float and are listed in ``kept``.
     """
     if fmt not in QUANTIZE_FORMATS:

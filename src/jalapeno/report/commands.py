@@ -40,7 +40,14 @@ def sweep_cmd(
         raise ConfigError(f"--pue {pue} must be >= 1.0")
     prices = parse_prices(price)
     spec = load_sweep(spec_file)
-    summary = run_spec(spec, out, workers=workers, ray=ray, prices=prices, pue=pue, progress=not quiet)
+    try:
+        summary = run_spec(spec, out, workers=workers, ray=ray, prices=prices, pue=pue, progress=not quiet)
+    except KeyboardInterrupt:
+        from jalapeno.report.store import ResultStore
+
+        n = len(ResultStore(out).rows())
+        typer.echo(f"interrupted: {n} finished points kept in {out}; run the same command again to resume", err=True)
+        raise typer.Exit(130) from None
     typer.echo(summary.line())
     for e in summary.first_errors:
         typer.echo(f"  error: {e}", err=True)
@@ -76,30 +83,38 @@ def recommend_cmd(
     _print_recommendation(rec)
 
 
-def _print_recommendation(rec) -> None:  # noqa: ANN001 - Recommendation, imported lazily
-    from rich.console import Console
-    from rich.table import Table
-
+def _print_recommendation(rec, top: int = 10) -> None:  # noqa: ANN001 - Recommendation, imported lazily
     from jalapeno.report.recommend import describe_value
 
-    con = Console()
-    con.print(
-        f"[bold]{rec.model}[/] ISL {rec.isl} / OSL {rec.osl}, SLOs p90 TTFT ≤ {rec.ttft_slo_ms:g} ms, "
-        f"p90 TPOT ≤ {rec.tpot_slo_ms:g} ms, objective [bold]{rec.objective}[/]" + (f" (preset {rec.preset})" if rec.preset else "")
+    echo = typer.echo
+    echo(
+        f"{rec.model}: ISL {rec.isl} / OSL {rec.osl}, SLOs p90 TTFT <= {rec.ttft_slo_ms:g} ms and p90 TPOT <= "
+        f"{rec.tpot_slo_ms:g} ms, objective {rec.objective}" + (f" (preset {rec.preset})" if rec.preset else "")
     )
     if rec.best is None:
-        con.print("[red]no chip and layout met the SLOs[/]")
+        echo("no chip and layout met the SLOs; the closest misses are below")
     else:
         b = rec.best
-        con.print(f"[green]recommended:[/] {b.hardware} {b.layout} ({b.num_chips} chips) at concurrency {b.concurrency}: "
-                  f"{describe_value(b.objective_value, rec.objective)}")
-    t = Table("rank", "chip", "layout", "chips", "conc", "tok/s/chip", "tok/s/user", "p90 TTFT ms", "p90 TPOT ms", "$/Mtok", "tok/J", "why not first")
-    for c in rec.ranked:
-        t.add_row(str(c.rank), c.hardware, c.layout, str(c.num_chips), str(c.concurrency), _g(c.output_throughput_per_chip),
-                  _g(c.median_interactivity), _g(c.p90_ttft_ms), _g(c.p90_tpot_ms), _g(c.usd_per_mtok), _g(c.output_tokens_per_joule), c.reason)
+        echo(f"recommended: {b.hardware} {b.layout} ({b.num_chips} chip{'s' if b.num_chips > 1 else ''}) at concurrency "
+             f"{b.concurrency}: {describe_value(b.objective_value, rec.objective)}")
+        echo("")
+        head = ("rank", "chip", "layout", "chips", "conc", "tok/s/chip", "tok/s/user", "p90 TTFT ms", "p90 TPOT ms", "$/Mtok", "tok/J")
+        rows = [
+            (str(c.rank), c.hardware, c.layout, str(c.num_chips), str(c.concurrency), _g(c.output_throughput_per_chip),
+             _g(c.median_interactivity), _g(c.p90_ttft_ms), _g(c.p90_tpot_ms), _g(c.usd_per_mtok), _g(c.output_tokens_per_joule))
+            for c in rec.ranked[:top]
+        ]
+        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+        for r in [head, *rows]:
+            echo("  ".join(x.ljust(w) if i < 3 else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths))))
+        if len(rec.ranked) > top:
+            echo(f"({len(rec.ranked) - top} more meet the SLOs; --json lists all)")
+    echo("")
+    echo("why the others lost:")
+    for c in rec.ranked[1:]:
+        echo(f"  #{c.rank} {c.hardware} {c.layout}: {c.reason}")
     for c in rec.losers:
-        t.add_row("–", c.hardware, c.layout, str(c.num_chips), "", "", "", _g(c.p90_ttft_ms), _g(c.p90_tpot_ms), "", "", c.reason)
-    con.print(t)
+        echo(f"  -- {c.hardware} {c.layout}: {c.reason}")
 
 
 def _g(v: float | None) -> str:

@@ -124,14 +124,18 @@ def layout_problem(dims: ArchDims, tp: int, ep: int = 1, pp: int = 1, dp_attenti
 
 def auto_layouts(dims: ArchDims, max_chips: int) -> list[Layout]:
     """Every TP / EP / DP-attention layout on a power-of-two number of chips up to ``max_chips`` that shards the
-    model: dense models ``tp=n``; MoE models ``tp=n`` with ``ep`` = 1 or n, and ``tp=n ep=n`` with DP attention.
+    model: dense models ``tp=n``; MoE models ``tp=n`` with ``ep`` = 1 or e, and ``tp=n ep=e`` with DP attention,
+    where e is the largest power of two <= n that divides the expert count (e = n up to the expert count).
     (Pipeline parallelism is left to explicit layouts: it does not lower latency on one node.)"""
     out: list[Layout] = []
     n = 1
     while n <= max_chips:
         cands = [Layout(tp=n)]
-        if dims.num_experts and n > 1:
-            cands += [Layout(tp=n, ep=n), Layout(tp=n, ep=n, dp_attention=True)]
+        e = 1
+        while dims.num_experts and e * 2 <= n and dims.num_experts % (e * 2) == 0:
+            e *= 2
+        if e > 1:
+            cands += [Layout(tp=n, ep=e), Layout(tp=n, ep=e, dp_attention=True)]
         out += [c for c in cands if layout_problem(dims, c.tp, c.ep, c.pp, c.dp_attention) is None]
         n *= 2
     return out
@@ -149,9 +153,10 @@ def _dims_from_catalogue(model: str) -> ArchDims:
 def _layout_points(spec: SweepSpec, model: str, chip: str, dims: ArchDims) -> list[tuple[dict, str | None]]:
     """(layout keys, skip reason) for one model on one chip, aggregated and disaggregated."""
     out: list[tuple[dict, str | None]] = []
-    layouts = auto_layouts(dims, spec.max_chips) if spec.parallelism == "auto" else list(spec.parallelism)
+    max_chips = spec.max_chips_for(chip)
+    layouts = auto_layouts(dims, max_chips) if spec.parallelism == "auto" else list(spec.parallelism)
     if spec.parallelism == "auto" and not layouts:
-        out.append(({"tp": 1}, f"no valid layout of {model} on up to {spec.max_chips} chips"))
+        out.append(({"tp": 1}, f"no valid layout of {model} on up to {max_chips} chips"))
     for lay in layouts:
         reason = layout_problem(dims, lay.tp, lay.ep, lay.pp, lay.dp_attention)
         out.append(({"tp": lay.tp, "ep": lay.ep, "pp": lay.pp, "dp": lay.dp, "dp_attention": lay.dp_attention}, reason))
@@ -176,9 +181,28 @@ def _disagg_points(d: DisaggLayout, chip: str, dims: ArchDims) -> list[tuple[dic
     return [(keys, reason)]
 
 
+def weights_fit_problem(model: str, chip: str, weights: str, num_chips: int) -> str | None:
+    """Cheap necessary condition, checked before simulating: the weights alone must fit in the resident memory
+    of the chips (the simulator's memory plan, which also reserves KV and activations, has the last word)."""
+    try:
+        from jalapeno.hardware import get_chip
+        from jalapeno.models import load_model
+
+        arch, spec = load_model(model), get_chip(chip)
+        need = arch.weight_bytes({"fp4": "mxfp4"}.get(weights, weights))
+    except Exception:  # unknown dtype etc.: leave it to the simulator
+        return None
+    have = sum(float(lv.capacity_gb.value or 0.0) for lv in spec.memory if lv.resident) * 1e9 * num_chips
+    if need > have:
+        return f"does not fit: {weights} weights need {need / 1e9:.0f} GB, {num_chips} x {spec.key} hold {have / 1e9:.0f} GB"
+    return None
+
+
 def expand(spec: SweepSpec, dims_fn: Callable[[str], ArchDims] | None = None) -> list[dict]:
     """All points of the grid (cartesian product), in a deterministic order. Points whose layout cannot shard
-    the model carry ``skip_reason``; the others have ``skip_reason = None``."""
+    the model, or whose weights alone exceed the chips' memory, carry ``skip_reason``; the others have
+    ``skip_reason = None``. With an injected ``dims_fn`` (tests) the memory pre-check is off."""
+    fit_check = dims_fn is None
     dims_fn = dims_fn or _dims_from_catalogue
     chips = list(spec.hardware)
     for d in spec.disaggregated:  # a decode chip named only in a disaggregated layout still gets its rows
@@ -212,6 +236,12 @@ def expand(spec: SweepSpec, dims_fn: Callable[[str], ArchDims] | None = None) ->
                     slo_tpot_ms=slo.tpot_ms if slo else None,
                     seed=spec.seed,
                 )
+                if reason is None and fit_check:
+                    if p["mode"] == "disaggregated":
+                        reason = weights_fit_problem(model, p["prefill_hardware"], prec.weights, p["prefill_tp"])
+                        reason = reason or weights_fit_problem(model, chip, prec.weights, p["tp"])
+                    else:
+                        reason = weights_fit_problem(model, chip, prec.weights, p["tp"] * p["pp"])
                 p["skip_reason"] = reason
                 points.append(p)
     return points

@@ -27,8 +27,8 @@ from jalapeno.report.sweep import make_enricher, read_meta
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;color:#222;padding:0 1rem}
 h1{font-size:1.6rem}h2{font-size:1.25rem;border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
-table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right}
-th{background:#f5f5f5}td.l,th.l{text-align:left}.muted{color:#777}.cards{display:flex;flex-wrap:wrap;gap:1rem}
+table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
+th{background:#f5f5f5}td.n,th.n{text-align:right}.muted{color:#777}.cards{display:flex;flex-wrap:wrap;gap:1rem}
 .card{border:1px solid #ddd;border-radius:6px;padding:.75rem;flex:1 1 340px;font-size:.85rem}.card h3{margin:.1rem 0 .4rem}
 img{max-width:100%}code{background:#f5f5f5;padding:0 .2rem}details{margin:.5rem 0}
 """
@@ -42,20 +42,29 @@ def _fmt(v: Any, digits: int = 4) -> str:
     if v is None or (isinstance(v, float) and (math.isnan(v) or math.isinf(v))):
         return "–"
     if isinstance(v, float):
-        return f"{v:.{digits}g}" if abs(v) < 1e6 else f"{v:.3e}"
+        return f"{v:,.0f}" if abs(v) >= 10 ** digits else f"{v:.{digits}g}"
     return str(v)
 
 
 def _src(s: str) -> str:
-    """A source string with its URLs made into links."""
+    """A source string with its URLs made into short links (host and first path parts; full URL on hover)."""
     parts = re.split(r"(https?://[^\s);,]+)", s or "")
-    return "".join(f'<a href="{_e(p)}">{_e(p)}</a>' if p.startswith("http") else _e(p) for p in parts)
+    out = []
+    for p in parts:
+        if p.startswith("http"):
+            short = "/".join(p.split("://", 1)[1].split("/")[:3])
+            out.append(f'<a href="{_e(p)}" title="{_e(p)}">{_e(short)}…</a>')
+        else:
+            out.append(_e(p))
+    return "".join(out)
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], left: int = 1) -> str:
-    h = "".join(f'<th class="{"l" if i < left else ""}">{_e(x)}</th>' for i, x in enumerate(headers))
+def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Iterable[int] = ()) -> str:
+    """An HTML table; ``numeric`` columns are right-aligned. Cells are already-escaped HTML."""
+    num = set(numeric)
+    h = "".join(f'<th class="{"n" if i in num else ""}">{_e(x)}</th>' for i, x in enumerate(headers))
     body = "".join(
-        "<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(r)) + "</tr>" for r in rows
+        "<tr>" + "".join(f'<td class="{"n" if i in num else ""}">{c}</td>' for i, c in enumerate(r)) + "</tr>" for r in rows
     )
     return f"<table><tr>{h}</tr>{body}</table>"
 
@@ -169,7 +178,7 @@ def chip_card(key: str, prices: Mapping[str, float]) -> str:
     return (
         f'<div class="card"><h3>{_e(c.name)}</h3><p class="muted">{_e(c.vendor)} · status {_e(c.status)} · '
         f"system of {c.system_size}</p><p>{_e(c.description)}</p>{extra}"
-        + _table(["item", "value", "status", "source"], rows)
+        + _table(["item", "value", "status", "source"], rows, numeric=[1])
         + "</div>"
     )
 
@@ -201,9 +210,9 @@ def assumptions(chips: Sequence[str], meta: Mapping) -> str:
         "hour ÷ 10⁶) × compliance factor, compliance factor = 1 ÷ share of requests meeting the SLOs "
         f"(SLOs of this sweep: TTFT {_e(slo.get('ttft_ms') or 'none')} ms, TPOT {_e(slo.get('tpot_ms') or 'none')} ms).</p>"
         + "<h3>Prices and power</h3>"
-        + _table(["chip", "$/chip-hour", "price source", "TDP W", "facility overhead W", "overhead source"], rows)
+        + _table(["chip", "$/chip-hour", "price source", "TDP W", "facility overhead W", "overhead source"], rows, numeric=[1, 3, 4])
         + "<h3>Efficiencies (fractions of vendor peak the cost model assumes)</h3>"
-        + _table(["chip", "compute", "memory", "scale-up", "step overhead µs", "source"], eff_rows)
+        + _table(["chip", "compute", "memory", "scale-up", "step overhead µs", "source"], eff_rows, numeric=[3, 4])
     )
 
 
@@ -230,7 +239,7 @@ def render(rows: Sequence[Mapping], meta: Mapping, title: str | None = None) -> 
         "<h2>Summary</h2><p class='muted'>Best value per model and chip, with the layout and concurrency that reached it.</p>",
         _table(
             ["model", "chip", "points", "best tok/s/chip", "best tok/s/user", "lowest $/Mtok", "best tok/s/MW", "best tok/J"],
-            summary_rows(rows), left=2,
+            summary_rows(rows), numeric=range(2, 8),
         ),
         "<h2>Pareto fronts</h2><p class='muted'>Per model: each chip's non-dominated configurations against interactivity "
         "(InferenceX's axes). Faint dots are all points.</p>",
@@ -243,14 +252,14 @@ def render(rows: Sequence[Mapping], meta: Mapping, title: str | None = None) -> 
         for r in bad:
             reasons[(r["model"], r["hardware"], describe_layout(r), r["status"], r.get("error"))] += 1
         parts.append(_table(["model", "chip", "layout", "status", "reason", "points"],
-                            [[_e(k[0]), _e(k[1]), _e(k[2]), _e(k[3]), _e(k[4]), str(n)] for k, n in sorted(reasons.items(), key=str)], left=5))
+                            [[_e(k[0]), _e(k[1]), _e(k[2]), _e(k[3]), _e(k[4]), str(n)] for k, n in sorted(reasons.items(), key=str)], numeric=[5]))
     parts.append("<h2>Chips</h2><div class='cards'>" + "".join(chip_card(c, meta.get("prices") or {}) for c in chips) + "</div>")
     parts.append("<h2>Assumptions</h2>" + assumptions(chips, meta))
     parts.append(f"<h2>All results</h2><details><summary>{len(rows)} rows</summary>")
     table_rows = []
     for r in rows:
         table_rows.append([_e(describe_layout(r)) if c == "layout" else _e(_fmt(r.get(c))) for c in RESULT_COLUMNS])
-    parts.append(_table(RESULT_COLUMNS, table_rows, left=3) + "</details>")
+    parts.append(_table(RESULT_COLUMNS, table_rows, numeric=range(5, len(RESULT_COLUMNS) - 1)) + "</details>")
     parts.append("<p class='muted'>Generated by <code>jalapeno report</code>. Query the data with DuckDB: "
                  "<code>SELECT * FROM 'results.parquet'</code>.</p></body></html>")
     return "\n".join(parts)

@@ -186,7 +186,8 @@ def rank(rows: Sequence[Mapping], ttft_ms: float, tpot_ms: float, objective: str
         else:
             cap = next((r for r in rs if r.get("error_kind") == "capacity"), None)
             first = cap or (rs[0] if rs else {})
-            c.reason = f"did not fit: {first.get('error')}" if cap else f"could not run: {first.get('error') or 'no points'}"
+            msg = str(first.get("error") or "no points")
+            c.reason = f"did not fit: {msg.removeprefix('does not fit: ')}" if cap else f"could not run: {msg}"
         failing.append(c)
     meeting.sort(key=lambda c: (c.objective_value is None, c.objective_value if c.objective_value is not None else 0.0, -(c.output_throughput_per_chip or 0.0)))
     for i, c in enumerate(meeting, 1):

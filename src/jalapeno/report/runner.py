@@ -28,11 +28,34 @@ def run_point(point: dict) -> dict:
     Raises :class:`CapacityError` when the model does not fit and :class:`ConfigError` for layouts or options
     the simulator rejects; both become ``status = "skipped"`` rows with the message as reason.
     """
-    try:
-        from jalapeno.engine.simulate import simulate  # type: ignore[import-not-found]
-    except ImportError:
-        raise ConfigError("the simulator (jalapeno.engine.simulate) is not available in this install") from None
-    return simulate(**point)  # placeholder until the engine's entry point lands
+    from jalapeno.backends.sim import SimBackend, SpecDecode
+    from jalapeno.bench.metrics import SLO
+    from jalapeno.engine import Engine, EngineConfig
+    from jalapeno.hardware import get_chip
+    from jalapeno.models import load_model
+    from jalapeno.perf.model import CostModel
+    from jalapeno.perf.types import Parallelism, Precision
+    from jalapeno.workload.spec import inferencex_workload
+
+    if point.get("mode") == "disaggregated" or int(point.get("dp") or 1) > 1:
+        raise ConfigError("disaggregated and dp > 1 layouts need the engine's simulate entry point (not available yet)")
+    arch = load_model(point["model"])
+    par = Parallelism(tp=int(point["tp"]), ep=int(point["ep"]), pp=int(point["pp"]), dp_attention=bool(point["dp_attention"]))
+    cm = CostModel(arch, get_chip(point["hardware"]), par, Precision(weights=point["weights"], kv=point["kv"]))
+    spec = None
+    k = int(point.get("spec_tokens") or 0)
+    if point.get("spec_method") not in (None, "none") and k > 0:
+        if point.get("spec_acceptance") is None:
+            raise ConfigError(f"speculative decoding {point['spec_method']}: give acceptance_rate in the sweep file")
+        spec = SpecDecode(point["spec_method"], k, float(point["spec_acceptance"]))
+    cfg = EngineConfig(max_model_len=int(arch.max_position_embeddings), num_speculative_tokens=k if spec else 0)
+    engine = Engine(SimBackend(cm, spec), cfg)
+    wl = inferencex_workload(
+        int(point["isl"]), int(point["osl"]), concurrency=int(point["concurrency"]), num_prompts=point.get("num_prompts"),
+        seed=int(point.get("seed") or 0),
+    )
+    slo = SLO(ttft_ms=point.get("slo_ttft_ms"), tpot_ms=point.get("slo_tpot_ms"))
+    return engine.run(wl).metrics(num_chips=par.num_chips, slo=None if slo.empty else slo)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -42,7 +65,8 @@ def execute(point_fn: PointFn, point: dict) -> dict:
     row["point_id"] = point.get("point_id") or point_id(point)
     row["_order"] = point.get("_order", 0)
     if point.get("skip_reason"):
-        return {**row, "status": "skipped", "error": point["skip_reason"], "error_kind": "layout", "num_chips": point_chips(point)}
+        kind = "capacity" if point["skip_reason"].startswith("does not fit") else "layout"
+        return {**row, "status": "skipped", "error": point["skip_reason"], "error_kind": kind, "num_chips": point_chips(point)}
     t0 = time.perf_counter()
     try:
         metrics = point_fn({k: point.get(k) for k in POINT_KEYS})

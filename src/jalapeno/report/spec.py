@@ -96,7 +96,8 @@ class SweepSpec(_Strict):
     models: list[str] = Field(min_length=1)
     hardware: list[str] = Field(min_length=1)
     parallelism: Literal["auto"] | list[Layout] = "auto"
-    max_chips: int = Field(default=8, ge=1)
+    #: bound for ``auto`` layouts: one number, or per chip with a ``default`` ({default: 8, groq-lp30: 1024})
+    max_chips: int | dict[str, int] = 8
     disaggregated: list[DisaggLayout] = Field(default_factory=list)
     precisions: list[PrecisionSpec | str] = Field(default_factory=lambda: [PrecisionSpec()], min_length=1)
     workloads: list[Workload] = Field(min_length=1)
@@ -113,6 +114,26 @@ class SweepSpec(_Strict):
             raise ValueError("empty list: give at least one layout or 'auto'")
         return v
 
+    @field_validator("max_chips")
+    @classmethod
+    def _max_chips(cls, v: int | dict[str, int]) -> int | dict[str, int]:
+        for n in [v] if isinstance(v, int) else v.values():
+            if n < 1:
+                raise ValueError(f"max_chips {n} must be >= 1")
+        return v
+
+    def max_chips_for(self, chip: str) -> int:
+        """The ``auto`` bound for one chip (per-chip entry, else ``default``, else 8)."""
+        if isinstance(self.max_chips, int):
+            return self.max_chips
+        from jalapeno.hardware import normalize_name
+
+        want = _chip_key(chip)
+        for k, n in self.max_chips.items():
+            if k != "default" and (normalize_name(k) == normalize_name(chip) or _chip_key(k) == want):
+                return n
+        return self.max_chips.get("default", 8)
+
     @field_validator("concurrencies")
     @classmethod
     def _positive(cls, v: list[int]) -> list[int]:
@@ -124,6 +145,15 @@ class SweepSpec(_Strict):
     def precision_list(self) -> list[PrecisionSpec]:
         """Precisions with the ``"fp8"`` shorthand expanded (weights = that dtype, kv = bf16)."""
         return [PrecisionSpec(weights=p) if isinstance(p, str) else p for p in self.precisions]
+
+
+def _chip_key(name: str) -> str:
+    try:
+        from jalapeno.hardware import get_chip
+
+        return get_chip(name).key
+    except Exception:  # unknown names are reported by check_spec_names, with their line
+        return name
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -238,6 +268,8 @@ def check_spec_names(spec: SweepSpec, src: SpecSource) -> None:
             chips.append((("disaggregated", i, "prefill", "hardware"), d.prefill.hardware))
         if d.decode.hardware:
             chips.append((("disaggregated", i, "decode", "hardware"), d.decode.hardware))
+    if isinstance(spec.max_chips, dict):
+        chips += [(("max_chips", k), k) for k in spec.max_chips if k != "default"]
     for loc, h in chips:
         try:
             get_chip(h)

@@ -21,6 +21,11 @@ import pyarrow.parquet as pq
 from jalapeno.report.grid import POINT_KEYS
 
 RESULTS = "results.parquet"
+#: types of columns that may be null in every row (pyarrow would otherwise infer the "null" type)
+_STRING = {"status", "error", "error_kind", "economics_note", "model", "hardware", "mode", "prefill_hardware",
+           "weights", "kv", "spec_method", "point_id"}
+_INT = {"prefill_workers", "prefill_tp", "decode_workers", "num_prompts", "tp", "ep", "pp", "dp", "isl", "osl",
+        "concurrency", "spec_tokens", "seed", "num_chips"}
 FIRST_COLUMNS = ("point_id", "status", "error", "error_kind", *POINT_KEYS)
 
 
@@ -121,6 +126,8 @@ def rows_to_table(rows: Iterable[dict]) -> pa.Table:
             arr = pa.array(vals)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             arr = pa.array([None if v is None else str(v) for v in vals], type=pa.string())
+        if arr.type == pa.null():
+            arr = pa.array(vals, type=pa.string() if c in _STRING else pa.int64() if c in _INT else pa.float64())
         arrays.append(arr)
     return pa.Table.from_arrays(arrays, names=cols)
 

@@ -61,8 +61,31 @@ class _Delta:
     finish_reason: str | None = None
 
 
+class _ChunkRenderer:
+    """SSE events of one stream, with the constant JSON around the text rendered once (the hot path)."""
+
+    def __init__(self, base: dict, chat: bool) -> None:
+        head = "data: " + json.dumps({**base, "choices": []}, separators=(",", ":"))[:-3] + '[{"index":0,'
+        self.chat = chat
+        self.sent_role = False
+        if chat:
+            self.first_head = head + '"delta":{"role":"assistant","content":'
+            self.head = head + '"delta":{"content":'
+            self.close = '},"logprobs":null,"finish_reason":'
+        else:
+            self.first_head = self.head = head + '"text":'
+            self.close = ',"logprobs":null,"finish_reason":'
+
+    def __call__(self, d: _Delta) -> str:
+        head = self.head
+        if not self.sent_role:
+            head, self.sent_role = self.first_head, True
+        fin = "null" if d.finish_reason is None else json.dumps(d.finish_reason)
+        return f"{head}{json.dumps(d.text)}{self.close}{fin}}}]}}\n\n"
+
+
 class _Generation:
-    """One request's life in the engine, as an async iterator of text deltas. Aborts the engine request if the
+    """One request's life in the engine, as an async iterator of batches of text deltas. Aborts the engine request if the
     consumer stops early (client gone, stop string hit)."""
 
     def __init__(self, app_state: "_State", prompt: _Prompt, sampling: SamplingParams, stops: list[str] | None,
@@ -77,46 +100,62 @@ class _Generation:
         self.t0 = time.perf_counter()
         self.ttft: float | None = None
 
-    async def deltas(self) -> AsyncIterator[_Delta]:
+    async def batches(self) -> AsyncIterator[list[_Delta]]:
+        """Deltas in batches: everything the engine has delivered by the time the consumer asks (one delta per
+        engine step, so a stream still carries one event per step; a slow consumer gets them in one write)."""
         s = self.s
         sid, q = s.engine.submit(self.prompt.ids, self.prompt.length, self.sampling)
         detok = s.codec.detokenizer(self.prompt.ids)
-        done = False
+        self._done = False
         try:
             while True:
-                item = await q.get()
-                if isinstance(item, EngineError):
-                    done = True
-                    if item.user_error:
-                        raise APIError(item.message)
-                    raise APIError(item.message, status=500, type="internal_error", code="engine_error")
-                n = item.num_new_tokens or len(item.new_token_ids)
-                self.completion_tokens += n
-                ids, n_text = list(item.new_token_ids), n
-                if item.finished and item.finish_reason == "stop" and ids and ids[-1] in self.stop_ids:
-                    ids, n_text = ids[:-1], n - 1  # the stop token itself is not text
-                text = self.stopper.feed(detok.push(ids, n_text) if n_text > 0 else "")
-                if self.stopper.stopped and not item.finished:
-                    s.engine.abort(sid)
-                    done = True
-                    self.finish_reason = "stop"
-                elif item.finished:
-                    done = True
-                    if not self.stopper.stopped:
-                        text += self.stopper.flush()
-                    self.finish_reason = "stop" if self.stopper.stopped else (item.finish_reason or "stop")
-                if text and self.ttft is None:
-                    self.ttft = time.perf_counter() - self.t0
-                if done:  # account before the last yield: the consumer may not resume us after it
+                items = [await q.get()]
+                while not q.empty():
+                    items.append(q.get_nowait())
+                out: list[_Delta] = []
+                for item in items:
+                    d = self._apply(item, sid, detok)
+                    if d is not None:
+                        out.append(d)
+                    if self._done:
+                        break
+                if self._done:  # account before the last yield: the consumer may not resume us after it
                     s.metrics.observe_request(self.prompt.length, self.completion_tokens, self.ttft,
                                               time.perf_counter() - self.t0, self.finish_reason or "stop")
-                    yield _Delta(text, self.finish_reason)
+                    yield out
                     return
-                if text:
-                    yield _Delta(text)
+                if out:
+                    yield out
         finally:
-            if not done:
+            if not self._done:
                 s.engine.abort(sid)  # client disconnected / cancelled: free its KV blocks now
+
+    def _apply(self, item, sid, detok) -> _Delta | None:
+        if isinstance(item, EngineError):
+            self._done = True
+            if item.user_error:
+                raise APIError(item.message)
+            raise APIError(item.message, status=500, type="internal_error", code="engine_error")
+        n = item.num_new_tokens or len(item.new_token_ids)
+        self.completion_tokens += n
+        ids, n_text = item.new_token_ids, n
+        if item.finished and item.finish_reason == "stop" and ids and ids[-1] in self.stop_ids:
+            ids, n_text = ids[:-1], n - 1  # the stop token itself is not text
+        text = self.stopper.feed(detok.push(ids, n_text) if n_text > 0 else "")
+        if self.stopper.stopped and not item.finished:
+            self.s.engine.abort(sid)
+            self._done = True
+            self.finish_reason = "stop"
+        elif item.finished:
+            self._done = True
+            if not self.stopper.stopped:
+                text += self.stopper.flush()
+            self.finish_reason = "stop" if self.stopper.stopped else (item.finish_reason or "stop")
+        if text and self.ttft is None:
+            self.ttft = time.perf_counter() - self.t0
+        if self._done:
+            return _Delta(text, self.finish_reason)
+        return _Delta(text) if text else None
 
     def usage(self) -> dict:
         return {
@@ -241,12 +280,12 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
 
         if not stream:
             parts: list[str] = []
-            agen = gen.deltas()
+            agen = gen.batches()
             try:
-                while (d := await _next_or_gone(request, agen)) is not None:
-                    if d is _GONE:
+                while (batch := await _next_or_gone(request, agen)) is not None:
+                    if batch is _GONE:
                         return Response(status_code=499)  # nobody is listening
-                    parts.append(d.text)
+                    parts.extend(d.text for d in batch)
             finally:
                 await agen.aclose()
             text = "".join(parts)
@@ -260,35 +299,25 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
             body["usage"] = gen.usage()
             return JSONResponse(body)
 
-        # Validation errors surface before the first byte: pull the first delta eagerly.
-        agen = gen.deltas()
+        # Validation errors surface before the first byte: pull the first deltas eagerly.
+        agen = gen.batches()
         first = await _next_or_gone(request, agen)
         if first is _GONE:
             await agen.aclose()
             return Response(status_code=499)
-        if first is None:  # pragma: no cover - the engine always ends with a finished output
-            first = _Delta("", "stop")
+        render = _ChunkRenderer(base, chat)
 
         async def body_iter():
-            sent_role = False
             try:
-                d: _Delta | None = first
-                while d is not None:
-                    if chat:
-                        delta: dict = {"content": d.text}
-                        if not sent_role:
-                            delta = {"role": "assistant", "content": d.text}
-                            sent_role = True
-                        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": d.finish_reason}
-                    else:
-                        choice = {"index": 0, "text": d.text, "logprobs": None, "finish_reason": d.finish_reason}
-                    yield sse({**base, "choices": [choice]})
-                    if d.finish_reason is not None:
+                batch = first
+                while batch is not None:
+                    yield "".join(render(d) for d in batch)  # one write; still one SSE event per step
+                    if batch and batch[-1].finish_reason is not None:
                         break
                     try:
-                        d = await agen.__anext__()
+                        batch = await agen.__anext__()
                     except StopAsyncIteration:
-                        d = None
+                        batch = None
                 if include_usage:
                     yield sse({**base, "choices": [], "usage": gen.usage()})
                 yield "data: [DONE]\n\n"
@@ -346,8 +375,8 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
 _GONE = object()
 
 
-async def _next_or_gone(request, agen: AsyncIterator[_Delta]):
-    """The next delta of ``agen``; ``None`` when it is exhausted; ``_GONE`` when the client disconnected
+async def _next_or_gone(request, agen: AsyncIterator[list[_Delta]]):
+    """The next batch of ``agen``; ``None`` when it is exhausted; ``_GONE`` when the client disconnected
     meanwhile (the pending step is cancelled, which aborts the engine request)."""
     nxt = asyncio.ensure_future(agen.__anext__())
     while True:

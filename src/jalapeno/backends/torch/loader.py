@@ -221,7 +221,7 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         except NotImplementedError:
             raise ConfigError(f"GGUF tensor {t.name} uses unsupported quantisation {t.tensor_type.name}") from None
         shape = tuple(int(n) for n in reversed(t.shape.tolist()))
-        w = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32).reshape(shape))
+        w = torch.from_numpy(np.array(arr, dtype=np.float32).reshape(shape))
         if arch == "llama" and t.name.endswith(("attn_q.weight", "attn_q.bias")):
             w = unpermute_rope_rows(w, heads)
         elif arch == "llama" and t.name.endswith(("attn_k.weight", "attn_k.bias")):
@@ -231,13 +231,39 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 
 
 def load_tokenizer(source: tuple[str, str | None]):
-    """The Hugging Face tokenizer (and chat template) stored with the model, loaded offline."""
+    """The Hugging Face tokenizer (and chat template) stored with the model, loaded offline.
+
+    Converting a GGUF vocabulary takes seconds, so the converted tokenizer is cached under
+    ``$JALAPENO_CACHE`` (default ``~/.cache/jalapeno``), keyed by the GGUF file's path, size and mtime.
+    """
     from transformers import AutoTokenizer
 
     folder, gguf_file = source
     try:
-        if gguf_file:
-            return AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file, local_files_only=True)
-        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        if not gguf_file:
+            return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        cached = _tokenizer_cache_dir(Path(folder) / gguf_file)
+        if cached is not None and (cached / "tokenizer_config.json").exists():
+            return AutoTokenizer.from_pretrained(str(cached), local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file, local_files_only=True)
+        if cached is not None:
+            try:
+                tok.save_pretrained(str(cached))
+            except OSError:
+                pass  # read-only home: simply do not cache
+        return tok
     except (OSError, ValueError) as exc:
         raise JalapenoError(f"no tokenizer found with the model in {folder} ({exc}); use --prompt-token-ids") from None
+
+
+def _tokenizer_cache_dir(gguf_path: Path) -> Path | None:
+    import hashlib
+    import os
+
+    try:
+        st = gguf_path.stat()
+    except OSError:
+        return None
+    key = hashlib.sha256(f"{gguf_path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    root = Path(os.environ.get("JALAPENO_CACHE", Path.home() / ".cache" / "jalapeno"))
+    return root / "tokenizers" / f"{gguf_path.stem}-{key}"

@@ -1,0 +1,161 @@
+"""Weight memory and matmul time of float32 / bf16 / FP8-block / MXFP4 weights at decode shapes.
+
+    python benchmarks/quant.py                 # measure and rewrite the benchmark section of docs/quantization.md
+    python benchmarks/quant.py --no-write      # print the tables only
+
+Shapes: DeepSeek-V3 expert up-projection (K=7168 -> N=2048) and GPT-OSS attention-sized (2880 -> 2880),
+batch M in 1..64 (decode). On CPU every path is the PyTorch one (quantized paths dequantize per call). With a CUDA
+device the script also times the Triton kernels against torch's bf16 matmul and reports achieved memory
+bandwidth in GB/s (weight + activation + output bytes / time). Runs unchanged on a GPU box; CI never runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from jalapeno.quant import fp8_block_matmul, mxfp4_matmul, quantize_fp8_block, quantize_mxfp4
+
+SHAPES = {"DeepSeek-V3 expert 7168->2048": (7168, 2048), "GPT-OSS 2880->2880": (2880, 2880)}
+BEGIN, END = "<!-- benchmarks/quant.py: begin -->", "<!-- benchmarks/quant.py: end -->"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "quantization.md"
+
+
+@dataclass(frozen=True)
+class Row:
+    shape: str
+    m: int
+    path: str
+    weight_bytes: int
+    seconds: float
+    moved_bytes: int  # weights + activations in + outputs
+
+    @property
+    def gbps(self) -> float:
+        return self.moved_bytes / self.seconds / 1e9
+
+
+def _time_cpu(fn: Callable[[], torch.Tensor], reps: int) -> float:
+    fn()  # warm-up
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def _time_cuda(fn: Callable[[], torch.Tensor], reps: int) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(samples)
+
+
+Path_ = tuple[int, Callable[[torch.Tensor], torch.Tensor]]
+
+
+def _paths(k: int, n: int, device: str, backend: str) -> dict[str, Path_]:
+    """name -> (weight bytes held, x -> y)."""
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(n, k, generator=g) * 0.02).to(device)
+    q, s = quantize_fp8_block(w)
+    p, e = quantize_mxfp4(w)
+    w32, w16 = w.float(), w.to(torch.bfloat16)
+    paths: dict[str, Path_] = {}
+    if device == "cpu":
+        paths["float32"] = (w32.nbytes, lambda x: x.float() @ w32.T)
+    paths["bf16"] = (w16.nbytes, lambda x: x @ w16.T)
+    be: Any = backend
+    paths["fp8 block"] = (q.nbytes + s.nbytes, lambda x: fp8_block_matmul(x, q, s, backend=be))
+    paths["mxfp4"] = (p.nbytes + e.nbytes, lambda x: mxfp4_matmul(x, p, e, backend=be))
+    return paths
+
+
+def run(batches: list[int], reps: int, device: str) -> list[Row]:
+    rows: list[Row] = []
+    backend = "triton" if device == "cuda" else "torch"
+    timer = _time_cuda if device == "cuda" else _time_cpu
+    for label, (k, n) in SHAPES.items():
+        paths = _paths(k, n, device, backend)
+        for m in batches:
+            x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+            for name, (wbytes, fn) in paths.items():
+                xin = x.float() if name == "float32" else x
+                secs = timer(lambda fn=fn, xin=xin: fn(xin), reps)
+                moved = wbytes + xin.nbytes + m * n * xin.element_size()
+                rows.append(Row(label, m, name, wbytes, secs, moved))
+    return rows
+
+
+def table(rows: list[Row], device_name: str) -> str:
+    out = [
+        f"Device: {device_name}. Median of repeated calls; activations bf16 (float32 for the float32 path). "
+        "`time / bf16` and `memory / bf16` are measured side by side in the same run.",
+        "",
+        "| shape (K->N) | batch | path | weight MiB | memory / bf16 | time (us) | time / bf16 | achieved GB/s |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    base = {(r.shape, r.m): r for r in rows if r.path == "bf16"}
+    for r in rows:
+        b = base[(r.shape, r.m)]
+        out.append(
+            f"| {r.shape} | {r.m} | {r.path} | {r.weight_bytes / 2**20:.2f} | {r.weight_bytes / b.weight_bytes:.3f} "
+            f"| {r.seconds * 1e6:.0f} | {r.seconds / b.seconds:.2f} | {r.gbps:.1f} |"
+        )
+    return "\n".join(out)
+
+
+def write_section(doc: Path, body: str) -> None:
+    text = doc.read_text() if doc.exists() else "# Quantization\n"
+    section = f"{BEGIN}\n## Quantization benchmark (benchmarks/quant.py)\n\n{body}\n{END}\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + section + rest.split(END, 1)[1].lstrip("\n")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    doc.write_text(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16, 64])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--no-write", action="store_true", help="print only; do not touch docs/quantization.md")
+    args = ap.parse_args()
+    sections = []
+    load = f", load average {os.getloadavg()[0]:.1f} at start" if hasattr(os, "getloadavg") else ""
+    cpu_name = f"CPU ({platform.machine()}, {torch.get_num_threads()} threads{load}; every path is PyTorch)"
+    sections.append("### CPU\n\n" + table(run(args.batches, args.reps, "cpu"), cpu_name))
+    if torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name()
+        sections.append(
+            "### CUDA: Triton kernels vs torch bf16\n\n"
+            + table(run(args.batches, max(args.reps, 20), "cuda"), f"{gpu} (fp8/mxfp4 = Triton kernels)")
+        )
+    body = "\n\n".join(sections)
+    print(body)
+    if not args.no_write:
+        write_section(DOC, body)
+        print(f"\nwrote {DOC}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""CLI commands of the real backends: ``jalapeno generate`` (offline generation through the engine)."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from jalapeno.errors import JalapenoError, RequestError
+
+DEFAULT_PROMPT = "What is the capital of France?"
+
+
+def _parse_ids(text: str) -> list[int]:
+    try:
+        ids = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise JalapenoError(f"--prompt-token-ids must be comma-separated integers (got {text!r})") from None
+    if not ids:
+        raise JalapenoError("--prompt-token-ids is empty; give at least one token id")
+    return ids
+
+
+def generate(
+    model: Optional[str] = typer.Option(None, "--model", help="Model dir (config.json + safetensors) or .gguf file; default: bundled SmolLM2-135M-Instruct Q4_1."),
+    prompt: Optional[list[str]] = typer.Option(None, "--prompt", help="Prompt text (repeat for a batch). Default: the capital-of-France question as a chat."),
+    prompt_token_ids: Optional[str] = typer.Option(None, "--prompt-token-ids", help="Prompt as comma-separated token ids, e.g. 1,2,3."),
+    chat: bool = typer.Option(False, "--chat", help="Wrap each prompt in the model's chat template as a user message."),
+    max_tokens: int = typer.Option(32, "--max-tokens", help="Tokens to generate per prompt."),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    top_k: int = typer.Option(0, "--top-k", help="<= 0 disables top-k."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Per-request seed: sampling becomes reproducible."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Do not stop at the end-of-sequence token."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16."),
+    kv_cache_gb: float = typer.Option(1.0, "--kv-cache-gb", help="KV-cache budget on CPU (GiB)."),
+    as_json: bool = typer.Option(False, "--json", help='Print {"token_ids": [...], "text": "..."} (a list for several prompts).'),
+) -> None:
+    """Generate text with a real model on PyTorch; several --prompt run as one continuous batch."""
+    if prompt and prompt_token_ids:
+        raise JalapenoError("give either --prompt or --prompt-token-ids, not both")
+    import torch  # noqa: F401 - heavy import kept inside the command
+
+    from jalapeno.backends.torch.backend import TorchBackend
+    from jalapeno.backends.torch.generate import generate_tokens
+    from jalapeno.backends.torch.loader import load_tokenizer
+    from jalapeno.engine import EngineConfig, SamplingParams
+
+    ids_given = _parse_ids(prompt_token_ids) if prompt_token_ids else None
+    texts = list(prompt or ([] if ids_given else [DEFAULT_PROMPT]))
+    chat = chat or (not prompt and not ids_given)
+    backend = TorchBackend(model, device=device, dtype=dtype, kv_cache_gb=kv_cache_gb)
+    cfg = backend.config
+    tokenizer = None
+    if texts:
+        tokenizer = load_tokenizer(backend.loaded.tokenizer_source)
+        prompts = [_encode(tokenizer, t, chat) for t in texts]
+    else:
+        prompts = [ids_given]  # type: ignore[list-item]
+    for p in prompts:
+        bad = [t for t in p if not 0 <= t < cfg.vocab_size]
+        if bad:
+            raise RequestError(f"token id {bad[0]} is outside the vocabulary (0..{cfg.vocab_size - 1})")
+    stops = set(cfg.eos_token_ids)
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        stops.add(int(tokenizer.eos_token_id))
+    sampling = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=seed,
+        stop_token_ids=tuple(sorted(stops)),
+        ignore_eos=ignore_eos,
+    )
+    engine_cfg = EngineConfig(max_model_len=cfg.max_position_embeddings, max_num_seqs=max(len(prompts), 1))
+    outputs = generate_tokens(backend, prompts, sampling, engine_cfg)
+    if tokenizer is None:
+        try:
+            tokenizer = load_tokenizer(backend.loaded.tokenizer_source)
+        except JalapenoError:
+            tokenizer = None
+    results = [
+        {"token_ids": out, "text": tokenizer.decode(out, skip_special_tokens=True) if tokenizer else None}
+        for out in outputs
+    ]
+    if as_json:
+        typer.echo(json.dumps(results[0] if len(results) == 1 else results))
+    else:
+        for r in results:
+            typer.echo(r["text"] if r["text"] is not None else " ".join(map(str, r["token_ids"])))
+
+
+def _encode(tokenizer, text: str, chat: bool) -> list[int]:
+    if chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise JalapenoError("this model has no chat template; drop --chat")
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(text)["input_ids"])
+
+
+def register(app: typer.Typer) -> None:
+    app.command("generate")(generate)

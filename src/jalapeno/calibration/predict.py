@@ -1,0 +1,112 @@
+"""Predict one measured point with the serving simulator (the engine over ``SimBackend``, in-process).
+
+The same scheduler, KV block manager and cost model as ``jalapeno simulate``; only the efficiency block can be
+overridden, which is what calibration fits.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from jalapeno.calibration.points import SimSpec
+from jalapeno.hardware.schema import ChipSpec, Efficiency
+
+#: the engine's token budget per step (vLLM/SGLang/TRT-LLM default chunked-prefill size on Hopper)
+MAX_BATCHED_TOKENS = 8192
+#: most sequences an offline (max-throughput) run keeps in flight; trtllm-bench sizes its batch from the KV
+#: cache, capped at a few thousand
+OFFLINE_MAX_SEQS = 2048
+#: requests in an offline run, per sequence slot (enough that the ramp-up and drain are a small share)
+OFFLINE_PROMPTS_PER_SLOT = 3
+
+_SIM_KEYS = {
+    "output_tput_per_gpu": ("output_throughput_per_chip", 1.0),
+    "total_tput_per_gpu": ("total_token_throughput_per_chip", 1.0),
+    "median_tpot": ("median_tpot_ms", 1e-3),
+    "median_ttft": ("median_ttft_ms", 1e-3),
+    "median_e2e_latency": ("median_e2el_ms", 1e-3),
+    "median_interactivity": ("median_interactivity", 1.0),
+    "mean_ttft": ("mean_ttft_ms", 1e-3),
+    "mean_itl": ("mean_itl_ms", 1e-3),
+}
+
+
+@lru_cache(maxsize=None)
+def _chip(key: str) -> ChipSpec:
+    from jalapeno.hardware.catalog import get_chip
+
+    return get_chip(key)
+
+
+@lru_cache(maxsize=None)
+def _model(name: str):
+    from jalapeno.models.catalog import load_model
+
+    return load_model(name)
+
+
+def efficiency_of(chip: str) -> Efficiency:
+    """The catalogue's efficiency block of ``chip``."""
+    return _chip(chip).efficiency
+
+
+def cost_model(spec: SimSpec, efficiency: Efficiency | None = None):
+    from jalapeno.perf import CostModel, Parallelism, Precision
+
+    lay = spec.layout
+    par = Parallelism(tp=lay.tp, ep=lay.ep, dp_attention=lay.dp_attention)
+    return CostModel(_model(spec.model), _chip(spec.chip), par, Precision(weights=spec.weights, kv=spec.kv),
+                     efficiency=efficiency)
+
+
+def offline_concurrency(spec: SimSpec, kv_capacity_tokens: int) -> int:
+    """Sequences an offline run keeps in flight: as many full-length requests as the KV cache holds."""
+    return max(1, min(OFFLINE_MAX_SEQS, kv_capacity_tokens // (spec.isl + spec.osl + 16)))
+
+
+def simulate(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int = 0,
+             prompts_per_concurrency: int | None = None) -> dict[str, float]:
+    """Predicted metrics of ``spec`` (keys of :data:`jalapeno.calibration.points.METRICS`, SI units).
+
+    Raises :class:`~jalapeno.errors.CapacityError` when the model does not fit."""
+    from jalapeno.backends.sim import SimBackend, SpecDecode
+    from jalapeno.engine import Engine, EngineConfig
+    from jalapeno.workload import inferencex_workload
+
+    cm = cost_model(spec, efficiency)
+    spec_dec = None
+    if spec.spec_tokens:
+        spec_dec = SpecDecode("mtp", spec.spec_tokens, spec.spec_acceptance)
+    backend = SimBackend(cm, spec_dec)
+    if spec.concurrency is None:
+        conc = offline_concurrency(spec, int(backend.memory_plan().kv_capacity_tokens))
+        per = prompts_per_concurrency or OFFLINE_PROMPTS_PER_SLOT
+    else:
+        conc = spec.concurrency
+        per = prompts_per_concurrency or spec.num_prompts_per_concurrency
+    per_seq = 1 + spec.spec_tokens
+    cfg = EngineConfig(
+        max_num_seqs=max(256, conc),
+        max_num_batched_tokens=max(MAX_BATCHED_TOKENS, max(256, conc) * per_seq),
+        num_speculative_tokens=spec.spec_tokens,
+    )
+    engine = Engine(backend, cfg)
+    wl = inferencex_workload(spec.isl, spec.osl, concurrency=conc, num_prompts=per * conc,
+                             range_ratio=spec.range_ratio, seed=seed)
+    m = engine.run(wl).metrics(num_chips=cm.num_chips)
+    out = {k: float(m[s]) * f for k, (s, f) in _SIM_KEYS.items() if s in m and m[s] is not None}
+    out["concurrency"] = float(conc)
+    return out
+
+
+def with_efficiency(base: Efficiency, **changes) -> Efficiency:
+    """``base`` with some fields replaced (``compute``/``memory`` dicts are merged, not replaced)."""
+    upd = dict(changes)
+    if "compute" in upd:
+        upd["compute"] = {**base.compute, **upd["compute"]}
+    if "memory" in upd:
+        upd["memory"] = {**base.memory, **upd["memory"]}
+    return base.model_copy(update=upd)
+
+
+__all__ = ["simulate", "cost_model", "efficiency_of", "with_efficiency", "offline_concurrency"]

@@ -1,0 +1,139 @@
+"""``jalapeno simulate``: serving simulation on the chip twin (the engine's scheduler over SimBackend)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+_SUMMARY = (
+    ("completed", "requests completed", "{:d}"),
+    ("duration", "duration (s, simulated)", "{:.2f}"),
+    ("request_throughput", "requests/s", "{:.3f}"),
+    ("output_throughput", "output tokens/s", "{:,.0f}"),
+    ("total_token_throughput", "total tokens/s", "{:,.0f}"),
+    ("num_chips", "chips", "{:d}"),
+    ("output_throughput_per_chip", "output tokens/s per chip", "{:,.1f}"),
+    ("total_token_throughput_per_chip", "total tokens/s per chip", "{:,.1f}"),
+    ("median_interactivity", "interactivity (tok/s/user, 1000/median TPOT)", "{:.1f}"),
+    ("median_ttft_ms", "median TTFT (ms)", "{:.1f}"),
+    ("p99_ttft_ms", "p99 TTFT (ms)", "{:.1f}"),
+    ("median_tpot_ms", "median TPOT (ms)", "{:.2f}"),
+    ("p99_tpot_ms", "p99 TPOT (ms)", "{:.2f}"),
+    ("median_itl_ms", "median ITL (ms)", "{:.2f}"),
+    ("median_e2el_ms", "median E2E latency (ms)", "{:,.0f}"),
+    ("mean_chain_e2el_ms", "mean chain E2E latency (ms)", "{:,.0f}"),
+    ("avg_power_w", "average power, all chips (W)", "{:,.0f}"),
+    ("output_tokens_per_joule", "output tokens per joule", "{:.3f}"),
+    ("request_goodput", "goodput (requests/s meeting SLOs)", "{:.3f}"),
+)
+
+
+def _print_summary(sc, m: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    where = (
+        f"{sc.model} on {sc.hardware} tp={sc.tp} ep={sc.ep}" + (f" dp={sc.dp}" if sc.dp > 1 else "")
+        + (" dp-attention" if sc.dp_attention else "")
+        if not sc.disaggregated
+        else f"{sc.model}: prefill {sc.prefill_workers or 1}x{sc.prefill_hardware or sc.hardware} tp={sc.prefill_tp or sc.tp}"
+        f", decode {sc.decode_workers or 1}x{sc.decode_hardware or sc.hardware} tp={sc.decode_tp or sc.tp}"
+    )
+    load = f"concurrency {sc.concurrency}" if sc.request_rate is None else f"{sc.request_rate} req/s"
+    t = Table(title=f"{where}, {sc.precision}, ISL {sc.isl} / OSL {sc.osl}, {load}", show_header=False)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for key, label, fmt in _SUMMARY:
+        v = m.get(key)
+        if v is None:
+            continue
+        t.add_row(label, fmt.format(v))
+    s = m.get("sim", {})
+    t.add_row("simulated steps / preemptions", f"{s.get('steps', 0):,} / {s.get('preemptions', 0):,}")
+    Console().print(t)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("simulate")
+    def simulate(
+        model: Annotated[str, typer.Option("--model", "-m", help="Model name, HF id or config.json path.")] = "",
+        hardware: Annotated[str, typer.Option("--hardware", "-H", help="Chip key or alias.")] = "",
+        tp: Annotated[int, typer.Option(help="Tensor-parallel ranks per replica.")] = 1,
+        ep: Annotated[int, typer.Option(help="Expert-parallel ranks (inside tp).")] = 1,
+        pp: Annotated[int, typer.Option(help="Pipeline stages.")] = 1,
+        dp: Annotated[int, typer.Option(help="Replicas (with --dp-attention: attention DP inside tp).")] = 1,
+        dp_attention: Annotated[bool, typer.Option("--dp-attention", help="Attention data-parallel over the tp ranks.")] = False,
+        precision: Annotated[str, typer.Option(help="Weights: native | bf16 | fp8 (block-scaled) | fp4 (MXFP4; MoE experts only).")] = "native",
+        kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV cache: bf16 | fp8.")] = "bf16",
+        isl: Annotated[int, typer.Option(help="Input length L (tokens); random in [r·L, L].")] = 1024,
+        osl: Annotated[int, typer.Option(help="Output length L (tokens); random in [r·L, L]; EOS ignored.")] = 1024,
+        concurrency: Annotated[Optional[int], typer.Option(help="Closed loop: requests in flight.")] = None,
+        num_prompts: Annotated[Optional[int], typer.Option(help="Requests (default 10 x concurrency).")] = None,
+        random_range_ratio: Annotated[float, typer.Option(help="r of the length range (InferenceX 0.8).")] = 0.8,
+        range_mode: Annotated[str, typer.Option(help="ix: [r·L, L]; vllm: [L(1-r), L(1+r)].")] = "ix",
+        request_rate: Annotated[Optional[float], typer.Option(help="Open loop: requests/s.")] = None,
+        arrival: Annotated[str, typer.Option(help="Open-loop arrivals: poisson | constant.")] = "poisson",
+        max_concurrency: Annotated[Optional[int], typer.Option(help="Open loop: cap on requests in flight.")] = None,
+        spec_decode: Annotated[Optional[str], typer.Option(help="Speculative decoding: mtp | draft | ngram.")] = None,
+        spec_tokens: Annotated[int, typer.Option(help="Draft tokens per step (k).")] = 1,
+        acceptance: Annotated[str, typer.Option(help="Acceptance rate, or one per draft position: 0.8,0.6,0.4.")] = "0.7",
+        draft_model: Annotated[Optional[str], typer.Option(help="Draft model for --spec-decode draft.")] = None,
+        prefill_hardware: Annotated[Optional[str], typer.Option(help="Disaggregated: prefill chip.")] = None,
+        prefill_workers: Annotated[Optional[int], typer.Option(help="Disaggregated: prefill replicas.")] = None,
+        prefill_tp: Annotated[Optional[int], typer.Option(help="Disaggregated: prefill tp.")] = None,
+        prefill_ep: Annotated[Optional[int], typer.Option(help="Disaggregated: prefill ep.")] = None,
+        decode_hardware: Annotated[Optional[str], typer.Option(help="Disaggregated: decode chip.")] = None,
+        decode_workers: Annotated[Optional[int], typer.Option(help="Disaggregated: decode replicas.")] = None,
+        decode_tp: Annotated[Optional[int], typer.Option(help="Disaggregated: decode tp.")] = None,
+        decode_ep: Annotated[Optional[int], typer.Option(help="Disaggregated: decode ep.")] = None,
+        chain_calls: Annotated[int, typer.Option(help="Agentic chains: dependent calls per request.")] = 1,
+        goodput: Annotated[Optional[list[str]], typer.Option(help="SLO, repeatable: --goodput ttft:200 --goodput tpot:50.")] = None,
+        seed: Annotated[int, typer.Option(help="Workload seed.")] = 0,
+        max_num_seqs: Annotated[Optional[int], typer.Option(help="Engine: most running sequences (default max(1024, concurrency)).")] = None,
+        max_num_batched_tokens: Annotated[int, typer.Option(help="Engine: token budget per step.")] = 8192,
+        block_size: Annotated[int, typer.Option(help="Engine: KV block size (tokens).")] = 16,
+        trace: Annotated[Optional[Path], typer.Option(help="Workload from a CSV/JSONL trace (input_len, output_len[, arrival_s]).")] = None,
+        hardware_dir: Annotated[Optional[list[Path]], typer.Option("--hardware-dir", help="Extra chip YAML directory.")] = None,
+        scenarios: Annotated[Optional[Path], typer.Option(help="CSV of scenarios (columns named like these flags).")] = None,
+        output: Annotated[Optional[Path], typer.Option(help="With --scenarios: results CSV.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the metrics JSON.")] = False,
+    ) -> None:
+        """Simulate serving a model on a chip (InferenceX workload and metrics) with the engine's scheduler."""
+        from jalapeno.engine.simulate import Scenario, run_scenario, run_scenarios
+        from jalapeno.errors import ConfigError
+
+        if scenarios is not None:
+            if output is None:
+                raise ConfigError("--scenarios needs --output results.csv")
+            from rich.progress import Progress
+
+            with Progress(transient=False) as prog:
+                task = prog.add_task("simulating", total=None)
+
+                def tick(i: int, n: int) -> None:
+                    prog.update(task, completed=i, total=n)
+
+                n, bad = run_scenarios(scenarios, output, progress=tick)
+            typer.echo(f"{n} scenarios, {bad} failed -> {output}")
+            return
+        sc = Scenario(
+            model=model, hardware=hardware, tp=tp, ep=ep, pp=pp, dp=dp, dp_attention=dp_attention,
+            precision=precision, kv_dtype=kv_dtype, isl=isl, osl=osl, concurrency=concurrency,
+            num_prompts=num_prompts, random_range_ratio=random_range_ratio, range_mode=range_mode,
+            request_rate=request_rate, arrival=arrival, max_concurrency=max_concurrency, spec_decode=spec_decode,
+            spec_tokens=spec_tokens, acceptance=acceptance, draft_model=draft_model,
+            prefill_hardware=prefill_hardware, prefill_workers=prefill_workers, prefill_tp=prefill_tp,
+            prefill_ep=prefill_ep, decode_hardware=decode_hardware, decode_workers=decode_workers,
+            decode_tp=decode_tp, decode_ep=decode_ep, chain_calls=chain_calls, goodput=list(goodput or []),
+            seed=seed, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            block_size=block_size, trace=str(trace) if trace else None,
+            hardware_dir=[str(d) for d in hardware_dir or []],
+        )
+        m = run_scenario(sc)
+        if as_json:
+            typer.echo(json.dumps(m, indent=2))
+        else:
+            _print_summary(sc, m)

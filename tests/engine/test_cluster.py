@@ -1,0 +1,81 @@
+"""Several engines on one timeline: replicas and disaggregated prefill/decode pools."""
+
+import math
+
+import pytest
+from engine_fakes import FakeCostModel
+from test_multistep import assert_same
+
+from jalapeno.backends.sim import SimBackend
+from jalapeno.engine import Engine, EngineConfig
+from jalapeno.engine.cluster import Cluster, KVLink
+from jalapeno.perf.shape import StepShape
+from jalapeno.workload import Workload, inferencex_workload
+
+CFG = EngineConfig(max_num_seqs=32, max_num_batched_tokens=2048)
+
+
+def eng(max_steps=1 << 30, **kw):
+    b = SimBackend(FakeCostModel(**kw))
+    b.max_multi_step = max_steps
+    return Engine(b, CFG)
+
+
+def test_cluster_of_one_equals_the_engine():
+    wl = inferencex_workload(300, 100, request_rate=30.0, num_prompts=80, seed=5)
+    m1 = eng().run(wl).metrics()
+    m2 = Cluster([eng()]).run(wl).metrics()
+    assert_same(m1, m2)
+
+
+@pytest.mark.parametrize("wl", [
+    inferencex_workload(300, 100, concurrency=16, num_prompts=64, seed=6),
+    inferencex_workload(300, 100, request_rate=40.0, num_prompts=64, seed=7),
+], ids=["closed", "open"])
+def test_replicas_interleave_exactly_as_step_by_step(wl):
+    fast = Cluster([eng(), eng()]).run(wl).metrics()
+    slow = Cluster([eng(1), eng(1)]).run(wl).metrics()
+    assert_same(fast, slow)
+
+
+def test_two_replicas_share_the_load():
+    # two replicas at concurrency 32 behave like one engine at concurrency 16 with half the requests
+    wl = inferencex_workload(300, 100, concurrency=32, num_prompts=128, seed=8)
+    c = Cluster([eng(), eng()])
+    two = c.run(wl).metrics()
+    half = eng().run(inferencex_workload(300, 100, concurrency=16, num_prompts=64, seed=8)).metrics()
+    assert two["duration"] == pytest.approx(half["duration"], rel=0.05)
+    a, b = (e.stats.tokens_generated for e in c.all)
+    assert abs(a - b) < 0.05 * (a + b)
+
+
+def test_disaggregation_adds_the_kv_transfer_time():
+    P, O = 1000, 20
+    wl = Workload([P], [O], concurrency=1)
+    link = KVLink(latency_s=0.05, bytes_per_s=1e9, bytes_per_token=70_000)
+    r = Cluster([eng()], [eng()], link).run(wl)
+    o = r.outcomes[0]
+    cm = FakeCostModel()
+    prefill = cm.step(StepShape.from_lists(prefill=[(P, 0)])).time_s
+    transfer = 0.05 + P * 70_000 / 1e9
+    assert o.ttft_s == pytest.approx(prefill + transfer, rel=1e-12)
+    # then O - 1 decode steps at contexts P+1 .. P+O-1 on the decode worker
+    decode = sum(cm.step(StepShape.from_lists(decode_ctx=[P + i])).time_s for i in range(1, O))
+    assert o.e2el_s == pytest.approx(prefill + transfer + decode, rel=1e-12)
+    assert o.output_tokens == O
+    agg = eng().run(wl).outcomes[0]
+    assert o.ttft_s - agg.ttft_s == pytest.approx(transfer, rel=1e-9)
+
+
+def test_disaggregated_pools_complete_a_loaded_run():
+    wl = inferencex_workload(500, 100, concurrency=24, num_prompts=96, seed=9)
+    link = KVLink(1e-4, 50e9, 10_000)
+    c = Cluster([eng(), eng()], [eng(), eng(), eng()], link)
+    r = c.run(wl)
+    m = r.metrics()
+    assert m["completed"] == 96 and m["total_output_tokens"] == int(wl.output_lens.sum())
+    assert all(o.ttft_s <= o.e2el_s for o in r.outcomes)
+    assert all(e.block_manager.num_used == 0 for e in c.all)
+    assert all(e.stats.tokens_generated > 0 for e in c.decode)
+    assert r.itl_counts.sum() == sum(o.output_tokens - 1 for o in r.outcomes)
+    assert math.isclose((r.itl_values * r.itl_counts).sum(), sum(o.e2el_s - o.ttft_s for o in r.outcomes), rel_tol=1e-9)

@@ -1,0 +1,81 @@
+"""Real sweeps through the simulator (run_point), the CLI and the report, end to end."""
+
+import json
+
+import duckdb
+import pytest
+
+from jalapeno.cli import main
+from jalapeno.hardware import get_chip
+from jalapeno.models import load_model
+from jalapeno.report.recommend import recommend
+
+def _cli(args):
+    try:
+        main(args)
+    except SystemExit as exc:
+        assert exc.code in (0, None), exc.code
+
+
+SPEC = """\
+name: e2e
+models: [llama-3.1-8b]
+hardware: [h200, jalapeno]
+parallelism: [{tp: 1}, {tp: 2}, {tp: 3}]
+workloads: [{isl: 256, osl: 32}]
+concurrencies: [1, 4]
+num_prompts: 8
+slo: {ttft_ms: 1000, tpot_ms: 50}
+"""
+
+
+def test_real_sweep_cli_duckdb_and_report(tmp_path, capsys):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC)
+    out = tmp_path / "run"
+    _cli(["sweep", str(spec), "--out", str(out), "--workers", "1", "-q", "--price", "jalapeno=2.0"])
+    assert "12 points: 0 already done, 12 run (8 ok, 4 skipped, 0 errors)" in capsys.readouterr().out
+    path = str(out / "results.parquet")
+    rows = duckdb.sql(f"SELECT * FROM '{path}' WHERE status = 'ok' ORDER BY hardware, tp, concurrency").fetchall()
+    cols = [d[0] for d in duckdb.sql(f"SELECT * FROM '{path}'").description]
+    rows = [dict(zip(cols, r)) for r in rows]
+    assert len(rows) == 8
+    skipped = duckdb.sql(f"SELECT DISTINCT tp, error_kind, error FROM '{path}' WHERE status = 'skipped'").fetchall()
+    assert skipped == [(3, "layout", "not divisible: 32 attention heads over tp=3")]
+    arch = load_model("llama-3.1-8b")
+    for r in rows:
+        assert r["completed"] == 8 and r["num_chips"] == r["tp"]
+        # physical bound, independent of the cost model: every decode step reads all bf16 weights once, split over
+        # tp chips, at no more than the chip's peak HBM bandwidth
+        hbm = get_chip(r["hardware"]).main_memory.bandwidth_tbps.value * 1e12
+        bound_ms = arch.total_params() * 2 / r["tp"] / hbm * 1e3
+        assert r["median_tpot_ms"] >= bound_ms * 0.95, (r["hardware"], r["tp"], r["median_tpot_ms"], bound_ms)
+        assert r["output_throughput_per_chip"] == pytest.approx(r["output_throughput"] / r["tp"])
+        price = 2.0 if r["hardware"] == "jalapeno" else get_chip("h200").price.usd_per_hour.value
+        expect = r["tp"] * price / (r["output_throughput"] * 3600 / 1e6) / r["slo_attainment"]
+        assert r["usd_per_mtok"] == pytest.approx(expect)
+    meta = json.loads((out / "sweep.json").read_text())
+    assert meta["prices"] == {"jalapeno": 2.0}
+    # resume: nothing left to run
+    _cli(["sweep", str(spec), "--out", str(out), "--workers", "1", "-q"])
+    assert "12 already done, 0 run" in capsys.readouterr().out
+    _cli(["report", str(out), "--out", str(tmp_path / "r.html")])
+    page = (tmp_path / "r.html").read_text()
+    assert page.count("data:image/png;base64,") == 1 and "llama-3.1-8b" in page and "not divisible" in page
+
+
+def test_real_recommend_ranks_and_explains():
+    rec = recommend(
+        "llama-3.1-8b", isl=256, osl=32, ttft_slo_ms=2000, tpot_slo_ms=50, hardware=["h200", "jalapeno"],
+        max_chips=2, concurrencies=(1, 4), objective="cost", workers=1,
+    )
+    assert rec.ranked and {c.hardware for c in rec.ranked} == {"h200", "jalapeno"}
+    costs = [c.usd_per_mtok for c in rec.ranked]
+    assert costs == sorted(costs)
+    assert all(c.reason.startswith("cost more") for c in rec.ranked[1:])
+    big = recommend("llama-3.1-70b", isl=256, osl=32, ttft_slo_ms=2000, tpot_slo_ms=50, hardware=["h100"],
+                    max_chips=1, concurrencies=(1,), workers=1)
+    assert big.best is None
+    # Llama-3.1-70B has 70.6 B parameters: 141 GB in bf16, more than one 80 GB H100
+    reason = big.losers[0].reason
+    assert reason.startswith("did not fit:") and "141" in reason, reason

@@ -35,7 +35,9 @@ def _best_us(fn, number: int) -> float:
 
 
 def main() -> None:
-    print(f"python {platform.python_version()} on {platform.machine()} ({platform.processor() or 'cpu'})\n")
+    base = _best_us(lambda: sum(range(100)), 20000)
+    print(f"python {platform.python_version()} on {platform.machine()}; machine-load reference: "
+          f"sum(range(100)) takes {base:.2f} µs\n")
     print("| model | chip | parallelism | step | init (ms) | step() (µs) | breakdown() (µs) | decode_steps(k=64) (µs per step) |")
     print("|---|---|---|---|---:|---:|---:|---:|")
     for model, hw, par, kind, batch in CASES:

@@ -55,8 +55,14 @@ def engine_only(isl: np.ndarray, osl: np.ndarray, conc: int) -> dict:
         steps += 1
     wall = time.perf_counter() - t0
     cpu = time.process_time() - c0
-    return {"tokens": tokens, "wall_s": wall, "steps": steps, "tok_s": tokens / wall, "step_ms": wall / steps * 1e3,
-            "cpu_us_per_token": cpu / tokens * 1e6}
+    return {
+        "tokens": tokens,
+        "wall_s": wall,
+        "steps": steps,
+        "tok_s": tokens / wall,
+        "step_ms": wall / steps * 1e3,
+        "cpu_us_per_token": cpu / tokens * 1e6,
+    }
 
 
 def proc_cpu_s(pid: int) -> float | None:
@@ -80,8 +86,24 @@ def over_http(n: int, isl_len: int, osl_len: int, conc: int, seed: int) -> dict:
     from jalapeno.bench.runner import LoadSpec, run_benchmark
 
     port = free_port()
-    cmd = [sys.executable, "-m", "jalapeno.cli", "serve", "--backend", "sim", "--hardware", CHIP, "--model", MODEL,
-           "--time-scale", "0", "--port", str(port), "--log-level", "warning"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jalapeno.cli",
+        "serve",
+        "--backend",
+        "sim",
+        "--hardware",
+        CHIP,
+        "--model",
+        MODEL,
+        "--time-scale",
+        "0",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
     url = f"http://127.0.0.1:{port}"
     try:

@@ -32,8 +32,18 @@ def run_cli(argv: list[str]) -> None:
 def test_closed_loop_counts_and_metric_relations(tmp_path, fast_server):
     served, srv = fast_server
     n, isl, osl = 24, 64, 16
-    r = _bench(tmp_path, srv.url, "--concurrency", "8", "--num-prompts", str(n), "--input-len", str(isl),
-               "--output-len", str(osl))
+    r = _bench(
+        tmp_path,
+        srv.url,
+        "--concurrency",
+        "8",
+        "--num-prompts",
+        str(n),
+        "--input-len",
+        str(isl),
+        "--output-len",
+        str(osl),
+    )
     ref_in, ref_out = sample_lengths(n, isl, osl, 0.8, mode="ix", seed=0)  # the workload InferenceX would send
     assert r["completed"] == n and r["failed"] == 0
     assert r["total_output_tokens"] == int(ref_out.sum())  # tokens from usage, EOS ignored
@@ -69,8 +79,22 @@ def _max_overlap(reqs) -> int:
 
 def test_chat_endpoint_fixed_dataset(tmp_path, fast_server):
     _, srv = fast_server
-    r = _bench(tmp_path, srv.url, "--endpoint", "chat", "--dataset", "fixed", "--concurrency", "4",
-               "--num-prompts", "8", "--input-len", "32", "--output-len", "10")
+    r = _bench(
+        tmp_path,
+        srv.url,
+        "--endpoint",
+        "chat",
+        "--dataset",
+        "fixed",
+        "--concurrency",
+        "4",
+        "--num-prompts",
+        "8",
+        "--input-len",
+        "32",
+        "--output-len",
+        "10",
+    )
     assert r["completed"] == 8 and r["total_output_tokens"] == 80
     # server-side prompt length: the sim counts whitespace words of its chat template (32 words + roles)
     assert all(q["prompt_tokens"] >= 32 for q in r["requests"])
@@ -79,8 +103,22 @@ def test_chat_endpoint_fixed_dataset(tmp_path, fast_server):
 def test_open_loop_poisson_arrivals_and_cap(tmp_path, fast_server):
     _, srv = fast_server
     n, rate = 30, 300.0
-    r = _bench(tmp_path, srv.url, "--request-rate", str(rate), "--num-prompts", str(n), "--input-len", "32",
-               "--output-len", "8", "--max-concurrency", "3", "--seed", "5")
+    r = _bench(
+        tmp_path,
+        srv.url,
+        "--request-rate",
+        str(rate),
+        "--num-prompts",
+        str(n),
+        "--input-len",
+        "32",
+        "--output-len",
+        "8",
+        "--max-concurrency",
+        "3",
+        "--seed",
+        "5",
+    )
     assert r["completed"] == n and r["request_rate"] == rate and r["max_concurrency"] == 3
     arrivals = arrival_times(n, rate, seed=5)
     starts = sorted(q["start_s"] for q in r["requests"])
@@ -91,11 +129,35 @@ def test_open_loop_poisson_arrivals_and_cap(tmp_path, fast_server):
 
 def test_goodput(tmp_path, fast_server):
     _, srv = fast_server
-    lax = _bench(tmp_path, srv.url, "--concurrency", "2", "--num-prompts", "4", "--input-len", "16",
-                 "--output-len", "4", "--goodput", "ttft:100000 tpot:100000")
+    lax = _bench(
+        tmp_path,
+        srv.url,
+        "--concurrency",
+        "2",
+        "--num-prompts",
+        "4",
+        "--input-len",
+        "16",
+        "--output-len",
+        "4",
+        "--goodput",
+        "ttft:100000 tpot:100000",
+    )
     assert lax["slo_attainment"] == 1.0 and lax["request_goodput"] > 0
-    strict = _bench(tmp_path, srv.url, "--concurrency", "2", "--num-prompts", "4", "--input-len", "16",
-                    "--output-len", "4", "--goodput", "ttft:0.0001")
+    strict = _bench(
+        tmp_path,
+        srv.url,
+        "--concurrency",
+        "2",
+        "--num-prompts",
+        "4",
+        "--input-len",
+        "16",
+        "--output-len",
+        "4",
+        "--goodput",
+        "ttft:0.0001",
+    )
     assert strict["slo_attainment"] == 0.0
 
 
@@ -112,16 +174,40 @@ def test_no_power_without_nvidia_gpu(tmp_path, fast_server):
 
 def test_unknown_model_requests_fail_cleanly(tmp_path, fast_server, capsys):
     _, srv = fast_server
-    r = _bench(tmp_path, srv.url, "--model", "nope", "--concurrency", "2", "--num-prompts", "3", "--input-len", "8",
-               "--output-len", "2")
+    r = _bench(
+        tmp_path,
+        srv.url,
+        "--model",
+        "nope",
+        "--concurrency",
+        "2",
+        "--num-prompts",
+        "3",
+        "--input-len",
+        "8",
+        "--output-len",
+        "2",
+    )
     assert r["completed"] == 0 and r["failed"] == 3
     assert all("does not exist" in q["error"] for q in r["requests"])
     assert "every request failed" in capsys.readouterr().out
 
 
 def test_unreachable_server_fails_requests_without_traceback(tmp_path):
-    r = _bench(tmp_path, "http://127.0.0.1:9", "--model", "m", "--concurrency", "1", "--num-prompts", "2",
-               "--input-len", "8", "--output-len", "2")
+    r = _bench(
+        tmp_path,
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        "--concurrency",
+        "1",
+        "--num-prompts",
+        "2",
+        "--input-len",
+        "8",
+        "--output-len",
+        "2",
+    )
     assert r["failed"] == 2 and all(q["error"] for q in r["requests"])
 
 

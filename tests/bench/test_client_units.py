@@ -63,3 +63,30 @@ def test_load_spec_validation_and_loopback():
     assert LoadSpec(concurrency=3).in_flight_cap == 3 and LoadSpec(max_concurrency=2).in_flight_cap == 2
     assert is_loopback("http://localhost:8000") and is_loopback("http://127.0.0.1")
     assert not is_loopback("https://api.example.com/v1")
+
+
+def test_power_sampler_integrates_nvml_readings(monkeypatch):
+    """No GPU here: a stand-in ``pynvml`` with two boards drawing a constant 150 W and 50 W. The sampler must
+    report their sum as the average power."""
+    import sys
+    import time
+    import types
+
+    fake = types.ModuleType("pynvml")
+    watts = {0: 150_000, 1: 50_000}  # NVML reports milliwatts
+    fake.nvmlInit = lambda: None
+    fake.nvmlShutdown = lambda: None
+    fake.nvmlDeviceGetCount = lambda: 2
+    fake.nvmlDeviceGetHandleByIndex = lambda i: i
+    fake.nvmlDeviceGetName = lambda h: b"Fake GPU"
+    fake.nvmlDeviceGetPowerUsage = lambda h: watts[h]
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    s = PowerSampler(interval_s=0.01)
+    assert s.available and s.gpus == ["Fake GPU", "Fake GPU"]
+    with s:
+        time.sleep(0.1)
+    r = s.reading
+    assert r.num_samples >= 2
+    # samples run from the thread's start to the exit of the block: close to the whole duration
+    assert r.avg_power_w == pytest.approx(200.0, rel=0.1)
+    assert r.energy_j <= 200.0 * r.duration_s + 1e-9

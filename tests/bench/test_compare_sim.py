@@ -13,19 +13,38 @@ def test_realtime_sim_server_matches_simulator(tmp_path, realtime_server, capsys
     _, srv = realtime_server
     out = tmp_path / "r.json"
     try:
-        main(["bench", "--base-url", srv.url, "--no-progress", "-o", str(out), "--concurrency", "4",
-              "--num-prompts", "12", "--input-len", "128", "--output-len", "32", "--compare-sim",
-              "--hardware", "h200", "--sim-precision", "fp8"])
+        main(
+            [
+                "bench",
+                "--base-url",
+                srv.url,
+                "--no-progress",
+                "-o",
+                str(out),
+                "--concurrency",
+                "4",
+                "--num-prompts",
+                "12",
+                "--input-len",
+                "128",
+                "--output-len",
+                "32",
+                "--compare-sim",
+                "--hardware",
+                "h200",
+                "--sim-precision",
+                "fp8",
+            ]
+        )
     except SystemExit as exc:
         assert exc.code in (0, None)
     r = json.loads(out.read_text())
     sim = r["simulated"]
     assert r["completed"] == sim["completed"] == 12
     assert r["total_output_tokens"] == sim["total_output_tokens"]
-    # step-paced quantities: within 20% of the prediction
-    for key in ("duration", "output_throughput", "median_tpot_ms", "mean_tpot_ms", "median_itl_ms",
-                "median_e2el_ms"):
-        assert r[key] == pytest.approx(sim[key], rel=0.2), key
+    # step-paced quantities: within 25% of the prediction (typically 0-5%)
+    for key in ("duration", "output_throughput", "median_tpot_ms", "mean_tpot_ms", "median_itl_ms", "median_e2el_ms"):
+        assert r[key] == pytest.approx(sim[key], rel=0.25), key
     # TTFT additionally pays the HTTP round trip and a step boundary per replacement request
     assert sim["median_ttft_ms"] * 0.8 <= r["median_ttft_ms"] <= sim["median_ttft_ms"] * 2.5 + 50
     printed = capsys.readouterr().out

@@ -53,8 +53,14 @@ def test_jsonl_file(tmp_path):
 
 def test_sharegpt_file_and_output_override(tmp_path):
     p = tmp_path / "sg.json"
-    data = [{"conversations": [{"from": "human", "value": "tell me a story"},
-                               {"from": "gpt", "value": "once upon a time there was"}]}]
+    data = [
+        {
+            "conversations": [
+                {"from": "human", "value": "tell me a story"},
+                {"from": "gpt", "value": "once upon a time there was"},
+            ]
+        }
+    ]
     p.write_text(json.dumps(data))
     r = build_requests(WorkloadSpec(dataset="file", dataset_path=p, num_prompts=1), "chat")[0]
     assert (r.prompt, r.prompt_len, r.output_len) == ("tell me a story", 4, 6)

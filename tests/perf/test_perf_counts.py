@@ -254,3 +254,17 @@ def test_topology_hops(topology, n, max_hops, expected):
     f = {"value": 100.0, "source": "test", "status": "seed"}
     link = NetworkLink(bandwidth_gbps=f, latency_us=f, topology=topology, max_hops=max_hops)
     assert hops(link, n) == expected
+
+
+def test_dp_attention_all_to_all_bytes_hand_counted():
+    cm = CostModel(DEEPSEEK_R1, H200, Parallelism(tp=8, ep=8, dp_attention=True))
+    T = 64
+    bd = cm.breakdown(StepShape.from_lists(decode_ctx=[500] * T))
+    per_rank = T / 8 * 8 * 7168 * 2 * (1 - 1 / 8)  # its tokens x top-8 copies x hidden bf16, off-rank share
+    d = bd.op("moe_dispatch")
+    assert d.net_bytes == pytest.approx(58 * 8 * per_rank, rel=1e-12)
+    assert d.time_s == pytest.approx(58 * (2.0e-6 + per_rank / (450e9 * H200.efficiency.scale_up)), rel=1e-9)
+    assert bd.op("moe_combine").net_bytes == pytest.approx(d.net_bytes)
+    # attention is split over the ranks: each chip reads only its sequences' latents
+    assert bd.op("attention").bytes["hbm"] == pytest.approx(
+        61 * ((T * 500 + T) * 576 * 2 + T * 128 * (192 + 128) * 2), rel=1e-12)

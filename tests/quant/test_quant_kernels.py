@@ -106,3 +106,44 @@ def test_triton_backend_on_cpu_without_interpreter_is_a_clear_error() -> None:
         fp8_block_matmul(torch.randn(2, 32), q, s, backend="triton")
     with pytest.raises(ConfigError, match="backend"):
         fp8_block_matmul(torch.randn(2, 32), q, s, backend="cuda")  # type: ignore[arg-type]
+
+
+def _strides(*names: str) -> dict[str, str]:
+    return {n: "i32" for n in names}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cap", [90, 100])
+def test_kernels_compile_for_hopper_and_blackwell(cap: int) -> None:
+    """Ahead-of-time compile (Triton -> PTX -> ptxas cubin, no GPU needed) with the decode tiles the wrappers pick."""
+    import importlib.util
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from jalapeno.kernels import fp8_matmul, mxfp4_matmul
+
+    spec = importlib.util.find_spec("triton.backends.nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("triton's NVIDIA backend is not installed")
+    common = {"M": "i32", "N": "i32", "K": "i32", "K_PER_SPLIT": "i32"}
+    tail = ("stride_sn", "stride_sk", "stride_ys", "stride_ym", "stride_yn")
+    bm, bn, bk, _, warps = fp8_matmul._pick_tiles(1, 2048, 7168, 128, on_gpu=True)
+    const = dict(SCALE_BN=128, SCALE_BK=128, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT_FP32=False)
+    sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "y_ptr": "*fp32", **common}
+    sig |= _strides("stride_xm", "stride_xk", "stride_qn", "stride_qk", *tail) | dict.fromkeys(const, "constexpr")
+    src = ASTSource(fp8_matmul._fp8_block_matmul_kernel, sig, constexprs=const)
+    try:
+        triton.compile(src, target=GPUTarget("cuda", cap, 32), options={"num_warps": warps})
+    except RuntimeError as exc:  # no ptxas for this target in this triton build
+        if "ptxas" in str(exc).lower():
+            pytest.skip(f"ptxas unavailable: {exc}")
+        raise
+    bm, bn, bk, _, warps = mxfp4_matmul._pick_tiles(1, 2880, 2880, on_gpu=True)
+    const = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT_FP32=False)
+    sig = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*u8", "y_ptr": "*fp32", **common}
+    sig |= _strides("stride_xm", "stride_xk", "stride_pn", "stride_pk", *tail) | dict.fromkeys(const, "constexpr")
+    src = ASTSource(mxfp4_matmul._mxfp4_matmul_kernel, sig, constexprs=const)
+    compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32), options={"num_warps": warps})
+    assert compiled.asm.get("cubin"), "no cubin produced"

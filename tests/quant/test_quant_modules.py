@@ -175,3 +175,15 @@ def test_mxfp4_experts_from_gpt_oss_checkpoint_layout() -> None:
         experts.linear(x, e)
     with pytest.raises(ConfigError, match="do not match"):
         mxfp4_experts_from_checkpoint(packed, scales[:, :, :1])
+
+
+def test_linear_weight_decodes_quantized_layers() -> None:
+    from jalapeno.quant import linear_weight
+
+    lin = nn.Linear(64, 40)
+    assert linear_weight(lin) is lin.weight
+    assert linear_weight(lin, torch.bfloat16).dtype == torch.bfloat16
+    for q in (Fp8BlockLinear.from_linear(lin), Mxfp4Linear.from_linear(lin)):
+        w = linear_weight(q)
+        assert w.dtype == torch.float32 and w.shape == (40, 64)
+        assert torch.equal(w, _float_copy(nn.Sequential(q))[0].weight.detach())

@@ -27,7 +27,9 @@ def url(sim_server):
 
 
 def test_malformed_json_is_400(url):
-    r = httpx.post(url + "/v1/completions", content=b'{"model": "x", "prompt": ', headers={"content-type": "application/json"})
+    r = httpx.post(
+        url + "/v1/completions", content=b'{"model": "x", "prompt": ', headers={"content-type": "application/json"}
+    )
     assert _check_error(r, 400)["code"] == "invalid_json"
 
 
@@ -66,7 +68,9 @@ def test_prompt_longer_than_context_is_400(url, sim_server):
 
 
 def test_unknown_model_is_404(url):
-    r = httpx.post(url + "/v1/chat/completions", json={"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})
+    r = httpx.post(
+        url + "/v1/chat/completions", json={"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}
+    )
     assert _check_error(r, 404, param="model")["code"] == "model_not_found"
 
 

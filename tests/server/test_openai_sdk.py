@@ -63,7 +63,10 @@ def test_plain_chat_completion(client):
 
 def test_streamed_chat_sends_role_with_first_content(client):
     stream = client.chat.completions.create(
-        model=SIM_MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3, stream=True,
+        model=SIM_MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=3,
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)

@@ -14,8 +14,14 @@ MODEL = "llama-3.1-8b"
 
 
 async def _stream(client: httpx.AsyncClient, url: str, n: int, i: int) -> tuple[int, list[str], dict | None]:
-    body = {"model": MODEL, "prompt": f"request {i} " + "w " * (i % 17), "max_tokens": n, "stream": True,
-            "stream_options": {"include_usage": True}, "ignore_eos": True}
+    body = {
+        "model": MODEL,
+        "prompt": f"request {i} " + "w " * (i % 17),
+        "max_tokens": n,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+    }
     texts: list[str] = []
     usage = None
     async with client.stream("POST", url + "/v1/completions", json=body) as r:
@@ -79,20 +85,19 @@ def test_200_aborted_streams_free_every_kv_block(slow_server):
             async for line in r.aiter_lines():
                 if line.startswith("data: ") and '"text"' in line:
                     got += 1
+                    if got == 1:  # this stream is running: its KV blocks are in use
+                        seen_in_use.append(served.engine.stats.kv_blocks_used)
                     if got == 3:
                         break  # leaving the block closes the connection mid-stream
         return got
 
     async def main():
         async with httpx.AsyncClient(limits=httpx.Limits(max_connections=220), timeout=60) as client:
-            tasks = [asyncio.create_task(one(client)) for _ in range(200)]
-            await asyncio.sleep(0.3)
-            seen_in_use.append(served.engine.stats.kv_blocks_used)
-            return await asyncio.gather(*tasks)
+            return await asyncio.gather(*(one(client) for _ in range(200)))
 
     got = asyncio.run(main())
     assert got == [3] * 200
-    assert seen_in_use[0] > 0  # the streams really held KV while running
+    assert len(seen_in_use) == 200 and min(seen_in_use) > 0  # the streams really held KV while running
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if _metric(srv.url, "jalapeno_kv_blocks_used") == 0 and _metric(srv.url, "jalapeno_num_requests_running") == 0:
@@ -114,7 +119,9 @@ def test_metrics_endpoint_counts_tokens(sim_server):
     assert r.json()["usage"]["completion_tokens"] == 9
     assert _metric(srv.url, "jalapeno_generation_tokens_total") == before + 9
     text = httpx.get(srv.url + "/metrics").text
-    assert "jalapeno_time_to_first_token_seconds_count" in text and "jalapeno_time_per_output_token_seconds_count" in text
+    assert (
+        "jalapeno_time_to_first_token_seconds_count" in text and "jalapeno_time_per_output_token_seconds_count" in text
+    )
     assert _metric(srv.url, "jalapeno_kv_blocks_total") == served_total(srv)
 
 
@@ -128,3 +135,16 @@ def test_two_apps_have_separate_registries(make_sim_server):
     httpx.post(sa.url + "/v1/completions", json={"model": MODEL, "prompt": "a", "max_tokens": 4})
     assert _metric(sa.url, "jalapeno_generation_tokens_total") == 4
     assert _metric(sb.url, "jalapeno_generation_tokens_total") == 0
+
+
+def test_non_streamed_request_whose_client_leaves_is_aborted(slow_server):
+    served, srv = slow_server
+    body = {"model": MODEL, "prompt": "x " * 50, "max_tokens": 3000, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(srv.url + "/v1/completions", json=body, timeout=httpx.Timeout(10, read=0.5))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and served.engine.stats.running + served.engine.stats.waiting:
+        time.sleep(0.05)
+    st = served.engine.stats
+    assert st.running == 0 and st.waiting == 0 and st.kv_blocks_used == 0
+    assert st.tokens_generated < 200 * 2000 / 4 + 3000  # stopped long before 3000 tokens

@@ -41,8 +41,9 @@ def test_chat_completion_returns_text_and_usage(cpu_server):
     ref_ids = ref["input_ids"] if isinstance(ref, dict) or hasattr(ref, "keys") else ref
     assert r.usage.prompt_tokens == len(ref_ids)
     # greedy decoding: the streamed text is the same text, and carries the role with the first content
-    stream = client.chat.completions.create(model=served.config.model_name, messages=msgs, max_tokens=8,
-                                            temperature=0, stream=True)
+    stream = client.chat.completions.create(
+        model=served.config.model_name, messages=msgs, max_tokens=8, temperature=0, stream=True
+    )
     chunks = [c for c in stream if c.choices]
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == text
@@ -54,7 +55,8 @@ def test_stop_token_ids_end_generation(cpu_server):
     name, prompt = served.config.model_name, "The capital of France is"
     free = client.completions.create(model=name, prompt=prompt, max_tokens=3, temperature=0)
     first_id = served.codec.encode(free.choices[0].text)[0]
-    stopped = client.completions.create(model=name, prompt=prompt, max_tokens=3, temperature=0,
-                                        extra_body={"stop_token_ids": [first_id]})
+    stopped = client.completions.create(
+        model=name, prompt=prompt, max_tokens=3, temperature=0, extra_body={"stop_token_ids": [first_id]}
+    )
     assert stopped.choices[0].finish_reason == "stop"
     assert stopped.choices[0].text == "" and stopped.usage.completion_tokens == 1

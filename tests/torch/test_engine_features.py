@@ -53,7 +53,6 @@ def test_chunked_prefill_keeps_outputs(tiny_model):
     backend = RecordingBackend(path)
     engine = Engine(backend, EngineConfig(block_size=4, max_num_batched_tokens=6, max_num_seqs=3))
     outs = _run(engine, prompts)
-    first_id = engine_seq_ids = None  # noqa: F841
     chunked = [c for c in backend.chunks if c[1] > 0 and c[2] > 1]  # a prefill chunk after a cached part
     assert chunked, "the 6-token budget must split the 23-token prompt"
     assert outs == [hf_greedy(hf, p, 24) for p in prompts]
@@ -64,13 +63,16 @@ def test_prefix_caching_reuses_blocks_and_keeps_outputs(tiny_model):
     shared = _prompts((13,), seed=5)[0]
     tails = _prompts((3, 6), seed=6)
     prompts = [shared + [7], shared + tails[0], shared + tails[1]]
-    backend = TorchBackend(path)
-    engine = Engine(backend, EngineConfig(block_size=4, max_num_batched_tokens=64, enable_prefix_caching=True))
+    backend = RecordingBackend(path)
+    engine = Engine(backend, EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=4, enable_prefix_caching=True))
     first = engine.add_request(prompts[0], GREEDY)
     engine.step()  # prefill of the first prompt registers its full blocks
     later = [engine.add_request(p, GREEDY) for p in prompts[1:]]
     while engine.has_unfinished():
         engine.step()
-    assert all(s.num_cached_tokens >= 12 for s in later)
+    first_chunk = {}
+    for seq_id, start, _ in backend.chunks:
+        first_chunk.setdefault(seq_id, start)
+    assert [first_chunk[s.seq_id] for s in later] == [12, 12]  # 3 shared blocks of 4 tokens were not recomputed
     outs = [first.output_token_ids] + [s.output_token_ids for s in later]
     assert outs == [hf_greedy(hf, p, 24) for p in prompts]

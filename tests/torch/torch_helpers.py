@@ -100,5 +100,7 @@ def build_hf(family: str):
 
 def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
     """Reference: transformers ``generate`` (greedy, one prompt at a time, no EOS stop)."""
-    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None)
+    ids = torch.tensor([prompt])
+    mask = torch.ones_like(ids)  # explicit: HF would otherwise treat pad-id tokens in the prompt as padding
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, eos_token_id=None)
     return out[0, len(prompt) :].tolist()

@@ -111,9 +111,7 @@ async def send_request(
     st = time.perf_counter()
     out.start_s = st - t0
     try:
-        async with client.stream(
-            "POST", cfg.url, json=payload, headers=cfg.headers(), timeout=cfg.timeout_s
-        ) as resp:
+        async with client.stream("POST", cfg.url, json=payload, headers=cfg.headers(), timeout=cfg.timeout_s) as resp:
             if resp.status_code != 200:
                 body = (await resp.aread()).decode(errors="replace")
                 out.error = f"HTTP {resp.status_code}: {_error_message(body)}"

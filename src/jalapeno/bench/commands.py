@@ -6,7 +6,6 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -21,33 +20,49 @@ def bench(
     base_url: str = typer.Option("http://127.0.0.1:8000", "--base-url", help="Server root (…/v1 is appended)."),
     endpoint: str = typer.Option("completions", "--endpoint", help="completions | chat"),
     model: str = typer.Option("", "--model", help="Model name sent in requests (default: the server's first)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="Bearer token."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="Bearer token."),
     dataset: str = typer.Option("random", "--dataset", help="random | fixed | file"),
-    dataset_path: Optional[Path] = typer.Option(None, "--dataset-path", help="JSONL ({prompt, output_len}) or ShareGPT JSON."),
+    dataset_path: Path | None = typer.Option(
+        None, "--dataset-path", help="JSONL ({prompt, output_len}) or ShareGPT JSON."
+    ),
     input_len: int = typer.Option(1024, "--input-len", help="Input length L (tokens)."),
-    output_len: Optional[int] = typer.Option(None, "--output-len", help="Output length L (tokens; default 1024)."),
-    range_ratio: float = typer.Option(0.8, "--random-range-ratio", help="r: lengths in [r·L, L] (ix) or [L(1−r), L(1+r)] (vllm)."),
+    output_len: int | None = typer.Option(None, "--output-len", help="Output length L (tokens; default 1024)."),
+    range_ratio: float = typer.Option(
+        0.8, "--random-range-ratio", help="r: lengths in [r·L, L] (ix) or [L(1−r), L(1+r)] (vllm)."
+    ),
     range_mode: str = typer.Option("ix", "--range-mode", help="ix (InferenceX) | vllm"),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Local HF tokenizer folder to decode random ids to text."),
+    tokenizer: str | None = typer.Option(
+        None, "--tokenizer", help="Local HF tokenizer folder to decode random ids to text."
+    ),
     vocab_size: int = typer.Option(32000, "--vocab-size", help="Random token ids are drawn from [100, vocab-size)."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Closed loop: requests kept in flight."),
-    request_rate: float = typer.Option(math.inf, "--request-rate", help="Open loop: requests/s (Poisson); inf = all at once."),
-    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", help="Cap on in-flight requests (open loop)."),
+    concurrency: int | None = typer.Option(None, "--concurrency", help="Closed loop: requests kept in flight."),
+    request_rate: float = typer.Option(
+        math.inf, "--request-rate", help="Open loop: requests/s (Poisson); inf = all at once."
+    ),
+    max_concurrency: int | None = typer.Option(
+        None, "--max-concurrency", help="Cap on in-flight requests (open loop)."
+    ),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of inter-arrivals (1 = Poisson)."),
-    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Requests (default 10 × concurrency)."),
+    num_prompts: int | None = typer.Option(None, "--num-prompts", help="Requests (default 10 × concurrency)."),
     num_warmups: int = typer.Option(0, "--num-warmups", help="Warm-up requests sent first, not measured."),
     goodput: list[str] = typer.Option([], "--goodput", help="SLOs, e.g. --goodput 'ttft:200 tpot:50'."),
     ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="Send ignore_eos: true (vLLM)."),
     seed: int = typer.Option(0, "--seed"),
     num_chips: int = typer.Option(1, "--num-chips", help="Chips behind the endpoint (per-chip throughput)."),
-    power: Optional[bool] = typer.Option(None, "--power/--no-power", help="Sample local NVIDIA GPU power (default: when the server is on 127.0.0.1/localhost)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write results JSON here."),
+    power: bool | None = typer.Option(
+        None,
+        "--power/--no-power",
+        help="Sample local NVIDIA GPU power (default: when the server is on 127.0.0.1/localhost).",
+    ),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write results JSON here."),
     save_detailed: bool = typer.Option(False, "--save-detailed", help="Add per-request timings to the JSON."),
     compare_sim: bool = typer.Option(False, "--compare-sim", help="Also simulate the same workload and compare."),
-    hardware: Optional[str] = typer.Option(None, "--hardware", help="Chip for --compare-sim."),
-    sim_model: Optional[str] = typer.Option(None, "--sim-model", help="Catalogue model for --compare-sim (default --model)."),
+    hardware: str | None = typer.Option(None, "--hardware", help="Chip for --compare-sim."),
+    sim_model: str | None = typer.Option(
+        None, "--sim-model", help="Catalogue model for --compare-sim (default --model)."
+    ),
     tp: int = typer.Option(1, "--tp", help="Tensor parallelism for --compare-sim."),
-    sim_precision: Optional[str] = typer.Option(None, "--sim-precision", help="Weight precision for --compare-sim."),
+    sim_precision: str | None = typer.Option(None, "--sim-precision", help="Weight precision for --compare-sim."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
     """Benchmark an OpenAI-compatible server with vLLM's metric definitions (TTFT, TPOT, ITL, E2EL, goodput)."""

@@ -4,7 +4,7 @@ virtual clock — and return the same metrics object as the measurement."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -134,7 +134,9 @@ def _record(rec: Any, where: str) -> tuple[str | list[int], str | None, int | No
         return p, rec.get("completion") or rec.get("response"), explicit
     conv = rec.get("conversations") or rec.get("messages")
     if isinstance(conv, list) and conv:
-        turns = [(t.get("from") or t.get("role"), t.get("value") or t.get("content")) for t in conv if isinstance(t, dict)]
+        turns = [
+            (t.get("from") or t.get("role"), t.get("value") or t.get("content")) for t in conv if isinstance(t, dict)
+        ]
         user = next((v for r, v in turns if r in ("human", "user") and isinstance(v, str)), None)
         reply = next((v for r, v in turns if r in ("gpt", "assistant") and isinstance(v, str)), None)
         if user:

@@ -15,8 +15,9 @@ import asyncio
 import datetime as _dt
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlparse
 
 import httpx
@@ -175,7 +176,11 @@ def run_benchmark(
 
     sampler = PowerSampler() if measure else None
     if sampler is None:
-        note = "power not measured: the server is not on this machine" if power is None else "power not measured (--no-power)"
+        note = (
+            "power not measured: the server is not on this machine"
+            if power is None
+            else "power not measured (--no-power)"
+        )
     elif not sampler.available:
         note = f"power not measured: {sampler.reason}"
     else:
@@ -206,7 +211,7 @@ def run_benchmark(
             note = "power not measured: too few NVML samples"
     metrics = compute_metrics(outcomes, duration, num_chips=num_chips, energy_j=energy, slo=slo)
     meta: dict[str, Any] = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "base_url": cfg.base_url,
         "endpoint": cfg.endpoint,
         "model": cfg.model,

@@ -55,13 +55,19 @@ def print_summary(console: Console, metrics: dict, power_note: str, title: str =
     if "request_goodput" in metrics:
         t.add_row("Request goodput (req/s)", _fmt("{:.2f}", metrics["request_goodput"]))
         t.add_row("SLO attainment", _fmt("{:.1%}", metrics["slo_attainment"]))
-    for name, label in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st)"),
-                        ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
+    for name, label in (
+        ("ttft", "Time to First Token"),
+        ("tpot", "Time per Output Token (excl. 1st)"),
+        ("itl", "Inter-token Latency"),
+        ("e2el", "End-to-end Latency"),
+    ):
         t.add_section()
         t.add_row(f"[bold]{label}[/]", "")
         for stat in ("mean", "median", "p90", "p99"):
-            t.add_row(f"  {stat.capitalize() if stat[0] != 'p' else stat.upper()} {name.upper()} (ms)",
-                      _fmt("{:.2f}", metrics.get(f"{stat}_{name}_ms")))
+            t.add_row(
+                f"  {stat.capitalize() if stat[0] != 'p' else stat.upper()} {name.upper()} (ms)",
+                _fmt("{:.2f}", metrics.get(f"{stat}_{name}_ms")),
+            )
     t.add_section()
     if metrics.get("power_measured"):
         t.add_row("Average power (W)", _fmt("{:.1f}", metrics["avg_power_w"]))

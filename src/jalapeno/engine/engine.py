@@ -200,14 +200,15 @@ class Engine:
         self.num_steps += n_steps
         self.energy_j += result.energy_j
         chunks = batch.chunks
-
         counts = result.token_counts
-        tokens = result.tokens
+        if counts is None:
+            counts = [len(t) for t in result.tokens]
+        tokens = result.tokens if result.tokens else None
+        nd = batch.num_decodes
         bm = self.block_manager
-        spec = self.config.num_speculative_tokens
         prefix = bm.prefix_caching
         max_len = self.config.max_model_len
-        trim = spec or n_steps < batch.num_steps
+        trim = self.config.num_speculative_tokens > 0 or n_steps < batch.num_steps
         generated = prefilled = 0
         common = 0  # sequences whose previous token came at t0 (their first gap is t_first - t0)
         finished: list[Sequence] = []
@@ -215,20 +216,20 @@ class Engine:
         for i, c in enumerate(chunks):
             seq = c.seq
             out = seq.num_output_tokens
-            if not (out and c.start >= seq.prompt_len + out - 1):
+            if (i >= nd) if nd is not None else (not out or c.start < seq.prompt_len + out - 1):
                 prefilled += c.num_tokens
-            if not c.sample:
+            new = counts[i]
+            if not new:  # a prefill chunk that does not end the prompt
                 seq.num_computed_tokens = c.start + c.num_tokens
                 if prefix:
                     bm.register_full_blocks(seq)
                 continue
-            new = counts[i] if counts is not None else len(tokens[i])
             left = seq.max_tokens - out
             if new > left:
                 new = left
             reason = None
             new_ids: list[int] = []
-            if seq.output_token_ids is not None and counts is None:
+            if tokens is not None and seq.output_token_ids is not None:
                 new_ids = list(tokens[i][:new])
                 sp = seq.sampling
                 if sp.stop_token_ids and not sp.ignore_eos:
@@ -244,12 +245,13 @@ class Engine:
             if prefix:
                 bm.register_full_blocks(seq)
             generated += new
-            if seq.last_token_s == t0:
+            last = seq.last_token_s
+            if last == t0:
                 common += 1
-            elif seq.first_token_s is None:
+            elif last is None:
                 seq.first_token_s = t_first
             else:
-                itl_v.append(t_first - seq.last_token_s)
+                itl_v.append(t_first - last)
                 itl_c.append(1)
             seq.last_token_s = t_last
             if reason is None and (out >= seq.max_tokens or (max_len is not None and seq.prompt_len + out >= max_len)):
@@ -270,7 +272,7 @@ class Engine:
                         new,
                         reason is not None,
                         seq.finish_reason if reason is not None else None,
-                        seq.num_output_tokens,
+                        out,
                         seq.prompt_len,
                     )
                 )
@@ -280,7 +282,9 @@ class Engine:
             itl_v.append(t_first - t0)
             itl_c.append(common)
         if finished:
-            self.scheduler.running = [s for s in self.scheduler.running if s.status is SeqStatus.RUNNING]
+            running = self.scheduler.running
+            for seq in finished:
+                running.remove(seq)
         last_is_decode = n_steps > 1 or prefilled == 0
         self.last_decode_step_s = durations[-1] if last_is_decode and not finished else 0.0
         return finished

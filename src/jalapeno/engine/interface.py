@@ -109,6 +109,9 @@ class ScheduledBatch:
     #: (the next external arrival). ``None``: run all ``num_steps``. Report the steps run in ``step_durations``.
     stop_at_s: float | None = None
     start_s: float = 0.0
+    #: when set, ``chunks[:num_decodes]`` are the decode chunks (each feeds a sequence's newest token on)
+    #: and the rest are prefill chunks (the scheduler orders them so); None: not stated
+    num_decodes: int | None = None
 
     @property
     def num_prefill_tokens(self) -> int:

@@ -42,6 +42,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self._num_decodes = 0  # decode chunks at the head of the batch being built
 
     # --- queue management ---------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -89,57 +90,69 @@ class Scheduler:
         """Choose the next step's chunks (None when nothing can run). ``max_steps`` > 1 allows a multi-step
         batch (the backend's :attr:`~jalapeno.engine.interface.Backend.max_multi_step`).
 
-        A running sequence's decode :class:`SeqChunk` is reused from step to step (its ``start`` updated):
-        a batch's chunks are valid until the next call."""
+        Chunks come decodes first (``batch.num_decodes`` of them), then prefill chunks. A running sequence's
+        decode :class:`SeqChunk` is reused from step to step (its ``start`` updated): a batch's chunks are
+        valid until the next call."""
         cfg = self.config
         bm = self.bm
         bs = bm.block_size
         running = self.running
-        per_decode = 1 + cfg.num_speculative_tokens
-        budget = cfg.max_num_batched_tokens
+        per = 1 + cfg.num_speculative_tokens
         chunks: list[SeqChunk] = []
+        self._num_decodes = 0
         preempted = False
-        max_len = cfg.max_model_len
+        #: fewest steps any scheduled sequence can take before finishing (multi-step bound)
+        k_left = max_steps
 
-        for want_decode in (True, False):
-            i = 0
-            while i < len(running) and budget > 0:
-                seq = running[i]
-                i += 1
-                start = seq.num_computed_tokens
-                out = seq.num_output_tokens
-                decoding = out > 0 and start >= seq.prompt_len + out - 1
-                if decoding is not want_decode:
+        # 1. running decodes, oldest first (the config guarantees the budget covers them all)
+        partial: list[Sequence] = []  # running sequences still prefilling, for step 2
+        i = 0
+        while i < len(running):
+            seq = running[i]
+            i += 1
+            start = seq.num_computed_tokens
+            out = seq.num_output_tokens
+            if not out or start < seq.prompt_len + out - 1:
+                partial.append(seq)
+                continue
+            if -(-(start + per) // bs) > seq.num_blocks and not bm.reserve(seq, start + per):
+                preempted = True
+                if not self._make_room(seq, start + per, chunks):
+                    i -= 1  # seq itself was preempted: running[i] is the next one
                     continue
-                n = per_decode if decoding else min(seq.prompt_len + out - start, budget)
-                if -(-(start + n) // bs) > seq.num_blocks:
-                    while not bm.reserve(seq, start + n):
-                        victim = running[-1]
-                        if victim is not seq:
-                            for j, c in enumerate(chunks):  # a decode scheduled earlier in this step
-                                if c.seq is victim:
-                                    budget += c.num_tokens
-                                    del chunks[j]
-                                    break
-                        self._preempt(victim)
-                        preempted = True
-                        if victim is seq:
-                            break
-                    if seq.status is not SeqStatus.RUNNING:
-                        i -= 1
-                        continue
-                if decoding:
-                    ch = seq.decode_chunk
-                    if ch is None:
-                        ch = seq.decode_chunk = SeqChunk(seq, start, n, True)
-                    else:
-                        ch.start = start
-                    chunks.append(ch)
-                else:
-                    chunks.append(SeqChunk(seq, start, n, start + n >= seq.prompt_len + out))
-                budget -= n
+            ch = seq.decode_chunk
+            if ch is None:
+                ch = seq.decode_chunk = SeqChunk(seq, start, per, True)
+            else:
+                ch.start = start
+            chunks.append(ch)
+            self._num_decodes += 1
+            kk = (seq.max_tokens - out - 1) // per + 1  # finishing *at* step K is fine, before it is not
+            if kk < k_left:
+                k_left = kk
+        budget = cfg.max_num_batched_tokens - per * len(chunks)
+        all_sample = True
 
-        admission_may_change = False
+        # 2. running prefills (chunked), oldest first
+        for seq in partial:
+            if budget <= 0:
+                break
+            if seq.status is not SeqStatus.RUNNING:  # preempted above
+                continue
+            start = seq.num_computed_tokens
+            total = seq.prompt_len + seq.num_output_tokens
+            n = min(total - start, budget)
+            if -(-(start + n) // bs) > seq.num_blocks and not bm.reserve(seq, start + n):
+                preempted = True
+                if not self._make_room(seq, start + n, chunks):
+                    continue
+            chunks.append(SeqChunk(seq, start, n, start + n >= total))
+            budget -= n
+        if preempted:
+            budget = cfg.max_num_batched_tokens - sum(c.num_tokens for c in chunks)
+
+        # 3. admissions, first come first served (none in a step that had to preempt)
+        admission_may_change = preempted and self._could_admit_next(per)
         if not preempted:
             waiting = self.waiting
             while waiting and len(running) < cfg.max_num_seqs:
@@ -166,31 +179,55 @@ class Scheduler:
         if not chunks:
             return None
         steps = 1
-        if (
-            max_steps > 1
-            and not preempted
-            and not admission_may_change
-            and len(chunks) == len(running)
-            and (max_len is None or all(c.seq.num_tokens + max_steps * per_decode < max_len for c in chunks))
-        ):
-            steps = self._multi_step(chunks, max_steps, per_decode)
-        return ScheduledBatch(chunks, num_steps=steps)
+        if max_steps > 1 and k_left > 1 and not admission_may_change and len(chunks) == len(running):
+            for c in chunks[self._num_decodes :]:  # the prompts: every one must finish its prefill now
+                seq = c.seq
+                if not c.sample:
+                    k_left = 1
+                    break
+                k_left = min(k_left, (seq.max_tokens - seq.num_output_tokens - 1) // per + 1)
+            max_len = cfg.max_model_len
+            if max_len is not None:
+                k_left = min(k_left, *((max_len - c.seq.num_tokens - 1) // per + 1 for c in chunks))
+            if k_left > 1:
+                steps = self._multi_step(chunks, k_left, per)
+        return ScheduledBatch(chunks, num_steps=steps, num_decodes=self._num_decodes)
 
-    def _multi_step(self, chunks: list[SeqChunk], max_steps: int, per_step: int) -> int:
-        """Largest K <= max_steps such that the batch stays the same for K steps: every chunk samples (step 1
-        may finish prompts; steps 2..K decode every sequence), none can finish before step K (at most
-        ``per_step`` tokens a step), and KV blocks for all K steps fit. Reserves those blocks."""
-        k = max_steps
-        for c in chunks:
-            if not c.sample:
-                return 1
-            seq = c.seq
-            # finishing *at* step K is fine, before it is not: (K-1)·per_step < tokens left
-            kk = (seq.max_tokens - seq.num_output_tokens - 1) // per_step + 1
-            if kk < k:
-                k = kk
-                if k <= 1:
-                    return 1
+    def _make_room(self, seq: Sequence, num_tokens: int, chunks: list[SeqChunk]) -> bool:
+        """Preempt the newest running sequences until ``seq`` gets blocks for ``num_tokens`` tokens.
+        Returns False when ``seq`` itself had to go. Drops the chunk of any victim scheduled this step."""
+        while True:
+            victim = self.running[-1]
+            if victim is not seq:
+                for j, c in enumerate(chunks):
+                    if c.seq is victim:
+                        del chunks[j]
+                        if j < self._num_decodes:
+                            self._num_decodes -= 1
+                        break
+            self._preempt(victim)
+            if victim is seq:
+                return False
+            if self.bm.reserve(seq, num_tokens):
+                return True
+
+    def _could_admit_next(self, per_decode: int) -> bool:
+        """After a step that preempted (and so admitted nothing): could the next step admit the head of the
+        queue, if the running batch stays as it is? Free blocks only shrink meanwhile, so False stays False."""
+        cfg = self.config
+        if not self.waiting or len(self.running) >= cfg.max_num_seqs:
+            return False
+        seq = self.waiting[0]
+        start = seq.num_computed_tokens
+        left = seq.num_tokens - start
+        n = min(left, cfg.max_num_batched_tokens - per_decode * len(self.running))
+        if n <= 0 or (n < left and not cfg.enable_chunked_prefill):
+            return False
+        return self.bm.blocks_needed(seq, start + n) <= self.bm.num_free
+
+    def _multi_step(self, chunks: list[SeqChunk], k: int, per_step: int) -> int:
+        """Largest K <= k (no sequence can finish before step K) for which KV blocks for all K steps fit;
+        reserves them. Step 1's blocks are already held."""
         bm = self.bm
         if bm.reserve_chunks(chunks, (k - 1) * per_step):
             return k
@@ -200,22 +237,17 @@ class Scheduler:
         bs = bm.block_size
         free = bm.num_free
         firsts = [(c.seq.num_blocks * bs - c.start - c.num_tokens) // per_step + 2 for c in chunks]
-        hi = min(k, min(heapq.nsmallest(free + 1, firsts)[-1] - 1, k) if len(firsts) > free else k)
+        hi = min(k, heapq.nsmallest(free + 1, firsts)[-1] - 1) if len(firsts) > free else k
+        if hi <= 1 or bm.reserve_chunks(chunks, (hi - 1) * per_step):
+            return max(hi, 1)
         lo = 1
-
-        def fits(steps: int) -> bool:
-            add = (steps - 1) * per_step
-            return sum(max(0, -(-(c.start + c.num_tokens + add) // bs) - c.seq.num_blocks) for c in chunks) <= free
-
-        if hi > 1 and not fits(hi):
-            hi_bad = hi
-            while hi_bad - lo > 1:
-                mid = (lo + hi_bad) // 2
-                if fits(mid):
-                    lo = mid
-                else:
-                    hi_bad = mid
-            hi = lo
-        if hi > 1:
-            bm.reserve_chunks(chunks, (hi - 1) * per_step)
-        return max(hi, 1)
+        while hi - lo > 1:  # rare: some sequence needs two blocks
+            mid = (lo + hi) // 2
+            add = (mid - 1) * per_step
+            if sum(max(0, -(-(c.start + c.num_tokens + add) // bs) - c.seq.num_blocks) for c in chunks) <= free:
+                lo = mid
+            else:
+                hi = mid
+        if lo > 1:
+            bm.reserve_chunks(chunks, (lo - 1) * per_step)
+        return lo

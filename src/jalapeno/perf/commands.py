@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from jalapeno.errors import ConfigError
+from jalapeno.errors import CapacityError, ConfigError
 
 
 def _shape(phase: str, batch: int, context: int, window: int | None):
@@ -82,8 +82,12 @@ def register(app: typer.Typer) -> None:
         chip = get_chip(hardware, hardware_dir) if hardware_dir else get_chip(hardware)
         cm = CostModel(arch, chip, Parallelism(tp=tp, ep=ep, pp=pp, dp=dp, dp_attention=dp_attention),
                        Precision(weights=weight_dtype, kv=kv_dtype))
-        bd = cm.breakdown(_shape(phase, batch, context, arch.sliding_window))
-        plan = cm.memory_plan()
+        shape = _shape(phase, batch, context, arch.sliding_window)
+        bd = cm.breakdown(shape)
+        try:  # KV capacity with an activation reserve sized for this step
+            kv_cap: int | str = cm.memory_plan(max_batch_tokens=max(1, shape.tokens)).kv_capacity_tokens
+        except CapacityError as exc:
+            kv_cap = f"0 ({exc})"
         totals = bd.totals()
         if plot is not None:
             from jalapeno.perf.plot import roofline_chart
@@ -98,25 +102,23 @@ def register(app: typer.Typer) -> None:
                 "model": arch.name, "hardware": chip.key, "parallelism": cm.parallel.describe(),
                 "num_chips": cm.num_chips, "chips_per_replica": cm.chips_per_replica, "phase": phase,
                 "batch": batch, "context": context, "weight_dtypes": cm.weight_dtypes,
-                "weights_location": plan.weight_location, "sram_weight_bytes_per_chip": plan.sram_weight_bytes_per_chip,
-                "kv_capacity_tokens": plan.kv_capacity_tokens,
+                "weights_location": cm.weight_location, "kv_capacity_tokens": kv_cap,
                 "ops": [_op_dict(o) for o in bd.ops], **totals,
             }
             if plot is not None:
                 out["plot"] = str(plot)
             typer.echo(json.dumps(out, indent=2))
             return
-        _print_table(cm, bd, plan, phase, batch, context, plot)
+        _print_table(cm, bd, kv_cap, phase, batch, context, plot)
 
 
-def _print_table(cm, bd, plan, phase, batch, context, plot) -> None:
+def _print_table(cm, bd, kv_cap, phase, batch, context, plot) -> None:
     from rich.console import Console
     from rich.table import Table
 
     levels = sorted({k for o in bd.ops for k in o.bytes})
     t = Table(title=f"{cm.model.name} on {cm.chips_per_replica}x{cm.chip.key} ({cm.parallel.describe()}) — {phase}, "
-                    f"batch {batch}, context {context}; weights in {plan.weight_location}"
-                    + (f" ({plan.notes[0]})" if plan.notes and not plan.weights_in_sram else ""))
+                    f"batch {batch}, context {context}; weights in {cm.weight_location}")
     cols = ["op", "layers", "dtype", "FLOPs", *[f"bytes {lv}" for lv in levels], "net bytes", "FLOP/B", "time",
             "bound", "share"]
     for col in cols:
@@ -131,11 +133,13 @@ def _print_table(cm, bd, plan, phase, batch, context, plot) -> None:
     c = Console()
     c.print(t)
     tot = bd.totals()
+    cap = f"{kv_cap:,}" if isinstance(kv_cap, int) else kv_cap
     c.print(
         f"step_time_s {tot['step_time_s']:.6g}  flops {_si(tot['flops'])}  bytes {_si(tot['bytes'], 'B')}  "
         f"arithmetic_intensity {tot['arithmetic_intensity']:.3g} FLOP/B  energy_j {tot['energy_j']:.4g}  "
-        f"avg_power_w {tot['avg_power_w']:.4g} ({cm.chips_per_replica} chips)  tokens_per_s {tot['tokens_per_s']:.4g}  "
-        f"joules_per_token {tot['joules_per_token']:.4g}  kv_capacity_tokens {plan.kv_capacity_tokens:,}"
+        f"avg_power_w {tot['avg_power_w']:.4g} ({cm.chips_per_replica} chips)  "
+        f"tokens_per_s {tot['tokens_per_s']:.4g}  joules_per_token {tot['joules_per_token']:.4g}  "
+        f"kv_capacity_tokens {cap}"
     )
     if plot is not None:
         c.print(f"roofline chart written to {plot}")

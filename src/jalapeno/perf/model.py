@@ -33,6 +33,8 @@ FALLBACK_PJ_PER_BYTE = {"sram": 2.0, "hbm": 25.0, "dram": 40.0}
 FALLBACK_PJ_PER_NET_BYTE = 10.0
 #: with no pJ/FLOP given, derive it so that running at peak draws this fraction of TDP
 FALLBACK_COMPUTE_POWER_FRACTION = 0.7
+#: pJ/FLOP when neither the energy block nor the TDP is known (then no TDP cap applies either)
+FALLBACK_PJ_PER_FLOP_NO_TDP = 0.5
 #: with no idle power given, assume this fraction of TDP
 FALLBACK_IDLE_FRACTION = 0.2
 
@@ -62,8 +64,8 @@ class CostModel:
     A :class:`StepShape` describes the step of **one replica**; ``dp`` replicas run independent batches, so
     ``num_chips = tp*pp*dp`` is for reporting (per-chip throughput) while step energy covers the replica's
     ``tp*pp`` chips. ``sram_pinning=True`` pins part of the weights in a resident SRAM that cannot hold them all
-    (off by default: the all-or-nothing rule). Raises :class:`ConfigError` for an invalid sharding and :class:`CapacityError` when the
-    weights do not fit.
+    (off by default: the all-or-nothing rule). Raises :class:`ConfigError` for an invalid sharding and
+    :class:`CapacityError` when the weights do not fit.
     """
 
     def __init__(
@@ -115,6 +117,8 @@ class CostModel:
     # ------------------------------------------------------------------ validation & placement
     def _validate(self) -> None:
         m, p = self.model, self.parallel
+        if not any(self.chip.peak_flops(d) > 0 for d in self.chip.compute_tflops):
+            raise ConfigError(f"{self.chip.key}: no compute rate is known; fill compute_tflops in its hardware file")
         if not p.dp_attention:
             if m.num_heads % p.tp:
                 raise ConfigError(
@@ -230,8 +234,9 @@ class CostModel:
         """Decide where each operator's weights live (symbolic level "WS" = resident SRAM, "W" = main memory).
 
         All weights go to SRAM when they fit. With ``sram_pinning`` on chips with SRAM *and* main memory, the
-        weights are otherwise pinned per operator, always-read weights first (attention, dense MLP, shared experts, router, LM head), then the
-        routed experts, the embedding table last, within ``PINNED_SRAM_FRACTION`` of the SRAM."""
+        weights are otherwise pinned per operator, always-read weights first (attention, dense MLP, shared
+        experts, router, LM head), then the routed experts, the embedding table last, within
+        ``PINNED_SRAM_FRACTION`` of the SRAM."""
         chip = self.chip
         per_op = [self._stage_bytes(o) for o in ops]
         n_st = len(self._stages)
@@ -296,6 +301,8 @@ class CostModel:
         if e is not None:
             return e
         tdp = float(self.chip.power.tdp_w)
+        if tdp <= 0:
+            return FALLBACK_PJ_PER_FLOP_NO_TDP
         return FALLBACK_COMPUTE_POWER_FRACTION * tdp / self.chip.peak_flops(d) * 1e12
 
     def _pj_byte(self, sym: str) -> float:
@@ -330,10 +337,15 @@ class CostModel:
         tdp = float(self.chip.power.tdp_w)
         idle = float(self.chip.power.idle_w) if self.chip.power.idle_w and self.chip.power.idle_w.value else None
         self.idle_w = idle if idle is not None else FALLBACK_IDLE_FRACTION * tdp
-        self.tdp_w = tdp
+        self.tdp_w = tdp if tdp > 0 else math.inf  # the cap; unknown TDP = no cap
         self._pj_net = pj_net
 
     # ------------------------------------------------------------------ public API
+    @property
+    def weight_location(self) -> str:
+        """Memory level the weights are read from ("sram" when all are resident, else main memory)."""
+        return self.levels["WS" if self.weights_in_sram else "W"].name
+
     def _x(self, shape: StepShape) -> np.ndarray:
         return np.array(features(shape, self._moe_keep), dtype=np.float64)
 

@@ -134,7 +134,7 @@ def build_ops(
     b16 = 2.0
     all_layers = tuple(range(L))
 
-    def layer_op(name, layer_ids, dtype, flops, w_read, w_stored, kv=None, act=None, mult=tp):
+    def layer_op(name, layer_ids, dtype, flops, w_read, w_stored, kv=None, act=None):
         n = len(layer_ids)
         by = {"W": (vec(one=w_read) if np.isscalar(w_read) else w_read) * n}
         if kv is not None:
@@ -142,7 +142,7 @@ def build_ops(
         if act is not None:
             by["A"] = act * n
         ops.append(
-            OpSpec(name, "work", n, dtype, mult, flops * n, by, stored=w_stored, layer_ids=tuple(layer_ids))
+            OpSpec(name, "work", n, dtype, tp, flops * n, by, stored=w_stored, layer_ids=tuple(layer_ids))
         )
 
     def net_op(name, n_layers, coll_name, msg: np.ndarray):
@@ -156,7 +156,7 @@ def build_ops(
 
     tok_att = vec(T=1.0 / sp)  # tokens a chip feeds to attention
     # ---------------- embedding ----------------
-    emb_stored = m.vocab_size * h * b16 / (1 if dp_attention else tp)
+    emb_stored = m.vocab_size * h * b16 / tp  # vocab-parallel in both modes (like the LM head)
     ops.append(OpSpec("embed", "work", 0, "", tp, vec(), {"W": vec(T=h * b16 / tp), "A": vec(T=h * a)},
                       stored=emb_stored, stage="first"))
     if not dp_attention:

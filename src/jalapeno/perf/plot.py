@@ -36,7 +36,7 @@ def roofline_chart(cm, breakdowns: dict[str, StepBreakdown], path: Path | str, t
     for p, names in sorted(by_peak.items()):
         ax.axhline(p, color="grey", lw=0.8)
         ax.text(xs[0] * 1.2, p * 1.05, f"{'/'.join(names)} {p / 1e12:g} TFLOP/s", fontsize=8, color="dimgrey")
-    n = cm.chips_per_replica
+    n = cm.parallel.tp  # chips working on an operator at once (pipeline stages run one after another)
     for phase, bd in breakdowns.items():
         first = True
         for o in bd.ops:

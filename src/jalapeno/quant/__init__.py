@@ -25,6 +25,7 @@ _LAZY: dict[str, str] = {
     "QuantizeResult": "modules",
     "quantize_linears": "modules",
     "quantized_bytes": "modules",
+    "linear_weight": "modules",
     "mxfp4_experts_from_checkpoint": "modules",
     "fp8_checkpoint": "checkpoint",
     "gpt_oss_mxfp4_checkpoint": "checkpoint",

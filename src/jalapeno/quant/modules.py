@@ -292,6 +292,16 @@ def quantize_linears(
     return QuantizeResult(tuple(replaced), tuple(kept))
 
 
+def linear_weight(module: nn.Module, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The ``[N, K]`` float weight of an ``nn.Linear`` or a quantized linear (decoded), for code that reads the
+    matrix itself (e.g. MLA's absorbed ``kv_b_proj``). ``dtype`` defaults to the layer's float dtype (fp32 for
+    quantized layers)."""
+    if isinstance(module, (Fp8BlockLinear, Mxfp4Linear)):
+        return module.dequantize(dtype or torch.float32)
+    weight = module.weight
+    return weight if dtype is None else weight.to(dtype)
+
+
 def quantized_bytes(module: nn.Module) -> int:
     """Bytes held by quantized codes + scales in ``module``'s tree (float params and biases not counted)."""
     return sum(m.quantized_nbytes() for m in module.modules() if isinstance(m, _HoldsQuantized))

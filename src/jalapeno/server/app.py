@@ -16,9 +16,10 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from dataclasses import dataclass
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -46,7 +47,6 @@ class ServerConfig:
     vocab_size: int | None = None
     time_scale: float = 1.0
     owned_by: str = "jalapeno"
-    extra_info: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -85,11 +85,17 @@ class _ChunkRenderer:
 
 
 class _Generation:
-    """One request's life in the engine, as an async iterator of batches of text deltas. Aborts the engine request if the
-    consumer stops early (client gone, stop string hit)."""
+    """One request's life in the engine, as an async iterator of batches of text deltas. Aborts the engine
+    request if the consumer stops early (client gone, stop string hit)."""
 
-    def __init__(self, app_state: "_State", prompt: _Prompt, sampling: SamplingParams, stops: list[str] | None,
-                 stop_ids: frozenset[int]) -> None:
+    def __init__(
+        self,
+        app_state: "_State",
+        prompt: _Prompt,
+        sampling: SamplingParams,
+        stops: list[str] | None,
+        stop_ids: frozenset[int],
+    ) -> None:
         self.s = app_state
         self.prompt = prompt
         self.sampling = sampling
@@ -99,19 +105,30 @@ class _Generation:
         self.finish_reason: str | None = None
         self.t0 = time.perf_counter()
         self.ttft: float | None = None
+        self.client_gone = False
+        self._q: asyncio.Queue | None = None
+
+    def cancel(self) -> None:
+        """The client went away: end :meth:`batches` at its next wait (which aborts the engine request)."""
+        self.client_gone = True
+        if self._q is not None:
+            self._q.put_nowait(_CLIENT_GONE)
 
     async def batches(self) -> AsyncIterator[list[_Delta]]:
         """Deltas in batches: everything the engine has delivered by the time the consumer asks (one delta per
         engine step, so a stream still carries one event per step; a slow consumer gets them in one write)."""
         s = self.s
         sid, q = s.engine.submit(self.prompt.ids, self.prompt.length, self.sampling)
+        self._q = q
         detok = s.codec.detokenizer(self.prompt.ids)
         self._done = False
         try:
-            while True:
+            while not self.client_gone:
                 items = [await q.get()]
                 while not q.empty():
                     items.append(q.get_nowait())
+                if self.client_gone:
+                    return
                 out: list[_Delta] = []
                 for item in items:
                     d = self._apply(item, sid, detok)
@@ -120,8 +137,13 @@ class _Generation:
                     if self._done:
                         break
                 if self._done:  # account before the last yield: the consumer may not resume us after it
-                    s.metrics.observe_request(self.prompt.length, self.completion_tokens, self.ttft,
-                                              time.perf_counter() - self.t0, self.finish_reason or "stop")
+                    s.metrics.observe_request(
+                        self.prompt.length,
+                        self.completion_tokens,
+                        self.ttft,
+                        time.perf_counter() - self.t0,
+                        self.finish_reason or "stop",
+                    )
                     yield out
                     return
                 if out:
@@ -218,8 +240,12 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
         got = request.headers.get("authorization", "")
         scheme, _, token = got.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), cfg.api_key.encode()):
-            raise APIError("invalid or missing API key: send 'Authorization: Bearer <key>'", status=401,
-                           type="authentication_error", code="invalid_api_key")
+            raise APIError(
+                "invalid or missing API key: send 'Authorization: Bearer <key>'",
+                status=401,
+                type="authentication_error",
+                code="invalid_api_key",
+            )
 
     async def parse(request: Request, model_cls):
         raw = await request.body()
@@ -234,8 +260,13 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
         except ValidationError as exc:
             raise validation_error(exc) from None
         if req.model != cfg.model_name:
-            raise APIError(f"model '{req.model}' does not exist; this server serves '{cfg.model_name}'",
-                           status=404, type="not_found_error", param="model", code="model_not_found")
+            raise APIError(
+                f"model '{req.model}' does not exist; this server serves '{cfg.model_name}'",
+                status=404,
+                type="not_found_error",
+                param="model",
+                code="model_not_found",
+            )
         return req
 
     def make_prompt(p: str | list[int]) -> _Prompt:
@@ -253,20 +284,32 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
     def sampling_for(req, prompt: _Prompt, max_tokens: int | None) -> tuple[SamplingParams, frozenset[int]]:
         room = cfg.max_model_len - prompt.length
         if room <= 0:
-            raise APIError(f"prompt has {prompt.length} tokens; the context is {cfg.max_model_len}",
-                           param="messages" if isinstance(req, ChatCompletionRequest) else "prompt",
-                           code="context_length_exceeded")
+            raise APIError(
+                f"prompt has {prompt.length} tokens; the context is {cfg.max_model_len}",
+                param="messages" if isinstance(req, ChatCompletionRequest) else "prompt",
+                code="context_length_exceeded",
+            )
         if max_tokens is None:
             max_tokens = room
         if max_tokens <= 0:
             raise APIError(f"max_tokens must be >= 1 (got {max_tokens})", param="max_tokens", code="invalid_value")
         if prompt.length + max_tokens > cfg.max_model_len:
-            raise APIError(f"prompt ({prompt.length} tokens) + max_tokens ({max_tokens}) exceeds the context of "
-                           f"{cfg.max_model_len} tokens", param="max_tokens", code="context_length_exceeded")
+            raise APIError(
+                f"prompt ({prompt.length} tokens) + max_tokens ({max_tokens}) exceeds the context of "
+                f"{cfg.max_model_len} tokens",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
         user_stop = tuple(req.stop_token_ids or ())
         stop_ids = user_stop + (() if req.ignore_eos else state.eos_ids)
-        sp = SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p, seed=req.seed,
-                            stop_token_ids=stop_ids, ignore_eos=req.ignore_eos and not user_stop)
+        sp = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            stop_token_ids=stop_ids,
+            ignore_eos=req.ignore_eos and not user_stop,
+        )
         return sp, frozenset(stop_ids)
 
     def sse(obj: dict) -> str:
@@ -281,28 +324,42 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
         if not stream:
             parts: list[str] = []
             agen = gen.batches()
+            watch = asyncio.ensure_future(_watch_disconnect(request, gen))
             try:
-                while (batch := await _next_or_gone(request, agen)) is not None:
-                    if batch is _GONE:
-                        return Response(status_code=499)  # nobody is listening
+                async for batch in agen:
                     parts.extend(d.text for d in batch)
             finally:
+                watch.cancel()
                 await agen.aclose()
+            if gen.client_gone:
+                return Response(status_code=499)  # nobody is listening
             text = "".join(parts)
             if chat:
-                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                          "finish_reason": gen.finish_reason}
+                choice = {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": None,
+                    "finish_reason": gen.finish_reason,
+                }
                 body = {**base, "object": "chat.completion", "choices": [choice]}
             else:
-                body = {**base, "choices": [{"index": 0, "text": text, "logprobs": None,
-                                             "finish_reason": gen.finish_reason}]}
+                body = {
+                    **base,
+                    "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": gen.finish_reason}],
+                }
             body["usage"] = gen.usage()
             return JSONResponse(body)
 
         # Validation errors surface before the first byte: pull the first deltas eagerly.
         agen = gen.batches()
-        first = await _next_or_gone(request, agen)
-        if first is _GONE:
+        watch = asyncio.ensure_future(_watch_disconnect(request, gen))
+        try:
+            first = await agen.__anext__()
+        except StopAsyncIteration:  # the client left before the first token
+            first = None
+        finally:
+            watch.cancel()
+        if first is None or gen.client_gone:
             await agen.aclose()
             return Response(status_code=499)
         render = _ChunkRenderer(base, chat)
@@ -327,8 +384,11 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
             finally:
                 await agen.aclose()
 
-        return StreamingResponse(body_iter(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            body_iter(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -356,8 +416,18 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
     @app.get("/v1/models")
     async def models(request: Request):
         check_auth(request)
-        return {"object": "list", "data": [{"id": cfg.model_name, "object": "model", "created": 0,
-                                            "owned_by": cfg.owned_by, "max_model_len": cfg.max_model_len}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": cfg.model_name,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": cfg.owned_by,
+                    "max_model_len": cfg.max_model_len,
+                }
+            ],
+        }
 
     @app.get("/health")
     async def health():
@@ -372,22 +442,14 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
     return app
 
 
-_GONE = object()
+_CLIENT_GONE = object()
 
 
-async def _next_or_gone(request, agen: AsyncIterator[list[_Delta]]):
-    """The next batch of ``agen``; ``None`` when it is exhausted; ``_GONE`` when the client disconnected
-    meanwhile (the pending step is cancelled, which aborts the engine request)."""
-    nxt = asyncio.ensure_future(agen.__anext__())
+async def _watch_disconnect(request: Request, gen: _Generation, every_s: float = 0.25) -> None:
+    """Until cancelled, poll the connection; when the client has gone, cancel ``gen`` (aborting its request).
+    Streams need no watcher once they run: Starlette cancels their body iterator on disconnect."""
     while True:
-        done, _ = await asyncio.wait({nxt}, timeout=0.25)
-        if done:
-            break
+        await asyncio.sleep(every_s)
         if await request.is_disconnected():
-            nxt.cancel()
-            await asyncio.wait({nxt})
-            return _GONE
-    try:
-        return nxt.result()
-    except StopAsyncIteration:
-        return None
+            gen.cancel()
+            return

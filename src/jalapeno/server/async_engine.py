@@ -74,7 +74,9 @@ class AsyncEngine:
         return self._thread is not None and self._thread.is_alive()
 
     # --- asyncio side --------------------------------------------------------------------------------
-    def submit(self, prompt_ids: list[int] | None, prompt_len: int, sampling: SamplingParams) -> tuple[int | str, asyncio.Queue]:
+    def submit(
+        self, prompt_ids: list[int] | None, prompt_len: int, sampling: SamplingParams
+    ) -> tuple[int | str, asyncio.Queue]:
         """Queue a request; returns (request id, queue of RequestOutput | EngineError)."""
         seq = Sequence(prompt_ids, sampling, prompt_len=None if prompt_ids is not None else prompt_len)
         h = _Handle(asyncio.get_running_loop())

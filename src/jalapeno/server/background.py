@@ -17,11 +17,13 @@ class BackgroundServer:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.host, self.port = self.sock.getsockname()[:2]
-        cfg = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_keep_alive=30,
-                             timeout_graceful_shutdown=2)
+        cfg = uvicorn.Config(
+            app, log_level=log_level, lifespan="on", timeout_keep_alive=30, timeout_graceful_shutdown=2
+        )
         self.server = uvicorn.Server(cfg)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True,
-                                       name="jalapeno-uvicorn")
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True, name="jalapeno-uvicorn"
+        )
 
     @property
     def url(self) -> str:

@@ -105,8 +105,14 @@ def build_torch(
     engine = Engine(backend, cfg)
     eos = _eos_ids(tok, loaded)
     name = served_name or _default_name(model_path, loaded)
-    scfg = ServerConfig(model_name=name, max_model_len=ctx, api_key=api_key, vocab_size=len(tok), time_scale=0.0,
-                        owned_by=f"jalapeno-torch:{device}")
+    scfg = ServerConfig(
+        model_name=name,
+        max_model_len=ctx,
+        api_key=api_key,
+        vocab_size=len(tok),
+        time_scale=0.0,
+        owned_by=f"jalapeno-torch:{device}",
+    )
     return Served(engine, TokenizerCodec(tok, eos), scfg)
 
 

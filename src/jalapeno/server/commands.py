@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from jalapeno.errors import ConfigError
@@ -15,10 +13,10 @@ def register(app: typer.Typer) -> None:
 
 def serve(
     backend: str = typer.Option("cpu", "--backend", help="cpu | cuda (PyTorch, real weights) | sim (simulated chip)."),
-    model: Optional[str] = typer.Option(
+    model: str | None = typer.Option(
         None, "--model", help="cpu/cuda: model folder or .gguf (default SmolLM2-135M-Instruct); sim: catalogue model."
     ),
-    hardware: Optional[str] = typer.Option(None, "--hardware", help="sim: chip from the catalogue (e.g. h200)."),
+    hardware: str | None = typer.Option(None, "--hardware", help="sim: chip from the catalogue (e.g. h200)."),
     tp: int = typer.Option(1, "--tp", help="sim: tensor-parallel chips."),
     precision: str = typer.Option("native", "--precision", help="sim: weight precision (native, bf16, fp8, fp4…)."),
     time_scale: float = typer.Option(
@@ -26,11 +24,11 @@ def serve(
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)."),
     port: int = typer.Option(8000, "--port"),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="JALAPENO_API_KEY", help="Require this Bearer key."),
-    served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="Name in /v1/models."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="JALAPENO_API_KEY", help="Require this Bearer key."),
+    served_model_name: str | None = typer.Option(None, "--served-model-name", help="Name in /v1/models."),
     max_num_seqs: int = typer.Option(256, "--max-num-seqs"),
     max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens"),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Context limit (prompt + output)."),
+    max_model_len: int | None = typer.Option(None, "--max-model-len", help="Context limit (prompt + output)."),
     block_size: int = typer.Option(16, "--block-size"),
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
@@ -51,12 +49,28 @@ def serve(
 
     if backend == "sim":
         if not hardware or not model:
-            raise ConfigError("--backend sim needs --hardware CHIP and --model CATALOGUE_MODEL (e.g. h200 llama-3.1-8b)")
-        served = build.build_sim(hardware, model, tp=tp, precision=precision, time_scale=time_scale, api_key=api_key,
-                                 served_name=served_model_name, engine_config=ecfg)
+            raise ConfigError(
+                "--backend sim needs --hardware CHIP and --model CATALOGUE_MODEL (e.g. h200 llama-3.1-8b)"
+            )
+        served = build.build_sim(
+            hardware,
+            model,
+            tp=tp,
+            precision=precision,
+            time_scale=time_scale,
+            api_key=api_key,
+            served_name=served_model_name,
+            engine_config=ecfg,
+        )
     else:
-        served = build.build_torch(model, device=backend, api_key=api_key, served_name=served_model_name,
-                                   engine_config=ecfg, max_model_len=max_model_len)
+        served = build.build_torch(
+            model,
+            device=backend,
+            api_key=api_key,
+            served_name=served_model_name,
+            engine_config=ecfg,
+            max_model_len=max_model_len,
+        )
 
     import uvicorn
 
@@ -64,6 +78,9 @@ def serve(
 
     app = build_app(served.engine, served.codec, served.config)
     where = f"http://{host}:{port}"
-    typer.echo(f"serving '{served.config.model_name}' ({backend}) at {where}/v1"
-               + (" (API key required)" if served.config.api_key else ""), err=True)
+    typer.echo(
+        f"serving '{served.config.model_name}' ({backend}) at {where}/v1"
+        + (" (API key required)" if served.config.api_key else ""),
+        err=True,
+    )
     uvicorn.run(app, host=host, port=port, log_level=log_level)

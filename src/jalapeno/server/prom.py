@@ -3,12 +3,38 @@ apps — e.g. in tests — can live in one process)."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401  (re-exported for the app)
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,  # noqa: F401  (re-exported for the app)
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
-_LAT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
+_LAT_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 
 
 class ServerMetrics:
@@ -21,20 +47,31 @@ class ServerMetrics:
         self.waiting = Gauge("jalapeno_num_requests_waiting", "Requests waiting to be scheduled", registry=r)
         self.kv_used = Gauge("jalapeno_kv_blocks_used", "KV-cache blocks in use", registry=r)
         self.kv_total = Gauge("jalapeno_kv_blocks_total", "KV-cache blocks available to the engine", registry=r)
-        for g, key in ((self.running, "running"), (self.waiting, "waiting"),
-                       (self.kv_used, "kv_blocks_used"), (self.kv_total, "kv_blocks_total")):
+        for g, key in (
+            (self.running, "running"),
+            (self.waiting, "waiting"),
+            (self.kv_used, "kv_blocks_used"),
+            (self.kv_total, "kv_blocks_total"),
+        ):
             g.set_function(lambda key=key: float(stats().get(key, 0)))
-        self.ttft = Histogram("jalapeno_time_to_first_token_seconds", "Time to first token (s)",
-                              buckets=_LAT_BUCKETS, registry=r)
-        self.tpot = Histogram("jalapeno_time_per_output_token_seconds", "Time per output token after the first (s)",
-                              buckets=_LAT_BUCKETS, registry=r)
+        self.ttft = Histogram(
+            "jalapeno_time_to_first_token_seconds", "Time to first token (s)", buckets=_LAT_BUCKETS, registry=r
+        )
+        self.tpot = Histogram(
+            "jalapeno_time_per_output_token_seconds",
+            "Time per output token after the first (s)",
+            buckets=_LAT_BUCKETS,
+            registry=r,
+        )
         self.generated = Counter("jalapeno_generation_tokens", "Generated tokens", registry=r)
         self.prompt = Counter("jalapeno_prompt_tokens", "Prompt tokens", registry=r)
-        self.requests = Counter("jalapeno_requests_finished", "Finished requests by reason",
-                                ["finish_reason"], registry=r)
+        self.requests = Counter(
+            "jalapeno_requests_finished", "Finished requests by reason", ["finish_reason"], registry=r
+        )
 
-    def observe_request(self, prompt_tokens: int, output_tokens: int, ttft_s: float | None, e2e_s: float,
-                        finish_reason: str) -> None:
+    def observe_request(
+        self, prompt_tokens: int, output_tokens: int, ttft_s: float | None, e2e_s: float, finish_reason: str
+    ) -> None:
         self.prompt.inc(prompt_tokens)
         self.generated.inc(output_tokens)
         self.requests.labels(finish_reason=finish_reason).inc()

@@ -241,6 +241,8 @@ def load_tokenizer(source: tuple[str, str | None]):
     folder, gguf_file = source
     try:
         if not gguf_file:
+            if not any((Path(folder) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+                raise OSError("no tokenizer files")
             return AutoTokenizer.from_pretrained(folder, local_files_only=True)
         cached = _tokenizer_cache_dir(Path(folder) / gguf_file)
         if cached is not None and (cached / "tokenizer_config.json").exists():

@@ -1,0 +1,44 @@
+"""The predictor: metric names and units against the cost model's own step time, KV-filling offline runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from jalapeno.calibration import Layout, SimSpec
+from jalapeno.calibration.predict import cost_model, efficiency_of, offline_concurrency, simulate, with_efficiency
+from jalapeno.perf import StepShape
+
+
+def test_single_stream_tpot_equals_decode_step_time():
+    # one request at a time, fixed lengths: every decode step has one sequence, so TPOT (s) must be the cost
+    # model's decode step time at that context, and output tok/s per chip = 1 / TPOT over the decode phase
+    spec = SimSpec("llama-3.1-8b", "h200", Layout(1), "bf16", "bf16", isl=512, osl=64, concurrency=1,
+                   range_ratio=1.0, num_prompts_per_concurrency=2)
+    got = simulate(spec)
+    cm = cost_model(spec)
+    mid = cm.step(StepShape.from_lists(decode_ctx=[512 + 32])).time_s
+    assert got["median_tpot"] == pytest.approx(mid, rel=0.02)
+    prefill = cm.step(StepShape.from_lists(prefill=[(512, 0)])).time_s
+    assert got["median_ttft"] == pytest.approx(prefill, rel=0.05)
+    e2e = prefill + 63 * mid
+    assert got["median_e2e_latency"] == pytest.approx(e2e, rel=0.03)
+    assert got["output_tput_per_gpu"] == pytest.approx(64 / e2e, rel=0.03)
+    assert got["median_interactivity"] == pytest.approx(1 / mid, rel=0.03)
+
+
+def test_efficiency_override_slows_memory_bound_decode():
+    spec = SimSpec("llama-3.1-8b", "h200", Layout(1), "bf16", "bf16", isl=256, osl=32, concurrency=1,
+                   range_ratio=1.0, num_prompts_per_concurrency=1)
+    base = efficiency_of("h200")
+    slow = with_efficiency(base, memory={"hbm": base.memory["hbm"] / 2})
+    assert slow.compute == base.compute  # dicts are merged, not replaced
+    a, b = simulate(spec)["median_tpot"], simulate(spec, slow)["median_tpot"]
+    assert 1.6 < b / a < 2.05  # weight streaming dominates a batch-1 decode step
+
+
+def test_offline_concurrency_fills_the_kv_cache():
+    spec = SimSpec("llama-3.1-8b", "h200", Layout(1), "fp8", "bf16", isl=1000, osl=1000, concurrency=None,
+                   range_ratio=1.0, kind="offline")
+    assert offline_concurrency(spec, 2_016_000) == 1000
+    assert offline_concurrency(spec, 10**9) == 2048  # capped
+    assert offline_concurrency(spec, 10) == 1

@@ -1,0 +1,74 @@
+"""``jalapeno generate`` on a tiny checkpoint: JSON output equals transformers greedy; user errors exit 2
+with one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jalapeno.cli import main
+
+from torch_helpers import hf_greedy
+
+
+def _run(args, capsys):
+    code = 0
+    try:
+        main(["generate", *args])
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_generate_json_matches_transformers(tiny_model, capsys):
+    hf, path = tiny_model("qwen2")
+    code, out, _ = _run(["--model", str(path), "--prompt-token-ids", "5,17,99,3", "--max-tokens", "12", "--json"], capsys)
+    assert code == 0
+    result = json.loads(out)
+    assert result["token_ids"] == hf_greedy(hf, [5, 17, 99, 3], 12)
+    assert result["text"] is None  # the tiny checkpoint has no tokenizer
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--device", "cuda"], "cuda"),
+        (["--model", "/nonexistent/model"], "does not exist"),
+        (["--prompt-token-ids", "1,x"], "comma-separated"),
+        (["--prompt-token-ids", "1,999"], "vocabulary"),
+        (["--dtype", "int3"], "dtype"),
+    ],
+)
+def test_generate_user_errors(tiny_model, capsys, args, needle):
+    _, path = tiny_model("qwen2")
+    base = ["--model", str(path), "--prompt-token-ids", "1,2"]
+    code, _, err = _run(base + args if "--model" not in args else args + ["--prompt-token-ids", "1,2"], capsys)
+    assert code == 2
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_prompt_longer_than_context(tiny_model, capsys):
+    _, path = tiny_model("qwen2")  # max_position_embeddings = 256
+    ids = ",".join(["1"] * 300)
+    code, _, err = _run(["--model", str(path), "--prompt-token-ids", ids], capsys)
+    assert code == 2 and "max_model_len" in err
+
+
+def test_corrupt_or_mismatched_weights(tiny_model, tmp_path, capsys):
+    _, path = tiny_model("qwen2")
+    bad = tmp_path / "corrupt"
+    bad.mkdir()
+    (bad / "config.json").write_text((path / "config.json").read_text())
+    (bad / "model.safetensors").write_bytes(b"\x00garbage" * 10)
+    code, _, err = _run(["--model", str(bad), "--prompt-token-ids", "1"], capsys)
+    assert code == 2 and "corrupt" in err
+    mismatch = tmp_path / "mismatch"
+    mismatch.mkdir()
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["intermediate_size"] = 128
+    (mismatch / "config.json").write_text(json.dumps(cfg))
+    (mismatch / "model.safetensors").write_bytes((path / "model.safetensors").read_bytes())
+    code, _, err = _run(["--model", str(mismatch), "--prompt-token-ids", "1"], capsys)
+    assert code == 2 and "do not match" in err

@@ -26,6 +26,7 @@ app = typer.Typer(
 # Packages that contribute commands, in help order. A package listed here must define
 # ``register(app: typer.Typer) -> None`` in ``jalapeno/<name>/commands.py``.
 COMMAND_PACKAGES = [
+    "demo",
     "hardware",
     "models",
     "perf",
@@ -37,8 +38,28 @@ COMMAND_PACKAGES = [
 ]
 
 
-def _register_all() -> None:
-    for pkg in COMMAND_PACKAGES:
+#: first CLI word -> the package that defines it. Used to import only that package's commands when the
+#: command is known (the simulator's start-up time is part of its speed budget); --help imports all.
+COMMAND_OWNERS = {
+    "hardware": "hardware",
+    "models": "models",
+    "roofline": "perf",
+    "simulate": "engine",
+    "generate": "backends",
+    "serve": "server",
+    "bench": "bench",
+    "sweep": "report",
+    "recommend": "report",
+    "report": "report",
+    "demo": "demo",
+}
+
+
+def _register(packages: list[str]) -> None:
+    for pkg in packages:
+        if pkg in _registered:
+            continue
+        _registered.add(pkg)
         try:
             mod = importlib.import_module(f"jalapeno.{pkg}.commands")
         except ModuleNotFoundError as exc:  # package has no commands (yet)
@@ -48,7 +69,31 @@ def _register_all() -> None:
         mod.register(app)
 
 
-_register_all()
+#: packages whose commands are already on ``app`` (registration is idempotent and incremental)
+_registered: set[str] = set()
+
+
+def _ensure_registered(argv: list[str] | None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    first = next((a for a in args if not a.startswith("-")), None)
+    owner = COMMAND_OWNERS.get(first or "")
+    if owner is not None:
+        _register([owner])
+    else:
+        _register(COMMAND_PACKAGES)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
+) -> None:
+    """Jalapeño: chip twin and serving simulator, inference engine, and InferenceX-compatible bench."""
+    if version:
+        from jalapeno import __version__
+
+        typer.echo(f"jalapeno {__version__}")
+        raise typer.Exit()
+
 
 err_console = Console(stderr=True)
 
@@ -59,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     Typer/click handle usage errors themselves (usage line, exit 2); user errors raised by commands
     (:class:`JalapenoError`) become one clean line on stderr and exit code 2 — never a traceback.
     """
+    _ensure_registered(argv)
     try:
         app(args=argv, prog_name="jalapeno")
     except JalapenoError as exc:

@@ -74,6 +74,14 @@ def test_unknown_model_is_404(url):
     assert _check_error(r, 404, param="model")["code"] == "model_not_found"
 
 
+def test_unsupported_options_are_refused_not_ignored(url):
+    for extra in ({"logprobs": 2}, {"echo": True}):
+        body = {"model": MODEL, "prompt": "a", **extra}
+        _check_error(httpx.post(url + "/v1/completions", json=body), 400, param=next(iter(extra)))
+    ok = {"model": MODEL, "prompt": "a", "max_tokens": 1, "logprobs": None, "echo": False, "user": "u"}
+    assert httpx.post(url + "/v1/completions", json=ok).status_code == 200
+
+
 def test_n_above_one_is_400(url):
     _check_error(httpx.post(url + "/v1/completions", json={"model": MODEL, "prompt": "a", "n": 2}), 400, param="n")
 

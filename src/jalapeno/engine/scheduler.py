@@ -19,9 +19,10 @@ K−1 decode steps of every sequence. The engine still cuts them at the next arr
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from typing import Callable
+
+import numpy as np
 
 from jalapeno.engine.block_manager import BlockManager
 from jalapeno.engine.config import EngineConfig
@@ -231,20 +232,19 @@ class Scheduler:
         bm = self.bm
         if bm.reserve_chunks(chunks, (k - 1) * per_step):
             return k
-        # Short of blocks. Sequence i needs its first extra block at step K_i (its reserved slots run out);
-        # while no sequence needs two, need(K) = #{i : K_i <= K}, so the answer is the (free+1)-th smallest
-        # K_i minus one. Check it (a sequence may need two) and bisect below it if it does not fit.
-        bs = bm.block_size
-        free = bm.num_free
-        firsts = [(c.seq.num_blocks * bs - c.start - c.num_tokens) // per_step + 2 for c in chunks]
-        hi = min(k, heapq.nsmallest(free + 1, firsts)[-1] - 1) if len(firsts) > free else k
-        if hi <= 1 or bm.reserve_chunks(chunks, (hi - 1) * per_step):
-            return max(hi, 1)
-        lo = 1
-        while hi - lo > 1:  # rare: some sequence needs two blocks
+        # Short of blocks: find the largest K whose blocks fit by bisection, counting in numpy.
+        n = len(chunks)
+        ends = np.fromiter((c.start + c.num_tokens for c in chunks), np.int64, n)
+        held = np.fromiter((c.seq.num_blocks for c in chunks), np.int64, n)
+        bs, free = bm.block_size, bm.num_free
+
+        def need(steps: int) -> int:
+            return int(np.maximum(0, -(-(ends + (steps - 1) * per_step) // bs) - held).sum())
+
+        lo, hi = 1, k  # need(lo) fits (step 1 is reserved), need(hi) does not
+        while hi - lo > 1:
             mid = (lo + hi) // 2
-            add = (mid - 1) * per_step
-            if sum(max(0, -(-(c.start + c.num_tokens + add) // bs) - c.seq.num_blocks) for c in chunks) <= free:
+            if need(mid) <= free:
                 lo = mid
             else:
                 hi = mid

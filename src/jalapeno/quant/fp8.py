@@ -106,7 +106,20 @@ def dequantize_fp8_block(
 ) -> torch.Tensor:
     """``q · s`` per block, computed in fp32 and returned in ``dtype``."""
     _check_q(q, "dequantize_fp8_block")
-    return (q.to(torch.float32) * _expand_scales(scales, q.shape, block)).to(dtype)
+    bn, bk = _check_block(block)
+    want = fp8_scale_shape(tuple(q.shape), (bn, bk))
+    if tuple(scales.shape) != want:
+        _expand_scales(scales, q.shape, (bn, bk))  # raises the shape error
+    n, k = q.shape[-2], q.shape[-1]
+    w = q.to(torch.float32)
+    # expand scales over rows only and broadcast them over each block's columns (no weight-sized scale tensor)
+    s_rows = scales.to(torch.float32).repeat_interleave(bn, dim=-2)[..., :n, :]  # [..., N, kb]
+    full = k // bk
+    if full:
+        w[..., : full * bk].unflatten(-1, (full, bk)).mul_(s_rows[..., :full, None])
+    if k % bk:
+        w[..., full * bk :].mul_(s_rows[..., full:])
+    return w.to(dtype)
 
 
 def _check_q(q: torch.Tensor, what: str) -> None:

@@ -53,6 +53,16 @@ class _Sampling(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
+    #: accepted only when off: we do not return log-probabilities or echo prompts, and say so
+    logprobs: int | bool | None = None
+    echo: bool = False
+
+    @field_validator("logprobs", "echo")
+    @classmethod
+    def _unsupported(cls, v: Any) -> Any:
+        if v not in (None, False, 0):
+            raise ValueError("is not supported by this server")
+        return v
 
     @field_validator("n")
     @classmethod

@@ -1,0 +1,1 @@
+"""``jalapeno demo``: the README's main job on embedded defaults (no PyTorch, no network, under a minute)."""

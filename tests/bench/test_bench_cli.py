@@ -142,8 +142,11 @@ def test_goodput(tmp_path, fast_server):
         "4",
         "--goodput",
         "ttft:100000 tpot:100000",
+        "--num-warmups",
+        "3",
     )
     assert lax["slo_attainment"] == 1.0 and lax["request_goodput"] > 0
+    assert lax["completed"] == 4 and lax["num_warmups"] == 3  # warm-ups are not measured
     strict = _bench(
         tmp_path,
         srv.url,

@@ -79,3 +79,15 @@ def test_disaggregated_pools_complete_a_loaded_run():
     assert all(e.stats.tokens_generated > 0 for e in c.decode)
     assert r.itl_counts.sum() == sum(o.output_tokens - 1 for o in r.outcomes)
     assert math.isclose((r.itl_values * r.itl_counts).sum(), sum(o.e2el_s - o.ttft_s for o in r.outcomes), rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("wl", [
+    inferencex_workload(500, 100, concurrency=24, num_prompts=96, seed=9),
+    inferencex_workload(500, 100, request_rate=30.0, num_prompts=96, seed=10),
+], ids=["closed", "open"])
+def test_disaggregated_multi_step_equals_step_by_step(wl):
+    link = KVLink(1e-4, 50e9, 10_000)
+    fast = Cluster([eng(), eng()], [eng(), eng(), eng()], link).run(wl)
+    slow = Cluster([eng(1), eng(1)], [eng(1), eng(1), eng(1)], link).run(wl)
+    assert fast.num_steps == slow.num_steps
+    assert_same(fast.metrics(), slow.metrics())

@@ -129,3 +129,18 @@ def test_chains_report_end_to_end_latency():
     assert r.chain_e2el_s[0] == pytest.approx(sum(o.e2el_s for o in first))
     assert m["mean_chain_e2el_ms"] == pytest.approx(np.mean(r.chain_e2el_s) * 1000)
     assert m["median_chain_e2el_ms"] > m["mean_e2el_ms"]
+
+
+def test_spec_decode_multi_step_matches_step_by_step_token_for_token():
+    wl = inferencex_workload(300, 120, request_rate=30.0, num_prompts=60, seed=11)
+    cfg = EngineConfig(max_num_seqs=32, max_num_batched_tokens=2048, num_speculative_tokens=2)
+    runs = []
+    for steps in (1, 1 << 30):
+        b = SimBackend(FakeCostModel(), spec=SpecDecode("ngram", 2, 0.6))
+        b.max_multi_step = steps
+        runs.append(Engine(b, cfg).run(wl))
+    a, b = runs
+    assert a.num_steps == b.num_steps
+    assert [o.output_tokens for o in a.outcomes] == [o.output_tokens for o in b.outcomes]
+    # multi-step prices contexts growing one token a step (decode_steps), step-by-step the accepted tokens
+    assert a.metrics()["median_tpot_ms"] == pytest.approx(b.metrics()["median_tpot_ms"], rel=1e-3)

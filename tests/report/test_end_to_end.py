@@ -22,6 +22,7 @@ name: e2e
 models: [llama-3.1-8b]
 hardware: [h200, jalapeno]
 parallelism: [{tp: 1}, {tp: 2}, {tp: 3}]
+disaggregated: [{prefill: {workers: 1, tp: 1}, decode: {workers: 1, tp: 2}}]
 workloads: [{isl: 256, osl: 32}]
 concurrencies: [1, 4]
 num_prompts: 8
@@ -34,9 +35,9 @@ def test_real_sweep_cli_duckdb_and_report(tmp_path, capsys):
     spec.write_text(SPEC)
     out = tmp_path / "run"
     _cli(["sweep", str(spec), "--out", str(out), "--workers", "1", "-q", "--price", "jalapeno=2.0"])
-    assert "12 points: 0 already done, 12 run (8 ok, 4 skipped, 0 errors)" in capsys.readouterr().out
+    assert "16 points: 0 already done, 16 run (12 ok, 4 skipped, 0 errors)" in capsys.readouterr().out
     path = str(out / "results.parquet")
-    rows = duckdb.sql(f"SELECT * FROM '{path}' WHERE status = 'ok' ORDER BY hardware, tp, concurrency").fetchall()
+    rows = duckdb.sql(f"SELECT * FROM '{path}' WHERE status = 'ok' AND mode = 'aggregated' ORDER BY hardware, tp, concurrency").fetchall()
     cols = [d[0] for d in duckdb.sql(f"SELECT * FROM '{path}'").description]
     rows = [dict(zip(cols, r)) for r in rows]
     assert len(rows) == 8
@@ -54,11 +55,18 @@ def test_real_sweep_cli_duckdb_and_report(tmp_path, capsys):
         price = 2.0 if r["hardware"] == "jalapeno" else get_chip("h200").price.usd_per_hour.value
         expect = r["tp"] * price / (r["output_throughput"] * 3600 / 1e6) / r["slo_attainment"]
         assert r["usd_per_mtok"] == pytest.approx(expect)
+    dis = duckdb.sql(f"SELECT hardware, prefill_hardware, num_chips, hourly_cost_usd, output_throughput, "
+                     f"output_throughput_per_chip FROM '{path}' WHERE mode = 'disaggregated'").fetchall()
+    assert len(dis) == 4
+    for hw, pre, chips, hourly, tps, tpc in dis:
+        price = 2.0 if hw == "jalapeno" else get_chip("h200").price.usd_per_hour.value
+        assert (pre, chips) == (hw, 3) and hourly == pytest.approx(3 * price)
+        assert tpc == pytest.approx(tps / 2)  # InferenceX: per decode chip
     meta = json.loads((out / "sweep.json").read_text())
     assert meta["prices"] == {"jalapeno": 2.0}
     # resume: nothing left to run
     _cli(["sweep", str(spec), "--out", str(out), "--workers", "1", "-q"])
-    assert "12 already done, 0 run" in capsys.readouterr().out
+    assert "16 already done, 0 run" in capsys.readouterr().out
     _cli(["report", str(out), "--out", str(tmp_path / "r.html")])
     page = (tmp_path / "r.html").read_text()
     assert page.count("data:image/png;base64,") == 1 and "llama-3.1-8b" in page and "not divisible" in page

@@ -182,8 +182,9 @@ def point_groups(point: Mapping, prices: Mapping[str, float] | None = None) -> l
             chip_group(str(point["prefill_hardware"]), int(point["prefill_workers"]) * int(point["prefill_tp"]), prices),
             chip_group(str(point["hardware"]), int(point["decode_workers"]) * int(point["tp"]), prices),
         ]
-    n = int(point["tp"]) * int(point.get("pp") or 1) * int(point.get("dp") or 1)
-    return [chip_group(str(point["hardware"]), n, prices)]
+    from jalapeno.report.grid import point_chips
+
+    return [chip_group(str(point["hardware"]), point_chips(dict(point)), prices)]
 
 
 def parse_prices(items: Iterable[str]) -> dict[str, float]:

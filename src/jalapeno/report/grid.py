@@ -42,6 +42,7 @@ POINT_DEFAULTS: dict[str, Any] = {
     "spec_method": "none",
     "spec_tokens": 0,
     "spec_acceptance": None,
+    "spec_draft_model": None,
     "slo_ttft_ms": None,
     "slo_tpot_ms": None,
     "seed": 0,
@@ -66,10 +67,12 @@ def point_id(point: dict) -> str:
 
 
 def point_chips(point: dict) -> int:
-    """Chips a point occupies: tp·pp·dp aggregated; prefill_workers·prefill_tp + decode_workers·tp disaggregated."""
+    """Chips a point occupies: tp·pp·dp aggregated (tp·pp with DP attention, where dp splits attention inside
+    the tp group, as ``simulate`` counts); prefill_workers·prefill_tp + decode_workers·tp disaggregated."""
     if point.get("mode") == "disaggregated":
         return int(point["prefill_workers"]) * int(point["prefill_tp"]) + int(point["decode_workers"]) * int(point["tp"])
-    return int(point["tp"]) * int(point["pp"]) * int(point["dp"])
+    dp = 1 if point.get("dp_attention") else int(point.get("dp") or 1)
+    return int(point["tp"]) * int(point.get("pp") or 1) * dp
 
 
 def describe_layout(point: dict) -> str:
@@ -154,9 +157,18 @@ def _layout_points(spec: SweepSpec, model: str, chip: str, dims: ArchDims) -> li
     """(layout keys, skip reason) for one model on one chip, aggregated and disaggregated."""
     out: list[tuple[dict, str | None]] = []
     max_chips = spec.max_chips_for(chip)
-    layouts = auto_layouts(dims, max_chips) if spec.parallelism == "auto" else list(spec.parallelism)
-    if spec.parallelism == "auto" and not layouts:
-        out.append(({"tp": 1}, f"no valid layout of {model} on up to {max_chips} chips"))
+    items = ["auto"] if spec.parallelism == "auto" else list(spec.parallelism)
+    layouts: list[Layout] = []
+    for item in items:
+        if item == "auto":
+            auto = auto_layouts(dims, max_chips)
+            if not auto:
+                out.append(({"tp": 1}, f"no valid layout of {model} on up to {max_chips} chips"))
+            layouts += [a for a in auto if a not in layouts]
+        elif item.hardware is None or _same_chip(item.hardware, chip):
+            lay = item.model_copy(update={"hardware": None})
+            if lay not in layouts:
+                layouts.append(lay)
     for lay in layouts:
         reason = layout_problem(dims, lay.tp, lay.ep, lay.pp, lay.dp_attention)
         out.append(({"tp": lay.tp, "ep": lay.ep, "pp": lay.pp, "dp": lay.dp, "dp_attention": lay.dp_attention}, reason))
@@ -165,8 +177,21 @@ def _layout_points(spec: SweepSpec, model: str, chip: str, dims: ArchDims) -> li
     return out
 
 
+def _same_chip(a: str, b: str) -> bool:
+    from jalapeno.hardware import normalize_name
+
+    if normalize_name(a) == normalize_name(b):
+        return True
+    try:
+        from jalapeno.hardware import get_chip
+
+        return get_chip(a).key == get_chip(b).key
+    except Exception:
+        return False
+
+
 def _disagg_points(d: DisaggLayout, chip: str, dims: ArchDims) -> list[tuple[dict, str | None]]:
-    if d.decode.hardware and d.decode.hardware != chip:
+    if d.decode.hardware and not _same_chip(d.decode.hardware, chip):
         return []  # a layout pinned to another decode chip belongs to that chip's rows
     keys = {
         "mode": "disaggregated",
@@ -232,6 +257,7 @@ def expand(spec: SweepSpec, dims_fn: Callable[[str], ArchDims] | None = None) ->
                     spec_method=spec_dec.method,
                     spec_tokens=spec_dec.num_tokens,
                     spec_acceptance=spec_dec.acceptance_rate,
+                    spec_draft_model=spec_dec.draft_model,
                     slo_ttft_ms=slo.ttft_ms if slo else None,
                     slo_tpot_ms=slo.tpot_ms if slo else None,
                     seed=spec.seed,

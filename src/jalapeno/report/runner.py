@@ -23,39 +23,51 @@ PointFn = Callable[[dict], dict]
 
 
 def run_point(point: dict) -> dict:
-    """Simulate one point and return its metrics (the dict ``jalapeno simulate --json`` prints).
+    """Simulate one point and return its metrics: the dict ``jalapeno simulate --json`` prints, with its nested
+    ``sim`` block flattened (``sim_steps``, ``sim_preemptions``, ...) so every value is one parquet column.
 
-    Raises :class:`CapacityError` when the model does not fit and :class:`ConfigError` for layouts or options
-    the simulator rejects; both become ``status = "skipped"`` rows with the message as reason.
+    This is the one place that knows the simulator's entry point (:func:`jalapeno.engine.simulate.run_scenario`).
+    It raises :class:`CapacityError` when the model does not fit and :class:`ConfigError` for layouts or options
+    the simulator rejects; :func:`execute` records both as ``status = "skipped"`` rows with the message.
     """
-    from jalapeno.backends.sim import SimBackend, SpecDecode
-    from jalapeno.bench.metrics import SLO
-    from jalapeno.engine import Engine, EngineConfig
-    from jalapeno.hardware import get_chip
-    from jalapeno.models import load_model
-    from jalapeno.perf.model import CostModel
-    from jalapeno.perf.types import Parallelism, Precision
-    from jalapeno.workload.spec import inferencex_workload
+    from jalapeno.engine.simulate import flat, run_scenario
 
-    if point.get("mode") == "disaggregated" or int(point.get("dp") or 1) > 1:
-        raise ConfigError("disaggregated and dp > 1 layouts need the engine's simulate entry point (not available yet)")
-    arch = load_model(point["model"])
-    par = Parallelism(tp=int(point["tp"]), ep=int(point["ep"]), pp=int(point["pp"]), dp_attention=bool(point["dp_attention"]))
-    cm = CostModel(arch, get_chip(point["hardware"]), par, Precision(weights=point["weights"], kv=point["kv"]))
-    spec = None
-    k = int(point.get("spec_tokens") or 0)
-    if point.get("spec_method") not in (None, "none") and k > 0:
-        if point.get("spec_acceptance") is None:
-            raise ConfigError(f"speculative decoding {point['spec_method']}: give acceptance_rate in the sweep file")
-        spec = SpecDecode(point["spec_method"], k, float(point["spec_acceptance"]))
-    cfg = EngineConfig(max_model_len=int(arch.max_position_embeddings), num_speculative_tokens=k if spec else 0)
-    engine = Engine(SimBackend(cm, spec), cfg)
-    wl = inferencex_workload(
-        int(point["isl"]), int(point["osl"]), concurrency=int(point["concurrency"]), num_prompts=point.get("num_prompts"),
-        seed=int(point.get("seed") or 0),
+    return flat(run_scenario(point_scenario(point)))
+
+
+def point_scenario(point: dict):
+    """The :class:`jalapeno.engine.simulate.Scenario` (``simulate``'s flags) of a sweep point."""
+    from jalapeno.engine.simulate import Scenario
+
+    goodput = []
+    if point.get("slo_ttft_ms") is not None:
+        goodput.append(f"ttft:{point['slo_ttft_ms']}")
+    if point.get("slo_tpot_ms") is not None:
+        goodput.append(f"tpot:{point['slo_tpot_ms']}")
+    method = point.get("spec_method")
+    spec: dict = {}
+    if method not in (None, "", "none"):
+        spec = {"spec_decode": method, "spec_tokens": int(point.get("spec_tokens") or 1)}
+        if point.get("spec_acceptance") is not None:
+            spec["acceptance"] = str(point["spec_acceptance"])
+        if point.get("spec_draft_model"):
+            spec["draft_model"] = point["spec_draft_model"]
+    common = dict(
+        model=point["model"], precision=point.get("weights") or "native", kv_dtype=point.get("kv") or "bf16",
+        isl=int(point["isl"]), osl=int(point["osl"]), concurrency=int(point["concurrency"]),
+        num_prompts=point.get("num_prompts"), goodput=goodput, seed=int(point.get("seed") or 0), **spec,
     )
-    slo = SLO(ttft_ms=point.get("slo_ttft_ms"), tpot_ms=point.get("slo_tpot_ms"))
-    return engine.run(wl).metrics(num_chips=par.num_chips, slo=None if slo.empty else slo)
+    if point.get("mode") == "disaggregated":
+        return Scenario(
+            hardware=point["hardware"], prefill_hardware=point["prefill_hardware"],
+            prefill_workers=int(point["prefill_workers"]), prefill_tp=int(point["prefill_tp"]), prefill_ep=1,
+            decode_hardware=point["hardware"], decode_workers=int(point["decode_workers"]),
+            decode_tp=int(point["tp"]), decode_ep=int(point["ep"]), **common,
+        )
+    return Scenario(
+        hardware=point["hardware"], tp=int(point["tp"]), ep=int(point["ep"]), pp=int(point["pp"]),
+        dp=int(point["dp"]), dp_attention=bool(point["dp_attention"]), **common,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ file and the line it comes from: the YAML is also *composed* into a node tree so
     name: quick
     models: [llama-3.1-8b, gpt-oss-120b]
     hardware: [h200, b200, jalapeno]
-    parallelism: auto          # or a list of {tp, ep, pp, dp, dp_attention}
+    parallelism: auto          # or a list of {tp, ep, pp, dp, dp_attention[, hardware]} and/or "auto"
     max_chips: 8               # bound for `auto`
     disaggregated:             # optional extra layouts: prefill pool + decode pool
       - {prefill: {hardware: h200, workers: 1, tp: 8}, decode: {workers: 1, tp: 8, ep: 1}}
@@ -42,6 +42,8 @@ class Layout(_Strict):
     pp: int = Field(default=1, ge=1)
     dp: int = Field(default=1, ge=1)
     dp_attention: bool = False
+    #: only for this chip (None = every chip of the sweep), e.g. a pipeline layout for an SRAM-only part
+    hardware: str | None = None
 
 
 class PrefillPool(_Strict):
@@ -77,12 +79,13 @@ class Workload(_Strict):
 
 
 class Speculative(_Strict):
-    """Speculative decoding: ``method`` none | mtp | eagle | draft | ngram, ``num_tokens`` drafted per step,
-    ``acceptance_rate`` per drafted token (None = the simulator's default for the method)."""
+    """Speculative decoding: ``method`` none | mtp | draft | ngram, ``num_tokens`` drafted per step,
+    ``acceptance_rate`` per drafted token (None = the simulator's default), ``draft_model`` for ``draft``."""
 
-    method: str = "none"
+    method: Literal["none", "mtp", "draft", "ngram"] = "none"
     num_tokens: int = Field(default=0, ge=0)
     acceptance_rate: float | None = Field(default=None, ge=0, le=1)
+    draft_model: str | None = None
 
 
 class SLOSpec(_Strict):
@@ -95,7 +98,8 @@ class SweepSpec(_Strict):
     description: str = ""
     models: list[str] = Field(min_length=1)
     hardware: list[str] = Field(min_length=1)
-    parallelism: Literal["auto"] | list[Layout] = "auto"
+    #: "auto", or a list of layouts in which the item "auto" stands for the auto layouts
+    parallelism: Literal["auto"] | list[Literal["auto"] | Layout] = "auto"
     #: bound for ``auto`` layouts: one number, or per chip with a ``default`` ({default: 8, groq-lp30: 1024})
     max_chips: int | dict[str, int] = 8
     disaggregated: list[DisaggLayout] = Field(default_factory=list)
@@ -189,7 +193,7 @@ def _loc_str(loc: Sequence[int | str]) -> str:
 
 def _clean_loc(loc: Sequence[Any]) -> list[int | str]:
     """Drop pydantic's union-branch markers (``PrecisionSpec``, ``str``, ``list[Layout]``...) from a location."""
-    branch = {"str", "int", "PrecisionSpec", "Layout", "list[Layout]", "literal['auto']", "function-after[_nonempty_layouts(), list[Layout]]"}
+    branch = {"str", "int", "PrecisionSpec", "Layout", "list[Layout]", "dict[str,int]"}
     return [p for p in loc if not (isinstance(p, str) and (p in branch or p.startswith(("function-", "literal["))))]
 
 
@@ -268,6 +272,9 @@ def check_spec_names(spec: SweepSpec, src: SpecSource) -> None:
             chips.append((("disaggregated", i, "prefill", "hardware"), d.prefill.hardware))
         if d.decode.hardware:
             chips.append((("disaggregated", i, "decode", "hardware"), d.decode.hardware))
+    if isinstance(spec.parallelism, list):
+        chips += [(("parallelism", i, "hardware"), lay.hardware) for i, lay in enumerate(spec.parallelism)
+                  if isinstance(lay, Layout) and lay.hardware]
     if isinstance(spec.max_chips, dict):
         chips += [(("max_chips", k), k) for k in spec.max_chips if k != "default"]
     for loc, h in chips:

@@ -113,6 +113,7 @@ def _strides(*names: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION")
 @pytest.mark.parametrize("cap", [90, 100])
 def test_kernels_compile_for_hopper_and_blackwell(cap: int) -> None:
     """Ahead-of-time compile (Triton -> PTX -> ptxas cubin, no GPU needed) with the decode tiles the wrappers pick."""

@@ -91,6 +91,11 @@ def test_dtype_casts_leave_quantized_buffers_alone() -> None:
     assert quantized_bytes(model) == before
     model.to("cpu")
     assert model(torch.randn(2, 64, dtype=torch.bfloat16)).dtype == torch.bfloat16
+    with torch.device("meta"):
+        meta = nn.Sequential(Fp8BlockLinear(64, 64), Mxfp4Linear(64, 32))
+    meta.to_empty(device="cpu")  # materialising a meta-built model keeps the stored dtypes
+    assert meta[0].weight.device.type == "cpu" and meta[0].weight.dtype == torch.float8_e4m3fn
+    assert meta[1].weight_scales.dtype == torch.uint8
 
 
 @pytest.mark.parametrize(("fmt", "shape"), [("fp8", (256, 384)), ("mxfp4", (64, 2880))])

@@ -81,3 +81,19 @@ def test_bad_yaml_names_the_line(text, line, words):
     msg = str(ei.value)
     assert msg.startswith(f"s.yaml:{line}:"), msg
     assert words in msg and "\n" not in msg
+
+
+def test_examples_parse_and_the_embedded_quick_sweep_matches_the_example():
+    from pathlib import Path
+
+    from jalapeno.report.spec import load_sweep
+    from jalapeno.report.sweep import QUICK_SWEEP_YAML
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    quick = load_sweep(root / "quick-sweep.yaml")
+    assert quick == parse_sweep(QUICK_SWEEP_YAML)[0]
+    study = load_sweep(root / "jalapeno-study.yaml")
+    assert set(study.models) == {"gpt-oss-120b", "deepseek-r1", "kimi-k2.5"}
+    assert {"jalapeno", "gb200", "gb300"} <= set(study.hardware)
+    assert {(w.isl, w.osl) for w in study.workloads} == {(1024, 1024), (1024, 8192), (8192, 1024)}
+    assert len(expand(quick)) == 36

@@ -61,6 +61,23 @@ def test_ctrl_c_keeps_finished_points(tmp_path, calls):
     assert s.already_done == 5 and len(calls) == N_POINTS - 5
 
 
+def _flaky(point):
+    if point["concurrency"] == 8 and point["hardware"] == "b200":
+        raise RuntimeError("boom")
+    return conftest.fake_point(point)
+
+
+def test_failed_points_are_recorded_and_retried(tmp_path, calls):
+    s = run_spec(_spec(), tmp_path, point_fn=_flaky, workers=1, progress=False)
+    assert (s.errors, s.skipped, s.ok) == (2, 2, N_POINTS - 4)  # h100 tp1 does not fit at either concurrency
+    err = duckdb.sql(f"SELECT error, error_kind FROM '{tmp_path / 'results.parquet'}' WHERE status = 'error'").fetchall()
+    assert err[0][0].startswith("RuntimeError: boom at test_sweep.py:") and err[0][1] == "bug"
+    calls.clear()
+    s2 = run_spec(_spec(), tmp_path, point_fn=conftest.fake_point, workers=1, progress=False)
+    assert s2.ran == 2 and len(calls) == 2 and s2.errors == 0
+    assert pq.read_table(tmp_path / "results.parquet").num_rows == N_POINTS
+
+
 def test_parquet_rows_statuses_and_duckdb(tmp_path):
     run_spec(_spec(), tmp_path, point_fn=conftest.fake_point, workers=2, progress=False)  # process pool
     path = str(tmp_path / "results.parquet")

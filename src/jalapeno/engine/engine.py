@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,8 +23,12 @@ from jalapeno.engine.block_manager import BlockManager
 from jalapeno.engine.config import EngineConfig
 from jalapeno.engine.interface import Backend, Clock, ScheduledBatch, StepResult, VirtualClock, WallClock
 from jalapeno.engine.scheduler import Scheduler
-from jalapeno.engine.sequence import RequestOutput, SamplingParams, Sequence, SeqStatus
+from jalapeno.engine.sequence import RequestOutput, SamplingParams, Sequence
 from jalapeno.errors import CapacityError, RequestError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jalapeno.engine.driver import SimResult
+    from jalapeno.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -213,7 +218,36 @@ class Engine:
         common = 0  # sequences whose previous token came at t0 (their first gap is t_first - t0)
         finished: list[Sequence] = []
         itl_v, itl_c = self._itl_v, self._itl_c
-        for i, c in enumerate(chunks):
+        first = 0
+        if nd and tokens is None and outputs is None and not prefix and max_len is None:
+            # simulation fast path over the decode chunks: counters only
+            first = nd
+            for c, new in zip(chunks[:nd], counts):
+                seq = c.seq
+                out = seq.num_output_tokens + new
+                mt = seq.max_tokens
+                if out > mt:
+                    new -= out - mt
+                    out = mt
+                seq.num_output_tokens = out
+                seq.num_computed_tokens = seq.prompt_len + out - 1
+                generated += new
+                last = seq.last_token_s
+                if last == t0:
+                    common += 1
+                else:
+                    itl_v.append(t_first - last)
+                    itl_c.append(1)
+                seq.last_token_s = t_last
+                if out == mt:
+                    seq.finish_s = t_last
+                    self.scheduler.finish(seq, "length")
+                    self._seqs.pop(seq.seq_id, None)
+                    finished.append(seq)
+                elif trim:
+                    bm.trim(seq, seq.num_computed_tokens)
+        for i in range(first, len(chunks)):
+            c = chunks[i]
             seq = c.seq
             out = seq.num_output_tokens
             if (i >= nd) if nd is not None else (not out or c.start < seq.prompt_len + out - 1):
@@ -299,7 +333,7 @@ class Engine:
             cnts.append(np.full(arr.size, w, dtype=np.int64))
         return np.concatenate(vals), np.concatenate(cnts)
 
-    def run(self, workload) -> "SimResult":  # noqa: F821 - see jalapeno.engine.driver
+    def run(self, workload: "Workload") -> "SimResult":
         """Drive ``workload`` (a :class:`jalapeno.workload.Workload`) to completion on this engine's clock."""
         from jalapeno.engine.driver import run_workload
 

@@ -107,19 +107,22 @@ class Scheduler:
 
         # 1. running decodes, oldest first (the config guarantees the budget covers them all)
         partial: list[Sequence] = []  # running sequences still prefilling, for step 2
-        i = 0
-        while i < len(running):
-            seq = running[i]
-            i += 1
+        nd = 0
+        running_ = SeqStatus.RUNNING
+        for seq in running[:]:  # a copy: preemption removes sequences from the end of `running`
+            if seq.status is not running_:
+                continue
             start = seq.num_computed_tokens
             out = seq.num_output_tokens
             if not out or start < seq.prompt_len + out - 1:
                 partial.append(seq)
                 continue
-            if -(-(start + per) // bs) > seq.num_blocks and not bm.reserve(seq, start + per):
+            if start + per > seq.num_blocks * bs and not bm.reserve(seq, start + per):
                 preempted = True
-                if not self._make_room(seq, start + per, chunks):
-                    i -= 1  # seq itself was preempted: running[i] is the next one
+                self._num_decodes = nd
+                ok = self._make_room(seq, start + per, chunks)
+                nd = self._num_decodes
+                if not ok:
                     continue
             ch = seq.decode_chunk
             if ch is None:
@@ -127,12 +130,12 @@ class Scheduler:
             else:
                 ch.start = start
             chunks.append(ch)
-            self._num_decodes += 1
+            nd += 1
             kk = (seq.max_tokens - out - 1) // per + 1  # finishing *at* step K is fine, before it is not
             if kk < k_left:
                 k_left = kk
+        self._num_decodes = nd
         budget = cfg.max_num_batched_tokens - per * len(chunks)
-        all_sample = True
 
         # 2. running prefills (chunked), oldest first
         for seq in partial:

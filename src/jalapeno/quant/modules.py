@@ -48,7 +48,8 @@ class _HoldsQuantized(nn.Module):
                     self._buffers[name] = None
                     continue
                 device = fn(t.new_empty(0)).device  # where the move goes, without converting the data
-                self._buffers[name] = t.to(device)
+                # meta tensors have no data to move (``to_empty`` materialisation): allocate in the stored dtype
+                self._buffers[name] = torch.empty_like(t, device=device) if t.is_meta else t.to(device)
         return self
 
     def quantized_nbytes(self) -> int:

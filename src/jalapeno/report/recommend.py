@@ -5,7 +5,7 @@ For each chip it runs a small internal sweep (every ``auto`` layout up to ``max_
 meets the SLOs and scores best on the objective, ranks those, and explains every loser:
 
 * ``cost`` — lowest $/Mtok (the seeds' TCO, compliance factor included);
-* ``energy`` — most output tokens per joule (tokens per provisioned MW when energy was not simulated);
+* ``energy`` — most output tokens per joule (simulated chip energy);
 * ``latency`` — lowest median end-to-end latency.
 
 A point *meets the SLOs* when its p90 TTFT and p90 TPOT are within them (90 % of requests), see
@@ -140,10 +140,7 @@ def objective_value(row: Mapping, objective: str) -> float | None:
         return _f(row.get("usd_per_mtok"))
     if objective == "energy":
         tpj = _f(row.get("output_tokens_per_joule"))
-        if tpj:
-            return -tpj
-        mw = _f(row.get("output_tokens_per_mw"))
-        return -mw if mw else None
+        return -tpj if tpj else None
     if objective == "latency":
         return _f(row.get("median_e2el_ms"))
     raise UnknownNameError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")

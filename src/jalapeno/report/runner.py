@@ -125,7 +125,8 @@ def run_sweep(
     progress: bool = True,
     enrich: Callable[[dict], dict] | None = None,
 ) -> SweepSummary:
-    """Run the points not already in ``store`` and compact the store (also on Ctrl-C, then re-raise).
+    """Run the points not already in ``store`` (rows with ``status = "error"`` are retried) and compact the
+    store (also on Ctrl-C, then re-raise).
 
     ``workers``: local processes (default ``os.cpu_count()``; 1 runs in this process). ``ray``: ``"auto"``
     (a running cluster if there is one, else a local Ray instance) or a cluster address; needs ``jalapeno[ray]``.
@@ -164,8 +165,8 @@ def run_sweep(
                 _run_ray(todo, ray, point_fn, sink)
             else:
                 _run_local(todo, workers or os.cpu_count() or 1, point_fn, sink)
-    except KeyboardInterrupt:
-        summary.interrupted = True
+    except BaseException as exc:  # Ctrl-C, a crashed worker pool...: keep every finished point, then re-raise
+        summary.interrupted = isinstance(exc, KeyboardInterrupt)
         store.compact(enrich)
         raise
     store.compact(enrich)

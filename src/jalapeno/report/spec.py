@@ -192,9 +192,9 @@ def _loc_str(loc: Sequence[int | str]) -> str:
 
 
 def _clean_loc(loc: Sequence[Any]) -> list[int | str]:
-    """Drop pydantic's union-branch markers (``PrecisionSpec``, ``str``, ``list[Layout]``...) from a location."""
-    branch = {"str", "int", "PrecisionSpec", "Layout", "list[Layout]", "dict[str,int]"}
-    return [p for p in loc if not (isinstance(p, str) and (p in branch or p.startswith(("function-", "literal["))))]
+    """Drop pydantic's union-branch markers (``Layout``, ``list[...]``, ``literal['auto']``...) from a location."""
+    branch = {"str", "int", "PrecisionSpec", "Layout", "SLOSpec"}
+    return [p for p in loc if not (isinstance(p, str) and (p in branch or "[" in p or p.startswith("function-")))]
 
 
 class SpecSource:
@@ -229,6 +229,8 @@ def _validation_error(src: SpecSource, err: ValidationError) -> SpecError:
         msg = "empty list: the grid needs at least one entry here"
     elif first["type"] == "missing":
         msg = "required key is missing"
+    elif first["type"] == "literal_error":
+        msg = f"{msg}, got {first.get('input')!r}"
     return src.error(loc, msg)
 
 

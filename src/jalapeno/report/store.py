@@ -64,7 +64,8 @@ class ResultStore:
         return list(rows.values())
 
     def done_ids(self) -> set[str]:
-        return {r["point_id"] for r in self.rows()}
+        """Points that need not run again: finished ok or skipped (failed ones are retried)."""
+        return {r["point_id"] for r in self.rows() if r.get("status") != "error"}
 
     # ---- writing ----------------------------------------------------------------------------------------
     def append(self, row: dict) -> None:

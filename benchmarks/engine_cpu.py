@@ -1,0 +1,188 @@
+"""Engine on CPU: SmolLM2-135M decode/prefill throughput vs transformers, and batch-1 decode vs the roofline.
+
+    python benchmarks/engine_cpu.py [--decode-tokens 32] [--batches 1,8,32] [--prefill-len 512] [--markdown]
+
+Both sides run in this process on the same weights (the bundled Q4_1 GGUF, dequantised to float32) with the
+same thread count:
+
+* jalapeno: the shared Engine + TorchBackend (paged KV, continuous batching); step times are the backend's
+  measured wall times, split into prefill steps and decode steps.
+* transformers: ``generate`` (greedy, fixed length, dynamic KV cache); decode time = time(N new tokens) -
+  time(1 new token), prefill = one forward over the prompt.
+* roofline: batch-1 decode must stream every weight byte once per token: ``t >= weight_bytes / bandwidth``,
+  bandwidth measured with a 1 GiB ``torch`` copy (read + write bytes / time, best of 5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import torch
+
+
+def measure_bandwidth(gib: float = 1.0, reps: int = 5) -> float:
+    """Bytes/s of a large tensor copy (counts read and write)."""
+    n = int(gib * 2**30) // 4
+    x = torch.ones(n, dtype=torch.float32)
+    y = torch.empty_like(x)
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        y.copy_(x)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n * 4 / best
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes read per decode step: every parameter once (tied embedding counted once, as the LM head)."""
+    seen, total = set(), 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel() * p.element_size()
+    return total
+
+
+class TimedBackend:
+    """Wraps a backend, recording (prefill tokens, decode seqs, seconds) per step."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.steps: list[tuple[int, int, float]] = []
+        self.max_multi_step = inner.max_multi_step
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def execute(self, batch):
+        r = self.inner.execute(batch)
+        self.steps.append((batch.num_prefill_tokens, batch.num_decode_seqs, r.duration_s))
+        return r
+
+
+def jalapeno_run(backend, prompts: list[list[int]], new_tokens: int) -> dict:
+    from jalapeno.engine import Engine, EngineConfig, SamplingParams
+    from jalapeno.engine.interface import Backend
+
+    timed = TimedBackend(backend)
+    Backend.register(TimedBackend)
+    engine = Engine(timed, EngineConfig(max_num_seqs=max(len(prompts), 1), max_num_batched_tokens=8192))
+    sp = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+    for p in prompts:
+        engine.add_request(p, sp)
+    while engine.has_unfinished():
+        engine.step()
+    prefill = sum(t for p, d, t in timed.steps if p > 0)
+    prefill_tokens = sum(p for p, d, t in timed.steps)
+    decode = sum(t for p, d, t in timed.steps if p == 0)
+    decode_tokens = sum(d for p, d, t in timed.steps if p == 0)
+    return {
+        "prefill_tok_s": prefill_tokens / prefill if prefill else None,
+        "decode_tok_s": decode_tokens / decode if decode else None,
+        "decode_step_ms": 1000 * decode / max(1, sum(1 for p, d, t in timed.steps if p == 0)),
+    }
+
+
+def hf_run(model, prompts: list[list[int]], new_tokens: int) -> dict:
+    ids = torch.tensor(prompts)
+    mask = torch.ones_like(ids)
+    kw = dict(attention_mask=mask, do_sample=False, eos_token_id=None, pad_token_id=0)
+    with torch.inference_mode():
+        t = time.perf_counter()
+        model.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
+        one = time.perf_counter() - t
+        t = time.perf_counter()
+        model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kw)
+        full = time.perf_counter() - t
+    decode = full - one
+    return {"decode_tok_s": len(prompts) * (new_tokens - 1) / decode, "decode_step_ms": 1000 * decode / (new_tokens - 1)}
+
+
+def hf_prefill(model, prompt: list[int]) -> float:
+    with torch.inference_mode():
+        model(torch.tensor([prompt[:8]]))  # warm-up
+        t = time.perf_counter()
+        model(torch.tensor([prompt]))
+        return len(prompt) / (time.perf_counter() - t)
+
+
+def build_hf_reference(loaded):
+    """transformers' Llama with exactly our (dequantised) weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.initialization import no_init_weights
+
+    c = loaded.config
+    cfg = LlamaConfig(
+        vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_hidden_layers, num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps,
+        max_position_embeddings=c.max_position_embeddings, tie_word_embeddings=c.tie_word_embeddings,
+        rope_parameters=dict(c.rope),
+    )
+    with no_init_weights():
+        model = LlamaForCausalLM(cfg)
+    model.load_state_dict(loaded.model.state_dict(), strict=False)
+    model.tie_weights()
+    return model.eval()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--decode-tokens", type=int, default=32)
+    ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--prefill-len", type=int, default=512)
+    ap.add_argument("--max-multi-step", type=int, default=1)
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+
+    from jalapeno.backends.torch.backend import TorchBackend
+
+    backend = TorchBackend(None, kv_cache_gb=1.0, max_multi_step=args.max_multi_step)
+    hf = build_hf_reference(backend.loaded)
+    bw = measure_bandwidth()
+    wbytes = weight_bytes(backend.model)
+    roof_tok_s = bw / wbytes
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    jalapeno_run(backend, [[1, 2, 3, 4]], 4)  # warm-up
+    for b in [int(x) for x in args.batches.split(",")]:
+        prompts = [torch.randint(100, 40000, (args.prompt_len,), generator=g).tolist() for _ in range(b)]
+        ours = jalapeno_run(backend, prompts, args.decode_tokens)
+        ref = hf_run(hf, prompts, args.decode_tokens)
+        rows.append({"batch": b, "jalapeno_decode_tok_s": ours["decode_tok_s"], "hf_decode_tok_s": ref["decode_tok_s"],
+                     "ratio": ours["decode_tok_s"] / ref["decode_tok_s"], "jalapeno_step_ms": ours["decode_step_ms"],
+                     "hf_step_ms": ref["decode_step_ms"]})
+    long = torch.randint(100, 40000, (args.prefill_len,), generator=g).tolist()
+    ours_prefill = jalapeno_run(backend, [long], 1)["prefill_tok_s"]
+    hf_pf = hf_prefill(hf, long)
+    result = {
+        "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+                    "load_avg": os.getloadavg()[0], "torch": torch.__version__},
+        "bandwidth_gb_s": bw / 1e9,
+        "weight_mb": wbytes / 1e6,
+        "roofline_batch1_tok_s": roof_tok_s,
+        "batch1_fraction_of_roofline": rows[0]["jalapeno_decode_tok_s"] / roof_tok_s if rows and rows[0]["batch"] == 1 else None,
+        "decode": rows,
+        "prefill": {"tokens": args.prefill_len, "jalapeno_tok_s": ours_prefill, "hf_tok_s": hf_pf, "ratio": ours_prefill / hf_pf},
+    }
+    if not args.markdown:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"Machine: {result['machine']}; copy bandwidth {bw / 1e9:.1f} GB/s; weights {wbytes / 1e6:.0f} MB (float32)\n")
+    print("| batch | jalapeno decode tok/s | transformers decode tok/s | ratio | jalapeno ms/step | transformers ms/step |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['batch']} | {r['jalapeno_decode_tok_s']:.1f} | {r['hf_decode_tok_s']:.1f} | {r['ratio']:.2f} | "
+              f"{r['jalapeno_step_ms']:.1f} | {r['hf_step_ms']:.1f} |")
+    p = result["prefill"]
+    print(f"\nPrefill ({p['tokens']} tokens): jalapeno {p['jalapeno_tok_s']:.0f} tok/s, transformers {p['hf_tok_s']:.0f} tok/s, ratio {p['ratio']:.2f}")
+    print(f"Batch-1 decode roofline: {roof_tok_s:.1f} tok/s; jalapeno reaches {100 * (result['batch1_fraction_of_roofline'] or 0):.0f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -87,11 +87,11 @@ def test_examples_parse_and_the_embedded_quick_sweep_matches_the_example():
     from pathlib import Path
 
     from jalapeno.report.spec import load_sweep
-    from jalapeno.report.sweep import QUICK_SWEEP_YAML
+    from jalapeno.report.sweep import QUICK_SWEEP_PATH
 
     root = Path(__file__).resolve().parents[2] / "examples"
     quick = load_sweep(root / "quick-sweep.yaml")
-    assert quick == parse_sweep(QUICK_SWEEP_YAML)[0]
+    assert quick == load_sweep(QUICK_SWEEP_PATH)
     study = load_sweep(root / "jalapeno-study.yaml")
     assert set(study.models) == {"gpt-oss-120b", "deepseek-r1", "kimi-k2.5"}
     assert {"jalapeno", "gb200", "gb300"} <= set(study.hardware)

@@ -1,6 +1,6 @@
 """``jalapeno demo``: catalogue → a model and a chip → one simulation on two chips → a small sweep → HTML report.
 
-Everything runs on data shipped inside the package (chip YAMLs, model configs, ``quick-sweep.yaml``), so a fresh
+Everything runs on data shipped inside the package (chip YAMLs, model configs, ``report/quick-sweep.yaml``), so a fresh
 ``pip install`` can run it with no network and no PyTorch.
 """
 
@@ -10,14 +10,12 @@ from pathlib import Path
 
 import typer
 
-DEFAULT_SWEEP = Path(__file__).with_name("quick-sweep.yaml")
 
 
 def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo(
         out: Path = typer.Option(Path("jalapeno-demo"), "--out", "-o", help="Directory for the sweep results and report."),
-        sweep: Path = typer.Option(DEFAULT_SWEEP, "--sweep", help="Sweep YAML to run (default: the embedded quick sweep)."),
         workers: int = typer.Option(2, "--workers", "-j", help="Local worker processes for the sweep."),
     ) -> None:
         """Tour the stack on embedded defaults: catalogue, a model, a chip, a simulation, a sweep and its report."""
@@ -27,9 +25,7 @@ def register(app: typer.Typer) -> None:
         from jalapeno.engine.simulate import Scenario, run_scenario
         from jalapeno.hardware import get_chip, list_chips
         from jalapeno.models import load_model
-        from jalapeno.report.html import write_report
-        from jalapeno.report.spec import load_sweep
-        from jalapeno.report.sweep import run_spec
+        from jalapeno.report.sweep import QUICK_SWEEP_PATH, run_quick
 
         con = Console()
         # 1. the chip catalogue
@@ -73,8 +69,8 @@ def register(app: typer.Typer) -> None:
                       f"{r['output_tokens_per_joule']:.2f}" if r.get("output_tokens_per_joule") else "-")
         con.print(t)
         # 4. a small sweep and its report
-        con.print(f"[bold]4. sweep[/] {sweep} -> {out}   (jalapeno sweep ... && jalapeno report ...)")
-        summary = run_spec(load_sweep(sweep), out, workers=workers)
+        con.print(f"[bold]4. sweep[/] {QUICK_SWEEP_PATH.name} -> {out}   (jalapeno sweep examples/quick-sweep.yaml"
+                  f" --out {out} && jalapeno report {out})")
+        summary, html = run_quick(out, workers=workers)
         con.print(summary.line())
-        html = write_report(out)
         con.print(f"[bold green]report:[/] {html}  (open it in a browser; no server needed)")

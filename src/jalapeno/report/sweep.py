@@ -67,30 +67,17 @@ def read_meta(out_dir: str | Path) -> dict:
     return json.loads(p.read_text(encoding="utf-8"))
 
 
-#: The quick sweep, embedded so it runs from an installed package (same grid as examples/quick-sweep.yaml; a test
-#: keeps the two in step).
-QUICK_SWEEP_YAML = """\
-name: quick-sweep
-description: >
-  Llama-3.1-8B and GPT-OSS-120B on H200, B200 and Jalapeño, InferenceX 1k/1k, two concurrencies,
-  every TP / EP / DP-attention layout on up to 2 chips.
-models: [llama-3.1-8b, gpt-oss-120b]
-hardware: [h200, b200, jalapeno]
-parallelism: auto
-max_chips: 2
-precisions: [{weights: native, kv: bf16}]
-workloads: [{isl: 1024, osl: 1024}]
-concurrencies: [4, 64]
-slo: {ttft_ms: 2000, tpot_ms: 50}
-"""
+#: The quick sweep, shipped inside the package so ``jalapeno demo`` runs from an installed copy (same grid as
+#: examples/quick-sweep.yaml; a test keeps the two in step).
+QUICK_SWEEP_PATH = Path(__file__).with_name("quick-sweep.yaml")
 
 
 def run_quick(out_dir: str | Path, *, workers: int | None = None, progress: bool = True) -> tuple[SweepSummary, Path]:
     """Run the embedded quick sweep into ``out_dir`` and write ``out_dir/report.html`` (for ``jalapeno demo``).
     Returns the sweep summary and the report path."""
     from jalapeno.report.html import write_report
-    from jalapeno.report.spec import parse_sweep
+    from jalapeno.report.spec import load_sweep
 
-    spec, _ = parse_sweep(QUICK_SWEEP_YAML, "quick-sweep")
+    spec = load_sweep(QUICK_SWEEP_PATH)
     summary = run_spec(spec, out_dir, workers=workers, progress=progress)
     return summary, write_report(out_dir)

@@ -145,3 +145,12 @@ def test_multi_step_reserves_blocks_and_never_overruns_kv():
         seen += 1
     assert e.stats.tokens_generated == 8 * 200
     assert e.block_manager.num_used == 0
+
+
+def test_a_sequence_that_outgrows_the_kv_cache_finishes_at_its_capacity():
+    # 4 blocks × 16 = 64 KV tokens; asking for 500 tokens must end (reason length), not loop forever
+    e, _ = engine(EngineConfig(max_num_seqs=2, max_num_batched_tokens=64), num_blocks=4)
+    e.add_request(list(range(10)), SamplingParams(max_tokens=500), request_id="long")
+    outs = drain(e, limit=1000)
+    assert outs[-1].finished and outs[-1].finish_reason == "length"
+    assert 10 + outs[-1].num_output_tokens == 64 and e.block_manager.num_used == 0

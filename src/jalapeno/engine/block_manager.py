@@ -92,29 +92,30 @@ class BlockManager:
             seq.block_table.extend(take() for _ in range(need))
         return True
 
-    def reserve_chunks(self, chunks, extra_tokens: int) -> bool:
+    def reserve_chunks(self, chunks, extra_tokens: int, *, known_to_fit: bool = False) -> bool:
         """All-or-nothing :meth:`reserve` of ``chunk.start + chunk.num_tokens + extra_tokens`` tokens for every
-        chunk's sequence (a multi-step batch's look-ahead). One pass to count, one to take."""
+        chunk's sequence (a multi-step batch's look-ahead). ``known_to_fit`` skips the counting pass."""
         bs = self.block_size
-        need = 0
-        for c in chunks:
-            x = -(-(c.start + c.num_tokens + extra_tokens) // bs) - c.seq.num_blocks
-            if x > 0:
-                need += x
-        if need > self.num_free:
-            return False
-        if need == 0:
-            return True
+        if not known_to_fit:
+            need = 0
+            for c in chunks:
+                x = -(-(c.start + c.num_tokens + extra_tokens) // bs) - c.seq.num_blocks
+                if x > 0:
+                    need += x
+            if need > self.num_free:
+                return False
         if self.track_ids:
             for c in chunks:
                 self.reserve(c.seq, c.start + c.num_tokens + extra_tokens)
             return True
+        took = 0
         for c in chunks:
             seq = c.seq
             nb = -(-(c.start + c.num_tokens + extra_tokens) // bs)
             if nb > seq.num_blocks:
+                took += nb - seq.num_blocks
                 seq.num_blocks = nb
-        self.num_free -= need
+        self.num_free -= took
         return True
 
     def _release(self, bid: int) -> None:

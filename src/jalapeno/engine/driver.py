@@ -190,8 +190,13 @@ class EngineTarget:
         )
 
     def advance(self, horizon: float | None) -> list[Sequence]:
-        self.engine.next_event_s = horizon
-        return self.engine.step_finished()
+        e = self.engine
+        e.next_event_s = horizon
+        steps = e.num_steps
+        done = e.step_finished()
+        if e.num_steps == steps and e.has_unfinished():  # pragma: no cover - a scheduler invariant broke
+            raise RuntimeError("engine made no progress: waiting requests can never be scheduled")
+        return done
 
     def result_parts(self) -> tuple[float, int, np.ndarray, np.ndarray]:
         v, c = self.engine.itl_samples()

@@ -13,6 +13,7 @@ steps over B sequences adds K values of weight B, never K·B numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -66,6 +67,11 @@ class Engine:
             enable_prefix_caching=config.enable_prefix_caching,
             track_ids=not backend.is_simulated,
         )
+        # no sequence may outgrow the KV cache (else, alone and preempted, it could never be readmitted):
+        # like vLLM, cap max_model_len at the cache's capacity (less the speculative look-ahead)
+        cap = num_blocks * config.block_size - config.num_speculative_tokens
+        if config.max_model_len is None or config.max_model_len > cap:
+            self.config = config = dataclasses.replace(config, max_model_len=cap)
         self.scheduler = Scheduler(config, self.block_manager, on_free=backend.free_sequence)
         self.clock: Clock = clock or (VirtualClock() if backend.is_simulated else WallClock())
         self._virtual = isinstance(self.clock, VirtualClock)
@@ -112,15 +118,15 @@ class Engine:
     def add_sequence(self, seq: Sequence) -> None:
         """Queue a prepared sequence (e.g. one whose KV arrives from a prefill worker: counters preset)."""
         cfg = self.config
-        if cfg.max_model_len is not None and seq.num_tokens >= cfg.max_model_len:
-            raise RequestError(
-                f"prompt of {seq.num_tokens} tokens does not fit max_model_len={cfg.max_model_len}: shorten it"
-            )
         bm = self.block_manager
         if bm.blocks_for(seq.num_tokens + 1 + cfg.num_speculative_tokens) > bm.num_blocks:
             raise CapacityError(
                 f"request of {seq.num_tokens} tokens needs more KV blocks than the cache holds "
                 f"({bm.num_blocks} × {bm.block_size} tokens)"
+            )
+        if cfg.max_model_len is not None and seq.num_tokens >= cfg.max_model_len:
+            raise RequestError(
+                f"prompt of {seq.num_tokens} tokens does not fit max_model_len={cfg.max_model_len}: shorten it"
             )
         with self._lock:
             if seq.seq_id in self._seqs:
@@ -219,7 +225,7 @@ class Engine:
         finished: list[Sequence] = []
         itl_v, itl_c = self._itl_v, self._itl_c
         first = 0
-        if nd and tokens is None and outputs is None and not prefix and max_len is None:
+        if nd and tokens is None and outputs is None and not prefix:
             # simulation fast path over the decode chunks: counters only
             first = nd
             for c, new in zip(chunks[:nd], counts):
@@ -239,7 +245,7 @@ class Engine:
                     itl_v.append(t_first - last)
                     itl_c.append(1)
                 seq.last_token_s = t_last
-                if out == mt:
+                if out == mt or seq.prompt_len + out >= max_len:
                     seq.finish_s = t_last
                     self.scheduler.finish(seq, "length")
                     self._seqs.pop(seq.seq_id, None)

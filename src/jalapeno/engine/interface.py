@@ -100,9 +100,10 @@ class SeqChunk:
 @dataclass
 class ScheduledBatch:
     chunks: list[SeqChunk]
-    #: K > 1 asks the backend for K decode steps at once (only when every chunk is a decode chunk and the
-    #: scheduler proved that nothing can change the batch for K steps). Real backends may refuse (see
-    #: :attr:`Backend.max_multi_step`).
+    #: K > 1 asks the backend for K steps at once: this step as scheduled, then K-1 decode steps of every
+    #: chunk's sequence (only when every chunk samples — decodes, and prompts whose last chunk this is —
+    #: and the scheduler proved that nothing can change the batch for K steps). Real backends may refuse
+    #: (see :attr:`Backend.max_multi_step`).
     num_steps: int = 1
     #: multi-step only (simulated backends): stop after the first step that ends at or after ``stop_at_s``,
     #: where step ends are ``start_s + d1``, ``+ d2``, ... summed one by one in float64 on the engine's clock

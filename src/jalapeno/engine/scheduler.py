@@ -104,6 +104,7 @@ class Scheduler:
         preempted = False
         #: fewest steps any scheduled sequence can take before finishing (multi-step bound)
         k_left = max_steps
+        max_len = cfg.max_model_len if cfg.max_model_len is not None else 1 << 62
 
         # 1. running decodes, oldest first (the config guarantees the budget covers them all)
         partial: list[Sequence] = []  # running sequences still prefilling, for step 2
@@ -131,7 +132,8 @@ class Scheduler:
                 ch.start = start
             chunks.append(ch)
             nd += 1
-            kk = (seq.max_tokens - out - 1) // per + 1  # finishing *at* step K is fine, before it is not
+            # finishing *at* step K is fine, before it is not: (K-1)·per < tokens left
+            kk = (min(seq.max_tokens - out, max_len - seq.prompt_len - out) - 1) // per + 1
             if kk < k_left:
                 k_left = kk
         self._num_decodes = nd
@@ -152,8 +154,9 @@ class Scheduler:
                     continue
             chunks.append(SeqChunk(seq, start, n, start + n >= total))
             budget -= n
-        if preempted:
-            budget = cfg.max_num_batched_tokens - sum(c.num_tokens for c in chunks)
+        if preempted:  # victims' chunks were dropped: recount (decodes first, then prefill chunks)
+            nd = self._num_decodes
+            budget = cfg.max_num_batched_tokens - per * nd - sum(c.num_tokens for c in chunks[nd:])
 
         # 3. admissions, first come first served (none in a step that had to preempt)
         admission_may_change = preempted and self._could_admit_next(per)
@@ -189,10 +192,8 @@ class Scheduler:
                 if not c.sample:
                     k_left = 1
                     break
-                k_left = min(k_left, (seq.max_tokens - seq.num_output_tokens - 1) // per + 1)
-            max_len = cfg.max_model_len
-            if max_len is not None:
-                k_left = min(k_left, *((max_len - c.seq.num_tokens - 1) // per + 1 for c in chunks))
+                out = seq.num_output_tokens
+                k_left = min(k_left, (min(seq.max_tokens - out, max_len - seq.prompt_len - out) - 1) // per + 1)
             if k_left > 1:
                 steps = self._multi_step(chunks, k_left, per)
         return ScheduledBatch(chunks, num_steps=steps, num_decodes=self._num_decodes)
@@ -233,24 +234,30 @@ class Scheduler:
         """Largest K <= k (no sequence can finish before step K) for which KV blocks for all K steps fit;
         reserves them. Step 1's blocks are already held."""
         bm = self.bm
-        if bm.reserve_chunks(chunks, (k - 1) * per_step):
+        bs = bm.block_size
+        free = bm.num_free
+        # each sequence needs at most ceil((K-1)·per/bs) + 1 new blocks: if that fits, skip counting
+        if len(chunks) * (-(-((k - 1) * per_step) // bs) + 1) <= free:
+            bm.reserve_chunks(chunks, (k - 1) * per_step, known_to_fit=True)
             return k
-        # Short of blocks: find the largest K whose blocks fit by bisection, counting in numpy.
+        # Maybe short of blocks: the largest K whose blocks fit, by bisection, counting in numpy.
         n = len(chunks)
         ends = np.fromiter((c.start + c.num_tokens for c in chunks), np.int64, n)
         held = np.fromiter((c.seq.num_blocks for c in chunks), np.int64, n)
-        bs, free = bm.block_size, bm.num_free
 
         def need(steps: int) -> int:
             return int(np.maximum(0, -(-(ends + (steps - 1) * per_step) // bs) - held).sum())
 
-        lo, hi = 1, k  # need(lo) fits (step 1 is reserved), need(hi) does not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if need(mid) <= free:
-                lo = mid
-            else:
-                hi = mid
+        if need(k) <= free:
+            lo = k
+        else:
+            lo, hi = 1, k  # need(lo) fits (step 1 is reserved), need(hi) does not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if need(mid) <= free:
+                    lo = mid
+                else:
+                    hi = mid
         if lo > 1:
-            bm.reserve_chunks(chunks, (lo - 1) * per_step)
+            bm.reserve_chunks(chunks, (lo - 1) * per_step, known_to_fit=True)
         return lo

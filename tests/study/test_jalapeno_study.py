@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ YAML = ROOT / "src" / "jalapeno" / "hardware" / "chips" / "jalapeno.yaml"
 def js():
     spec = importlib.util.spec_from_file_location("jalapeno_study", ROOT / "benchmarks" / "jalapeno_study.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["jalapeno_study"] = mod  # dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     return mod
 

@@ -5,8 +5,8 @@
 Both sides run in this process on the same weights (the bundled Q4_1 GGUF, dequantised to float32) with the
 same thread count:
 
-* jalapeno: the shared Engine + TorchBackend (paged KV, continuous batching); step times are the backend's
-  measured wall times, split into prefill steps and decode steps.
+* jalapeno: the shared Engine + TorchBackend (paged KV, continuous batching), scheduler included; decode
+  time = wall(N new tokens) - wall(1 new token), prefill = wall(1 new token) for one long prompt.
 * transformers: ``generate`` (greedy, fixed length, dynamic KV cache); decode time = time(N new tokens) -
   time(1 new token), prefill = one forward over the prompt.
 * roofline: batch-1 decode must stream every weight byte once per token: ``t >= weight_bytes / bandwidth``,
@@ -21,7 +21,11 @@ import os
 import platform
 import time
 
-import torch
+# Idle OpenMP workers sleep instead of spinning: on a small shared machine spinning workers steal the core the
+# main thread needs for the small serial ops between GEMMs (applies to both sides; set before torch loads).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 
 def measure_bandwidth(gib: float = 1.0, reps: int = 5) -> float:
@@ -47,43 +51,29 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return total
 
 
-class TimedBackend:
-    """Wraps a backend, recording (prefill tokens, decode seqs, seconds) per step."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.steps: list[tuple[int, int, float]] = []
-        self.max_multi_step = inner.max_multi_step
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def execute(self, batch):
-        r = self.inner.execute(batch)
-        self.steps.append((batch.num_prefill_tokens, batch.num_decode_seqs, r.duration_s))
-        return r
-
-
-def jalapeno_run(backend, prompts: list[list[int]], new_tokens: int) -> dict:
+def _engine_wall(backend, prompts: list[list[int]], new_tokens: int) -> float:
+    """Wall seconds to serve ``prompts`` to ``new_tokens`` each through a fresh Engine (scheduler included)."""
     from jalapeno.engine import Engine, EngineConfig, SamplingParams
-    from jalapeno.engine.interface import Backend
 
-    timed = TimedBackend(backend)
-    Backend.register(TimedBackend)
-    engine = Engine(timed, EngineConfig(max_num_seqs=max(len(prompts), 1), max_num_batched_tokens=8192))
+    engine = Engine(backend, EngineConfig(max_num_seqs=max(len(prompts), 1), max_num_batched_tokens=8192))
     sp = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+    t = time.perf_counter()
     for p in prompts:
         engine.add_request(p, sp)
     while engine.has_unfinished():
         engine.step()
-    prefill = sum(t for p, d, t in timed.steps if p > 0)
-    prefill_tokens = sum(p for p, d, t in timed.steps)
-    decode = sum(t for p, d, t in timed.steps if p == 0)
-    decode_tokens = sum(d for p, d, t in timed.steps if p == 0)
+    return time.perf_counter() - t
+
+
+def jalapeno_run(backend, prompts: list[list[int]], new_tokens: int) -> dict:
+    """Measured exactly like the transformers side: decode = wall(N new tokens) - wall(1 new token)."""
+    one = _engine_wall(backend, prompts, 1)
+    full = _engine_wall(backend, prompts, new_tokens)
+    decode = full - one
     return {
-        "prefill_tok_s": prefill_tokens / prefill if prefill else None,
-        "decode_tok_s": decode_tokens / decode if decode else None,
-        "decode_step_ms": 1000 * decode / max(1, sum(1 for p, d, t in timed.steps if p == 0)),
+        "prefill_tok_s": sum(map(len, prompts)) / one,
+        "decode_tok_s": len(prompts) * (new_tokens - 1) / decode,
+        "decode_step_ms": 1000 * decode / (new_tokens - 1),
     }
 
 
@@ -137,8 +127,11 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--prefill-len", type=int, default=512)
     ap.add_argument("--max-multi-step", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads for both sides (0 = torch default)")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     from jalapeno.backends.torch.backend import TorchBackend
 
@@ -158,7 +151,7 @@ def main() -> None:
                      "ratio": ours["decode_tok_s"] / ref["decode_tok_s"], "jalapeno_step_ms": ours["decode_step_ms"],
                      "hf_step_ms": ref["decode_step_ms"]})
     long = torch.randint(100, 40000, (args.prefill_len,), generator=g).tolist()
-    ours_prefill = jalapeno_run(backend, [long], 1)["prefill_tok_s"]
+    ours_prefill = len(long) / _engine_wall(backend, [long], 1)
     hf_pf = hf_prefill(hf, long)
     result = {
         "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),

@@ -19,8 +19,10 @@ class RecordingBackend(TorchBackend):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.chunks: list[tuple] = []
+        self.steps_per_call: list[int] = []
 
     def execute(self, batch):
+        self.steps_per_call.append(batch.num_steps)
         self.chunks += [(c.seq.seq_id, c.start, c.num_tokens) for c in batch.chunks]
         return super().execute(batch)
 
@@ -75,4 +77,14 @@ def test_prefix_caching_reuses_blocks_and_keeps_outputs(tiny_model):
         first_chunk.setdefault(seq_id, start)
     assert [first_chunk[s.seq_id] for s in later] == [12, 12]  # 3 shared blocks of 4 tokens were not recomputed
     outs = [first.output_token_ids] + [s.output_token_ids for s in later]
+    assert outs == [hf_greedy(hf, p, 24) for p in prompts]
+
+
+def test_multi_step_decode_keeps_outputs(tiny_model):
+    hf, path = tiny_model("qwen3")
+    prompts = _prompts((4, 10, 7))
+    backend = RecordingBackend(path, max_multi_step=4)
+    engine = Engine(backend, EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=4))
+    outs = _run(engine, prompts)
+    assert max(backend.steps_per_call) > 1  # some calls ran several decode steps in the backend
     assert outs == [hf_greedy(hf, p, 24) for p in prompts]

@@ -23,9 +23,15 @@ def _parse_ids(text: str) -> list[int]:
 
 
 def generate(
-    model: Optional[str] = typer.Option(None, "--model", help="Model dir (config.json + safetensors) or .gguf file; default: bundled SmolLM2-135M-Instruct Q4_1."),
-    prompt: Optional[list[str]] = typer.Option(None, "--prompt", help="Prompt text (repeat for a batch). Default: the capital-of-France question as a chat."),
-    prompt_token_ids: Optional[str] = typer.Option(None, "--prompt-token-ids", help="Prompt as comma-separated token ids, e.g. 1,2,3."),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="Model dir (config.json + safetensors) or .gguf file; default: SmolLM2-135M-Instruct."
+    ),
+    prompt: Optional[list[str]] = typer.Option(
+        None, "--prompt", help="Prompt text (repeat for a batch). Default: the capital-of-France question as a chat."
+    ),
+    prompt_token_ids: Optional[str] = typer.Option(
+        None, "--prompt-token-ids", help="Prompt as comma-separated token ids, e.g. 1,2,3."
+    ),
     chat: bool = typer.Option(False, "--chat", help="Wrap each prompt in the model's chat template as a user message."),
     max_tokens: int = typer.Option(32, "--max-tokens", help="Tokens to generate per prompt."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
@@ -36,13 +42,13 @@ def generate(
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16."),
     kv_cache_gb: float = typer.Option(1.0, "--kv-cache-gb", help="KV-cache budget on CPU (GiB)."),
-    as_json: bool = typer.Option(False, "--json", help='Print {"token_ids": [...], "text": "..."} (a list for several prompts).'),
+    as_json: bool = typer.Option(
+        False, "--json", help='Print {"token_ids": [...], "text": "..."} (a list for several prompts).'
+    ),
 ) -> None:
     """Generate text with a real model on PyTorch; several --prompt run as one continuous batch."""
     if prompt and prompt_token_ids:
         raise JalapenoError("give either --prompt or --prompt-token-ids, not both")
-    import torch  # noqa: F401 - heavy import kept inside the command
-
     from jalapeno.backends.torch.backend import TorchBackend
     from jalapeno.backends.torch.generate import generate_tokens
     from jalapeno.backends.torch.loader import load_tokenizer
@@ -97,7 +103,8 @@ def _encode(tokenizer, text: str, chat: bool) -> list[int]:
     if chat:
         if not getattr(tokenizer, "chat_template", None):
             raise JalapenoError("this model has no chat template; drop --chat")
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+        messages = [{"role": "user", "content": text}]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
     return list(tokenizer(text)["input_ids"])
 

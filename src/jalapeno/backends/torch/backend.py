@@ -44,7 +44,8 @@ class TorchBackend(Backend):
     """Real execution of a Hugging Face-format model (safetensors or GGUF) on CPU or CUDA.
 
     ``kv_cache_gb`` bounds the KV cache on CPU (GiB); on CUDA the cache takes ``gpu_memory_fraction`` of the
-    memory free after loading the weights. ``num_blocks`` forces a block count (tests).
+    memory free after loading the weights. ``num_blocks`` forces a block count (tests). The cache is allocated
+    when the engine calls :meth:`num_kv_blocks` (with its block size), and reused by later engines.
     """
 
     def __init__(
@@ -56,7 +57,6 @@ class TorchBackend(Backend):
         kv_cache_gb: float = 1.0,
         gpu_memory_fraction: float = 0.9,
         num_blocks: int | None = None,
-        block_size: int = 16,
         max_multi_step: int = 1,
         loaded: LoadedModel | None = None,
     ) -> None:
@@ -70,18 +70,19 @@ class TorchBackend(Backend):
         self.kv_cache_gb = kv_cache_gb
         self.gpu_memory_fraction = gpu_memory_fraction
         self._forced_blocks = num_blocks
-        self._block_size = block_size
         self.max_multi_step = max(1, int(max_multi_step))
         self.runner: ModelRunner | None = None
 
     # --- Backend ---------------------------------------------------------------------------------------
     def num_kv_blocks(self, block_size: int) -> int:
         """Blocks that fit the KV budget; allocates the cache for that many blocks of ``block_size`` tokens."""
-        self._block_size = block_size
         n = self._forced_blocks if self._forced_blocks is not None else self._budget_blocks(block_size)
         if n < 1:
             raise CapacityError("the KV-cache budget holds no block: raise --kv-cache-gb")
-        self.runner = ModelRunner(self.model, n, block_size, self.device, self.dtype)
+        r = self.runner
+        if r is None or r.num_blocks != n or r.block_size != block_size:  # reuse the cache across engines
+            self.runner = None  # free the old cache before allocating the new one
+            self.runner = ModelRunner(self.model, n, block_size, self.device, self.dtype)
         return n
 
     def _budget_blocks(self, block_size: int) -> int:
@@ -94,10 +95,12 @@ class TorchBackend(Backend):
         return int(budget // per_block)
 
     def execute(self, batch: ScheduledBatch) -> StepResult:
-        if self.runner is None:
-            self.num_kv_blocks(self._block_size)
         runner = self.runner
-        assert runner is not None
+        if runner is None:  # the engine sizes the cache through num_kv_blocks(); without it slots are unknown
+            raise ConfigError(
+                "TorchBackend's KV cache was never sized: leave EngineConfig.num_kv_blocks unset and pass "
+                "num_blocks= to TorchBackend instead"
+            )
         t0 = time.perf_counter()
         chunks = batch.chunks
         slices, ids, rows, specs, sampled = [], [], [], [], []
@@ -121,6 +124,7 @@ class TorchBackend(Backend):
                 sampled.append(i)
         tokens: list[list[int]] = [[] for _ in chunks]
         durations: list[float] = []
+        new: list[int] = []
         for step in range(batch.num_steps):
             if step:
                 slices = [SeqSlice(s.start + s.num_tokens, 1, s.block_table) for s in slices]

@@ -54,15 +54,16 @@ def load_model(path: str | Path | None, device: str = "cpu", dtype: torch.dtype 
         if p.suffix != ".gguf":
             raise JalapenoError(f"{p} is not a .gguf file or a model directory with config.json")
         cfg_dict, tensors = read_gguf(p)
+        cfg = ModelConfig.from_hf(cfg_dict)
         source = (str(p.parent), p.name)
     else:
         try:
             cfg_dict = json.loads((p / "config.json").read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise JalapenoError(f"cannot read {p / 'config.json'}: {exc}") from None
+        cfg = ModelConfig.from_hf(cfg_dict)  # fail fast on an unsupported config, before reading weights
         tensors = read_safetensors(p)
         source = (str(p), None)
-    cfg = ModelConfig.from_hf(cfg_dict)
     model = materialize(cfg, tensors, device, dtype)
     return LoadedModel(model, cfg, source)
 
@@ -91,6 +92,9 @@ def materialize(cfg: ModelConfig, tensors: dict[str, torch.Tensor], device: str,
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     model.inv_freq = model.inv_freq.to(device)
+    for module in model.modules():  # fuse q/k/v and gate/up projections into single GEMMs
+        if hasattr(module, "fuse"):
+            module.fuse()
     return model.eval()
 
 

@@ -33,6 +33,36 @@ class RMSNorm(nn.Module):
         return self.weight * xf.to(x.dtype)
 
 
+def fuse_linears(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Concatenate the weights (and biases) of linears that read the same input into one matrix, and
+    re-point each original parameter at its slice, so one GEMM replaces several and no memory is duplicated
+    (``state_dict`` still shows the Hugging Face names)."""
+    w = torch.cat([lin.weight.detach() for lin in linears])
+    has_bias = linears[0].bias is not None
+    b = torch.cat([lin.bias.detach() for lin in linears]) if has_bias else None
+    row = 0
+    for lin in linears:
+        n = lin.weight.shape[0]
+        lin.weight = nn.Parameter(w[row : row + n], requires_grad=False)
+        if has_bias:
+            lin.bias = nn.Parameter(b[row : row + n], requires_grad=False)
+        row += n
+    return w, b
+
+
+def fused_intact(fused: torch.Tensor | None, *linears: nn.Module) -> bool:
+    """True while each linear is still a plain ``nn.Linear`` whose weight is its slice of ``fused`` (a later
+    module swap, e.g. to a quantized linear, or a re-assigned weight switches the caller back to the modules)."""
+    if fused is None:
+        return False
+    ptr, row_bytes, row = fused.data_ptr(), fused.stride(0) * fused.element_size(), 0
+    for lin in linears:
+        if type(lin) is not nn.Linear or lin.weight.data_ptr() != ptr + row * row_bytes:
+            return False
+        row += lin.weight.shape[0]
+    return row == fused.shape[0]
+
+
 class GatedMLP(nn.Module):
     """SwiGLU feed-forward: ``down(silu(gate(x)) * up(x))`` with HF names gate_proj/up_proj/down_proj."""
 
@@ -41,8 +71,17 @@ class GatedMLP(nn.Module):
         self.gate_proj = nn.Linear(hidden, inter, bias=False)
         self.up_proj = nn.Linear(hidden, inter, bias=False)
         self.down_proj = nn.Linear(inter, hidden, bias=False)
+        self._gate_up: torch.Tensor | None = None
+
+    def fuse(self) -> None:
+        """After loading: one GEMM for gate and up."""
+        self._gate_up, _ = fuse_linears(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if fused_intact(self._gate_up, self.gate_proj, self.up_proj):
+            gate, up = F.linear(x, self._gate_up).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
+        self._gate_up = None  # modules were swapped or re-assigned: stop using the fused copy for good
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 

@@ -23,6 +23,7 @@ from jalapeno.backends.torch.config import ModelConfig
 from jalapeno.backends.torch.models.common import CausalLM, DecoderLayer, GatedMLP, RMSNorm
 from jalapeno.backends.torch.models.moe import dispatch_experts
 from jalapeno.backends.torch.rope import apply_rope, yarn_mscale
+from jalapeno.quant.modules import linear_weight
 
 
 class MLAttention(nn.Module):
@@ -60,7 +61,7 @@ class MLAttention(nn.Module):
         k_pe = apply_rope(k_pe.view(t, 1, self.rope), cos, sin, self.interleave)
         (latent,) = cache
         write_kv(latent, meta.slot_mapping, torch.cat([c_kv.view(t, 1, self.rank), k_pe], dim=-1))
-        w = self.kv_b_proj.weight.view(self.h, self.nope + self.vdim, self.rank)
+        w = linear_weight(self.kv_b_proj, x.dtype).view(self.h, self.nope + self.vdim, self.rank)
         w_uk, w_uv = w[:, : self.nope], w[:, self.nope :]
         q_lat = torch.einsum("thn,hnr->thr", q_nope, w_uk)
         o_lat = paged_attention(torch.cat([q_lat, q_pe], dim=-1), latent, latent[..., : self.rank], meta, self.scale)

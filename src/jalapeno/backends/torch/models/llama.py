@@ -7,11 +7,19 @@ when configured), SwiGLU MLP. Qwen3 applies an RMSNorm over ``head_dim`` to q an
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from jalapeno.backends.torch.attention import StepMetadata, paged_attention, write_kv
 from jalapeno.backends.torch.config import ModelConfig
-from jalapeno.backends.torch.models.common import CausalLM, DecoderLayer, GatedMLP, RMSNorm
+from jalapeno.backends.torch.models.common import (
+    CausalLM,
+    DecoderLayer,
+    GatedMLP,
+    RMSNorm,
+    fuse_linears,
+    fused_intact,
+)
 from jalapeno.backends.torch.rope import apply_rope
 
 
@@ -32,20 +40,37 @@ class Attention(nn.Module):
         self.sinks = nn.Parameter(torch.zeros(self.h)) if sinks else None
         self.window = cfg.layer_window(layer)
         self.scale = self.d**-0.5
+        self._qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None
+
+    def fuse(self) -> None:
+        """After loading: one GEMM for q, k and v."""
+        self._qkv = fuse_linears(self.q_proj, self.k_proj, self.v_proj)
 
     def forward(self, x: torch.Tensor, cos, sin, meta: StepMetadata, cache: tuple[torch.Tensor, ...]):
         t = x.shape[0]
-        q = self.q_proj(x).view(t, self.h, self.d)
-        k = self.k_proj(x).view(t, self.kvh, self.d)
-        v = self.v_proj(x).view(t, self.kvh, self.d)
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        h, kvh, d = self.h, self.kvh, self.d
+        if self._qkv is not None and fused_intact(self._qkv[0], self.q_proj, self.k_proj, self.v_proj):
+            qkv = F.linear(x, *self._qkv).view(t, h + 2 * kvh, d)
+            if self.qk_norm:
+                q, k = self.q_norm(qkv[:, :h]), self.k_norm(qkv[:, h : h + kvh])
+                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            else:  # q and k sit side by side: rotate them in one pass
+                qk = apply_rope(qkv[:, : h + kvh], cos, sin)
+                q, k = qk[:, :h], qk[:, h:]
+            v = qkv[:, h + kvh :]
+        else:
+            self._qkv = None  # modules were swapped or re-assigned: stop using the fused copy for good
+            q = self.q_proj(x).view(t, h, d)
+            k = self.k_proj(x).view(t, kvh, d)
+            v = self.v_proj(x).view(t, kvh, d)
+            if self.qk_norm:
+                q, k = self.q_norm(q), self.k_norm(k)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k_cache, v_cache = cache
         write_kv(k_cache, meta.slot_mapping, k)
         write_kv(v_cache, meta.slot_mapping, v)
         o = paged_attention(q, k_cache, v_cache, meta, self.scale, self.window, self.sinks)
-        return self.o_proj(o.reshape(t, self.h * self.d))
+        return self.o_proj(o.reshape(t, h * d))
 
 
 def build(cfg: ModelConfig) -> CausalLM:

@@ -5,13 +5,14 @@
 Targets (docs/engine.md): DeepSeek-R1 FP8 on 8xH200 TP8 EP8, 1k/1k at concurrency 64 (640 requests)
 <= 0.5 s; 1k/8k at concurrency 256 (2,560 requests, ~19M simulated tokens) <= 2 s. Reports the best wall
 time and the child's CPU time (user + sys; robust when the machine is shared), plus the simulated
-steps and the import-only time of the CLI for reference.
+steps, the import-only time of the CLI and the load average for reference.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -61,6 +62,8 @@ def main() -> None:
         m = json.loads(runs[0][2])
         toks = m["total_input_tokens"] + m["total_output_tokens"]
         print(f"{name:36s} {wall:8.2f} {cpu:8.2f} {target:7.1f} {m['sim']['steps']:9,d} {toks:11,d}")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"load average {load} on {os.cpu_count()} cores (wall times inflate with load; CPU times much less)")
 
 
 if __name__ == "__main__":

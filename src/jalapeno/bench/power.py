@@ -95,8 +95,9 @@ class PowerSampler:
         if self._thread is not None:
             self._stop.set()
             self._thread.join(timeout=5)
-            try:
-                self._samples.append((time.perf_counter(), self._watts()))
+            try:  # close the sampled window with a final reading; the window (and duration) ends there
+                t1 = time.perf_counter()
+                self._samples.append((t1, self._watts()))
             except Exception:  # noqa: BLE001
                 pass
         energy = integrate_energy(self._samples) if len(self._samples) >= 2 else None

@@ -92,10 +92,22 @@ class BlockManager:
             seq.block_table.extend(take() for _ in range(need))
         return True
 
-    def reserve_chunks(self, chunks, extra_tokens: int, *, known_to_fit: bool = False) -> bool:
+    def reserve_chunks(self, chunks, extra_tokens: int, *, known_to_fit: bool = False, slacks=None) -> bool:
         """All-or-nothing :meth:`reserve` of ``chunk.start + chunk.num_tokens + extra_tokens`` tokens for every
-        chunk's sequence (a multi-step batch's look-ahead). ``known_to_fit`` skips the counting pass."""
+        chunk's sequence (a multi-step batch's look-ahead). ``known_to_fit`` skips the counting pass.
+        ``slacks`` (counting mode): each chunk's ``num_blocks·block_size − start − num_tokens``, when the caller
+        has them; a chunk then takes ``ceil((extra − slack) / block_size)`` blocks if that is positive."""
         bs = self.block_size
+        if slacks is not None and known_to_fit and not self.track_ids:
+            x = extra_tokens
+            took = 0
+            for c, sl in zip(chunks, slacks):
+                if sl < x:
+                    nb = -((sl - x) // bs)
+                    c.seq.num_blocks += nb
+                    took += nb
+            self.num_free -= took
+            return True
         if not known_to_fit:
             need = 0
             for c in chunks:

@@ -23,7 +23,7 @@ import numpy as np
 from jalapeno.engine.block_manager import BlockManager
 from jalapeno.engine.config import EngineConfig
 from jalapeno.engine.interface import Backend, Clock, ScheduledBatch, StepResult, VirtualClock, WallClock
-from jalapeno.engine.scheduler import Scheduler
+from jalapeno.engine.scheduler import DecodeHint, Scheduler
 from jalapeno.engine.sequence import RequestOutput, SamplingParams, Sequence
 from jalapeno.errors import CapacityError, RequestError
 
@@ -220,14 +220,26 @@ class Engine:
         prefix = bm.prefix_caching
         max_len = self.config.max_model_len
         trim = self.config.num_speculative_tokens > 0 or n_steps < batch.num_steps
+        hint = False
         generated = prefilled = 0
         common = 0  # sequences whose previous token came at t0 (their first gap is t_first - t0)
         finished: list[Sequence] = []
         itl_v, itl_c = self._itl_v, self._itl_c
         first = 0
+        sched = self.scheduler
         if nd and tokens is None and outputs is None and not prefix:
-            # simulation fast path over the decode chunks: counters only
+            # simulation fast path over the decode chunks: counters only. When the batch was every running
+            # sequence, all decoding, also prepare the next step's decode walk (see Scheduler.DecodeHint):
+            # each survivor's chunk start, block slack, steps left, and whether it crosses into a new block
             first = nd
+            hint = sched.hint_wanted and nd == len(chunks)
+            if hint:
+                per = 1 + self.config.num_speculative_tokens
+                bs = bm.block_size
+                nxt: list = []
+                needs: list[int] = []
+                kks: list[int] = []
+                slacks: list[int] = []
             for c, new in zip(chunks[:nd], counts):
                 seq = c.seq
                 out = seq.num_output_tokens + new
@@ -236,7 +248,8 @@ class Engine:
                     new -= out - mt
                     out = mt
                 seq.num_output_tokens = out
-                seq.num_computed_tokens = seq.prompt_len + out - 1
+                plen = seq.prompt_len
+                comp = seq.num_computed_tokens = plen + out - 1
                 generated += new
                 last = seq.last_token_s
                 if last == t0:
@@ -245,13 +258,25 @@ class Engine:
                     itl_v.append(t_first - last)
                     itl_c.append(1)
                 seq.last_token_s = t_last
-                if out == mt or seq.prompt_len + out >= max_len:
+                if out == mt or plen + out >= max_len:
                     seq.finish_s = t_last
-                    self.scheduler.finish(seq, "length")
+                    sched.finish(seq, "length")
                     self._seqs.pop(seq.seq_id, None)
                     finished.append(seq)
-                elif trim:
-                    bm.trim(seq, seq.num_computed_tokens)
+                    continue
+                if trim:
+                    bm.trim(seq, comp)
+                if hint:
+                    e = comp + per
+                    sl = seq.num_blocks * bs - e
+                    if sl < 0:
+                        needs.append(len(nxt))
+                        sl = -e % bs  # its slack once it holds ceil(e / bs) blocks
+                    c.start = comp
+                    nxt.append(c)
+                    slacks.append(sl)
+                    left = (mt if mt < max_len - plen else max_len - plen) - out
+                    kks.append(left if per == 1 else (left - 1) // per + 1)
         for i in range(first, len(chunks)):
             c = chunks[i]
             seq = c.seq
@@ -322,9 +347,10 @@ class Engine:
             itl_v.append(t_first - t0)
             itl_c.append(common)
         if finished:
-            running = self.scheduler.running
+            running = sched.running
             for seq in finished:
                 running.remove(seq)
+        sched.hint = DecodeHint(nxt, needs, kks, slacks) if first and hint else None
         last_is_decode = n_steps > 1 or prefilled == 0
         self.last_decode_step_s = durations[-1] if last_is_decode and not finished else 0.0
         return finished

@@ -19,15 +19,31 @@ K−1 decode steps of every sequence. The engine still cuts them at the next arr
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
+from dataclasses import dataclass
 from typing import Callable
-
-import numpy as np
 
 from jalapeno.engine.block_manager import BlockManager
 from jalapeno.engine.config import EngineConfig
 from jalapeno.engine.interface import ScheduledBatch, SeqChunk
 from jalapeno.engine.sequence import FinishReason, Sequence, SeqStatus
+
+
+@dataclass(slots=True)
+class DecodeHint:
+    """Step 1's decode walk, prepared by the engine while it applied the previous step (simulation only).
+
+    Valid when that step ran every running sequence and all of them decode: then the running list is exactly
+    the surviving chunks' sequences, in order. ``chunks`` are their decode chunks with ``start`` already
+    advanced; ``needs`` the indices of those that must take a new KV block this step (oldest first);
+    ``steps_left[i]`` the steps chunk i can take before it finishes; ``slacks[i]`` the token room of its
+    blocks after this step's reservation (what :meth:`Scheduler._multi_step` counts). The scheduler then
+    touches only the sequences that need a block instead of walking the whole batch."""
+
+    chunks: list[SeqChunk]
+    needs: list[int]
+    steps_left: list[int]
+    slacks: list[int]
 
 
 class Scheduler:
@@ -44,6 +60,12 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self._num_decodes = 0  # decode chunks at the head of the batch being built
+        #: set by the engine after a step (counting block manager only); consumed by the next schedule
+        self.hint: DecodeHint | None = None
+        #: whether the last batch was every running sequence, all decoding (so a hint can be prepared)
+        self.hint_wanted = False
+        #: False makes every step walk the whole batch (tests compare both ways)
+        self.use_hints = True
 
     # --- queue management ---------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -63,6 +85,7 @@ class Scheduler:
 
     def abort(self, seq_id: int | str) -> Sequence | None:
         """Finish ``seq_id`` with reason ``abort`` and free its blocks now. None if unknown or finished."""
+        self.hint = None
         for i, s in enumerate(self.running):
             if s.seq_id == seq_id:
                 del self.running[i]
@@ -109,13 +132,41 @@ class Scheduler:
         # 1. running decodes, oldest first (the config guarantees the budget covers them all)
         partial: list[Sequence] = []  # running sequences still prefilling, for step 2
         nd = 0
-        running_ = SeqStatus.RUNNING
-        for seq in running[:]:  # a copy: preemption removes sequences from the end of `running`
-            if seq.status is not running_:
-                continue
+        # victims of preemption are always the newest (the end of `running`), never an earlier sequence,
+        # so walking by index visits exactly the sequences still running
+        plen_cap = max_len  # limit on prompt + output
+        i = 0
+        hint, self.hint = self.hint, None
+        slacks: list[int] | None = None
+        if hint is not None and len(hint.chunks) == len(running):
+            # the same walk, touching only the sequences that cross into a new block (see DecodeHint)
+            i = len(running)
+            chunks = hint.chunks
+            nd = self._num_decodes = len(chunks)
+            for j in hint.needs:
+                if j >= len(chunks):
+                    break  # preempted to make room for an older sequence
+                seq = chunks[j].seq
+                start = seq.num_computed_tokens
+                if not bm.reserve(seq, start + per):
+                    preempted = True
+                    if not self._make_room(seq, start + per, chunks):
+                        del chunks[j:]  # it was the newest: its own chunk goes (nothing follows it)
+                        self._num_decodes = j
+                        break
+            nd = self._num_decodes
+            if nd:
+                kk = min(hint.steps_left[:nd])
+                if kk < k_left:
+                    k_left = kk
+            slacks = hint.slacks[:nd]
+        while i < len(running):
+            seq = running[i]
+            i += 1
             start = seq.num_computed_tokens
             out = seq.num_output_tokens
-            if not out or start < seq.prompt_len + out - 1:
+            plen = seq.prompt_len
+            if not out or start < plen + out - 1:
                 partial.append(seq)
                 continue
             if start + per > seq.num_blocks * bs and not bm.reserve(seq, start + per):
@@ -133,7 +184,11 @@ class Scheduler:
             chunks.append(ch)
             nd += 1
             # finishing *at* step K is fine, before it is not: (K-1)·per < tokens left
-            kk = (min(seq.max_tokens - out, max_len - seq.prompt_len - out) - 1) // per + 1
+            left = seq.max_tokens
+            if plen_cap - plen < left:
+                left = plen_cap - plen
+            left -= out
+            kk = left if per == 1 else (left - 1) // per + 1
             if kk < k_left:
                 k_left = kk
         self._num_decodes = nd
@@ -195,7 +250,10 @@ class Scheduler:
                 out = seq.num_output_tokens
                 k_left = min(k_left, (min(seq.max_tokens - out, max_len - seq.prompt_len - out) - 1) // per + 1)
             if k_left > 1:
-                steps = self._multi_step(chunks, k_left, per)
+                steps = self._multi_step(chunks, k_left, per, slacks if len(chunks) == nd else None)
+        self.hint_wanted = (
+            self._num_decodes == len(chunks) == len(running) and not bm.track_ids and self.use_hints
+        )
         return ScheduledBatch(chunks, num_steps=steps, num_decodes=self._num_decodes)
 
     def _make_room(self, seq: Sequence, num_tokens: int, chunks: list[SeqChunk]) -> bool:
@@ -203,9 +261,9 @@ class Scheduler:
         Returns False when ``seq`` itself had to go. Drops the chunk of any victim scheduled this step."""
         while True:
             victim = self.running[-1]
-            if victim is not seq:
-                for j, c in enumerate(chunks):
-                    if c.seq is victim:
+            if victim is not seq:  # a sequence has at most one chunk; the newest's is near the end
+                for j in range(len(chunks) - 1, -1, -1):
+                    if chunks[j].seq is victim:
                         del chunks[j]
                         if j < self._num_decodes:
                             self._num_decodes -= 1
@@ -230,23 +288,32 @@ class Scheduler:
             return False
         return self.bm.blocks_needed(seq, start + n) <= self.bm.num_free
 
-    def _multi_step(self, chunks: list[SeqChunk], k: int, per_step: int) -> int:
+    def _multi_step(self, chunks: list[SeqChunk], k: int, per_step: int, slacks: list[int] | None = None) -> int:
         """Largest K <= k (no sequence can finish before step K) for which KV blocks for all K steps fit;
-        reserves them. Step 1's blocks are already held."""
+        reserves them. Step 1's blocks are already held. ``slacks``: each chunk's ``num_blocks·bs − start −
+        num_tokens`` when the caller already has them."""
         bm = self.bm
         bs = bm.block_size
         free = bm.num_free
         # each sequence needs at most ceil((K-1)·per/bs) + 1 new blocks: if that fits, skip counting
         if len(chunks) * (-(-((k - 1) * per_step) // bs) + 1) <= free:
-            bm.reserve_chunks(chunks, (k - 1) * per_step, known_to_fit=True)
+            bm.reserve_chunks(chunks, (k - 1) * per_step, known_to_fit=True, slacks=slacks)
             return k
-        # Maybe short of blocks: the largest K whose blocks fit, by bisection, counting in numpy.
-        n = len(chunks)
-        ends = np.fromiter((c.start + c.num_tokens for c in chunks), np.int64, n)
-        held = np.fromiter((c.seq.num_blocks for c in chunks), np.int64, n)
+        # Maybe short of blocks: the largest K whose blocks fit, by bisection. A chunk ending at e with h blocks
+        # held needs max(0, ceil((x − s)/bs)) more for x = (K−1)·per extra tokens, s = h·bs − e its slack; so
+        # need(K) only depends on how many chunks share each slack (a few distinct values): count them once.
+        if slacks is None:
+            slacks = [c.seq.num_blocks * bs - c.start - c.num_tokens for c in chunks]
+        groups = sorted(Counter(slacks).items())
 
         def need(steps: int) -> int:
-            return int(np.maximum(0, -(-(ends + (steps - 1) * per_step) // bs) - held).sum())
+            x = (steps - 1) * per_step
+            total = 0
+            for sl, cnt in groups:
+                if sl >= x:
+                    break
+                total += cnt * -((sl - x) // bs)
+            return total
 
         if need(k) <= free:
             lo = k
@@ -259,5 +326,5 @@ class Scheduler:
                 else:
                     hi = mid
         if lo > 1:
-            bm.reserve_chunks(chunks, (lo - 1) * per_step, known_to_fit=True)
+            bm.reserve_chunks(chunks, (lo - 1) * per_step, known_to_fit=True, slacks=slacks)
         return lo

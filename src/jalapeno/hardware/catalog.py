@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import functools
 import os
+import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -123,6 +124,61 @@ def _builtin() -> tuple[tuple[ChipSpec, Path], ...]:
 def clear_cache() -> None:
     """Forget the parsed built-in chips (for tests that patch the built-in directory)."""
     _builtin.cache_clear()
+    _builtin_names.cache_clear()
+    _builtin_chip.cache_clear()
+
+
+#: the name fields of a chip file, when each sits on one top-level line (how every built-in is written)
+_NAME_LINE = re.compile(r"^(key|name|aliases):[ \t]*(\S.*)$", re.MULTILINE)
+
+
+@functools.lru_cache(maxsize=1)
+def _builtin_names() -> dict[str, Path] | None:
+    """Normalised lookup name -> built-in file, read from each file's ``key``/``name``/``aliases`` lines only
+    (same precedence as :class:`Catalog`). None when a file is written otherwise or two share a key: then
+    only the full catalogue can answer."""
+    entries: list[tuple[str, str, list[str], Path]] = []
+    for f in _spec_files(BUILTIN_DIR):
+        try:
+            lines = _NAME_LINE.findall(f.read_text(encoding="utf-8"))
+            fields = yaml.load("\n".join(f"{k}: {v}" for k, v in lines), Loader=_SafeLoader)  # noqa: S506
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return None
+        if not isinstance(fields, dict) or len(lines) != len(fields):
+            return None
+        key, name, aliases = fields.get("key"), fields.get("name", ""), fields.get("aliases", [])
+        if not isinstance(key, str) or not isinstance(name, str) or not isinstance(aliases, list) \
+                or not all(isinstance(a, str) for a in aliases):
+            return None
+        entries.append((key, name, aliases, f))
+    keys = [e[0] for e in entries]
+    if len(set(keys)) != len(keys):
+        return None
+    index: dict[str, Path] = {}
+    for attr in (2, 1, 0):  # aliases, then names, then keys: later wins, as in Catalog
+        for e in entries:
+            for n in e[2] if attr == 2 else [e[attr]]:
+                index[normalize_name(n)] = e[3]
+    return index
+
+
+@functools.lru_cache(maxsize=64)
+def _builtin_chip(name: str) -> ChipSpec | None:
+    """A built-in chip found through :func:`_builtin_names`, validating only its file; None when the names
+    index cannot answer (or the file's validated fields disagree with its name lines)."""
+    index = _builtin_names()
+    if index is None:
+        return None
+    norm = normalize_name(name)
+    path = index.get(norm)
+    if path is None:
+        compact = norm.replace("-", "")
+        path = next((p for n, p in index.items() if n.replace("-", "") == compact), None)
+    if path is None:
+        return None  # unknown: the full catalogue words the error (with suggestions)
+    spec = load_spec_file(path)
+    own = {normalize_name(n) for n in (spec.key, spec.name, *spec.aliases)}
+    return spec if norm in own or norm.replace("-", "") in {n.replace("-", "") for n in own} else None
 
 
 def _env_dirs() -> list[Path]:
@@ -191,8 +247,17 @@ def load_catalog(extra_dirs: Iterable[PathLike] | None = None) -> Catalog:
 
 
 def get_chip(name: str, extra_dirs: Iterable[PathLike] | None = None) -> ChipSpec:
-    """Resolve one chip by key, name or alias (see :class:`Catalog`)."""
-    return load_catalog(extra_dirs).resolve(name)
+    """Resolve one chip by key, name or alias (see :class:`Catalog`).
+
+    A built-in chip (no extra or ``JALAPENO_HARDWARE_PATH`` directories) is found from the files' name lines
+    and only its own file is parsed and validated (the simulator's start-up); a bad spec in another file is
+    then reported by ``jalapeno hardware list`` / :func:`load_catalog`, not here."""
+    extra = list(extra_dirs or ())
+    if not extra and not _env_dirs() and not _builtin.cache_info().currsize:
+        spec = _builtin_chip(name)
+        if spec is not None:
+            return spec
+    return load_catalog(extra).resolve(name)
 
 
 def list_chips(extra_dirs: Iterable[PathLike] | None = None) -> list[ChipSpec]:

@@ -106,6 +106,12 @@ def test_to_sim_spec_inferencex_mtp_disagg_and_mlperf():
     assert isinstance(to_sim_spec(d), Excluded)
     (ml,) = group_points([{**r, "id": "MLPERFv51-9"} for r in rows_of(("x", "system_throughput_offline", 1.0, "Tokens/s"))])
     assert "MLPerf" in to_sim_spec(ml).reason
+    # TRT-LLM / NIM FP8 rows of a 16-bit model run NVIDIA's FP8 checkpoint: FP8 weights and FP8 KV cache
+    nim = rows_of(("NIM-1", "itl", 18.58, "ms"), num_chips="2", model="Llama-3.3-70B-Instruct", precision="FP8",
+                  hardware="H100 80GB", parallelism="TP2", concurrency_or_batch="5")
+    (n,) = group_points(nim)
+    ns = to_sim_spec(n)
+    assert (ns.kind, ns.weights, ns.kv, ns.layout, ns.concurrency) == ("nim", "fp8", "fp8", Layout(2), 5)
     # reruns of one configuration share a config key; another concurrency does not
     (q,) = group_points(rows_of(("IXAPI-4", "median_tpot", 0.03, "s"), date="2026-01-02"))
     assert config_key(to_sim_spec(q)) == config_key(s)

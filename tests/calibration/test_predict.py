@@ -29,10 +29,10 @@ def test_single_stream_tpot_equals_decode_step_time():
 def test_efficiency_override_slows_memory_bound_decode():
     spec = SimSpec("llama-3.1-8b", "h200", Layout(1), "bf16", "bf16", isl=256, osl=32, concurrency=1,
                    range_ratio=1.0, num_prompts_per_concurrency=1)
-    base = efficiency_of("h200")
+    base = with_efficiency(efficiency_of("h200"), step_overhead_us=0.0, layer_overhead_us=0.0)
     slow = with_efficiency(base, memory={"hbm": base.memory["hbm"] / 2})
     assert slow.compute == base.compute  # dicts are merged, not replaced
-    a, b = simulate(spec)["median_tpot"], simulate(spec, slow)["median_tpot"]
+    a, b = simulate(spec, base)["median_tpot"], simulate(spec, slow)["median_tpot"]
     assert 1.6 < b / a < 2.05  # weight streaming dominates a batch-1 decode step
 
 

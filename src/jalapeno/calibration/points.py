@@ -232,10 +232,11 @@ def parse_layout(text: str) -> Layout | None:
     return None
 
 
-#: MTP settings used for InferenceX ``spec_decoding=mtp`` rows (DeepSeek's MTP module reused for 3 draft
-#: tokens; per-position conditional acceptance as commonly reported for R1 on chat text: ~2.7 tokens/step)
-MTP_TOKENS = 3
-MTP_ACCEPTANCE = (0.8, 0.7, 0.6)
+#: MTP settings used for InferenceX ``spec_decoding=mtp`` rows, which do not publish them: DeepSeek-R1 ships one
+#: MTP module (``num_nextn_predict_layers: 1``), so one draft token; acceptance 0.75 (DeepSeek-V3 reports
+#: 0.85-0.9 on its evals; InferenceX's random-token prompts are assumed a little lower) -> 1.75 tokens/step
+MTP_TOKENS = 1
+MTP_ACCEPTANCE = (0.75,)
 
 
 def to_sim_spec(p: Point) -> SimSpec | Excluded:
@@ -266,17 +267,20 @@ def to_sim_spec(p: Point) -> SimSpec | Excluded:
         return SimSpec(model, chip, layout, weights, "bf16", isl, osl, conc, 0.8,
                        spec_tokens=MTP_TOKENS if mtp else 0, spec_acceptance=MTP_ACCEPTANCE if mtp else (),
                        kind="ix", framework=fam)
+    # TRT-LLM and NIM serve NVIDIA's ModelOpt FP8 checkpoints (nvidia/<model>-FP8), whose quantization config
+    # also stores the KV cache in FP8 (kv_cache_quant_algo FP8); native FP8/MXFP4 checkpoints keep a 16-bit KV
+    kv = "fp8" if weights == "fp8" else "bf16"
     if src == "TRTLLM":
         layout = parse_layout(p.col("parallelism"))
         if layout is None:
             return Excluded("layout not parsable")
-        return SimSpec(model, chip, layout, weights, "bf16", isl, osl, None, 1.0, kind="offline", framework="trt")
+        return SimSpec(model, chip, layout, weights, kv, isl, osl, None, 1.0, kind="offline", framework="trt")
     if src == "NIM":
         layout = parse_layout(p.col("parallelism"))
         conc = _int(p.col("concurrency_or_batch"))
         if layout is None or conc is None:
             return Excluded("layout or concurrency not parsable")
-        return SimSpec(model, chip, layout, weights, "bf16", isl, osl, conc, 1.0, kind="nim", framework="nim")
+        return SimSpec(model, chip, layout, weights, kv, isl, osl, conc, 1.0, kind="nim", framework="nim")
     return Excluded(f"unknown source {src}")
 
 

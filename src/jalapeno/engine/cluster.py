@@ -95,12 +95,12 @@ class Cluster:
     def submit(self, call: Call) -> None:
         e = min(self.prefill, key=self._load)
         if not e.has_unfinished():
-            _idle(e, call.send_s)
+            _idle(e, call.arrive_s)
         max_tokens = 1 if self.decode else call.max_tokens
         e.add_request(
             prompt_len=call.prompt_len,
             sampling=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
-            arrival_s=call.send_s,
+            arrival_s=call.arrive_s,
             user_data=call,
         )
 
@@ -142,7 +142,7 @@ class Cluster:
                 None,
                 SamplingParams(max_tokens=call.max_tokens, ignore_eos=True),
                 prompt_len=seq.prompt_len,
-                arrival_s=call.send_s,
+                arrival_s=call.arrive_s,
                 user_data=call,
             )
             nxt.num_output_tokens = 1

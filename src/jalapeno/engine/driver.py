@@ -13,6 +13,7 @@ the target advance one event, telling it the next arrival (multi-step decodes st
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -68,6 +69,12 @@ class Call:
     max_tokens: int
     send_s: float
     chain_start_s: float
+    #: when the call reaches the engine: ``send_s`` + the workload's request latency
+    arrive_s: float = -1.0
+
+    def __post_init__(self) -> None:
+        if self.arrive_s < 0:
+            self.arrive_s = self.send_s
 
 
 class Target(Protocol):
@@ -92,6 +99,9 @@ class Client:
         self.next_chain = 0
         self.in_flight = 0
         self.due: deque[Call] = deque()  # follow-up calls, sent at once
+        self.delay = float(wl.request_latency_s)
+        self.in_transit: list[tuple[float, int, Call]] = []  # heap of sent calls not yet at the engine
+        self._sent = 0
         self._freed: list[float] = []
         self.outcomes: list[RequestOutcome] = []
         self.chain_e2el: list[float] = []
@@ -101,6 +111,20 @@ class Client:
         return Call(chain, 0, int(self.wl.input_lens[k]), int(self.wl.output_lens[k]), t, t)
 
     def release(self, now: float) -> list[Call]:
+        """Calls that reach the engine by ``now`` (sent at least ``request_latency_s`` earlier)."""
+        sent = self._send(now)
+        if self.delay == 0.0 and not self.in_transit:
+            return sent
+        for c in sent:
+            c.arrive_s = c.send_s + self.delay
+            heapq.heappush(self.in_transit, (c.arrive_s, self._sent, c))
+            self._sent += 1
+        out = []
+        while self.in_transit and self.in_transit[0][0] <= now:
+            out.append(heapq.heappop(self.in_transit)[2])
+        return out
+
+    def _send(self, now: float) -> list[Call]:
         """Calls to send by ``now``: follow-up calls of chains, then new chains while a slot is free. A chain
         that found every slot busy starts when one frees (``_freed``: completions since the last release)."""
         out = list(self.due)
@@ -123,16 +147,20 @@ class Client:
         return out
 
     def next_time(self) -> float | None:
-        """When the next call will be sent, if that is known now (None: only a completion can send one)."""
+        """When the next call will reach the engine, if that is known now (None: only a completion can send
+        one)."""
+        t: float | None = None
         if self.due:
-            return self.due[0].send_s
-        if self.wl.arrival_s is not None and self.next_chain < self.n and self.in_flight < self.limit:
-            return float(self.wl.arrival_s[self.next_chain])
-        return None
+            t = self.due[0].send_s + self.delay
+        elif self.wl.arrival_s is not None and self.next_chain < self.n and self.in_flight < self.limit:
+            t = float(self.wl.arrival_s[self.next_chain]) + self.delay
+        if self.in_transit:
+            t = self.in_transit[0][0] if t is None else min(t, self.in_transit[0][0])
+        return t
 
     @property
     def done(self) -> bool:
-        return self.next_chain >= self.n and self.in_flight == 0 and not self.due
+        return self.next_chain >= self.n and self.in_flight == 0 and not self.due and not self.in_transit
 
     def on_finish(self, seq: Sequence) -> None:
         call: Call = seq.user_data  # type: ignore[assignment]
@@ -185,7 +213,7 @@ class EngineTarget:
         self.engine.add_request(
             prompt_len=call.prompt_len,
             sampling=SamplingParams(max_tokens=call.max_tokens, ignore_eos=True),
-            arrival_s=call.send_s,
+            arrival_s=call.arrive_s,
             user_data=call,
         )
 

@@ -57,6 +57,9 @@ class MemoryLevel(_Strict):
     #: True when software can keep weights / KV resident here (Groq, Cerebras, Jalapeño SRAM; all HBM/DRAM).
     #: False for hardware-managed caches such as a GPU's L2, which the cost model then ignores for placement.
     resident: bool = True
+    #: True when software pins always-read weights here when not all weights fit (Jalapeño's "pinned active
+    #: layer parameters"); the cost model's default for ``sram_pinning``. Meaningful on a resident SRAM level.
+    pin_weights: bool = False
 
 
 class NetworkLink(_Strict):
@@ -96,6 +99,9 @@ class Efficiency(_Strict):
     step_overhead_us: float = Field(default=0.0, ge=0)
     #: fixed per-layer overhead (per kernel group), microseconds
     layer_overhead_us: float = Field(default=0.0, ge=0)
+    #: fixed latency each request spends between the client and its first scheduling (HTTP, tokenization,
+    #: admission), milliseconds. It is in TTFT and E2E latency, not in step time.
+    request_overhead_ms: float = Field(default=0.0, ge=0)
     source: str = "defaults"
 
     @field_validator("compute", "memory")

@@ -13,9 +13,11 @@ from jalapeno.perf.types import Precision
 
 LINEAR_CLASSES = ("attn", "mlp", "experts", "shared")
 
-#: storage dtype -> compute dtypes to try, best first. Weight-only int4 dequantizes to 16-bit (W4A16).
+#: storage dtype -> compute dtypes to try, best first. Weight-only int4 dequantizes to 16-bit (W4A16); so does
+#: MXFP4 on a chip without FP4 tensor cores (Hopper runs GPT-OSS's MXFP4 experts as bf16-activation x fp4-weight
+#: kernels at the bf16 rate: vLLM/Triton matmul_ogs), which the fidelity benchmark's prefill errors confirmed.
 _COMPUTE_CHAIN: dict[str, tuple[str, ...]] = {
-    "mxfp4": ("fp4", "fp8", "bf16", "fp16", "int8"),
+    "mxfp4": ("fp4", "bf16", "fp16", "fp8", "int8"),
     "fp8": ("fp8", "bf16", "fp16", "int8"),
     "int4": ("bf16", "fp16", "fp8", "int8"),
     "bf16": ("bf16", "fp16", "fp8", "int8"),

@@ -30,6 +30,9 @@ class Workload:
     max_concurrency: int | None = None
     chain_calls: int = 1
     ignore_eos: bool = True
+    #: seconds between a call leaving the client and reaching the engine (the serving stack's per-request
+    #: overhead: HTTP, tokenization, admission); counted in TTFT and E2E latency
+    request_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         self.input_lens = np.asarray(self.input_lens, dtype=np.int64)
@@ -38,6 +41,8 @@ class Workload:
             raise ConfigError("workload input and output lengths must be 1-D arrays of the same length")
         if self.input_lens.size == 0:
             raise ConfigError("workload has no requests")
+        if not self.request_latency_s >= 0:
+            raise ConfigError(f"request latency {self.request_latency_s} s must be >= 0")
         if np.any(self.input_lens <= 0) or np.any(self.output_lens <= 0):
             raise ConfigError("workload lengths must be > 0 tokens")
         if self.chain_calls < 1 or self.input_lens.size % self.chain_calls:

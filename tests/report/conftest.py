@@ -1,31 +1,9 @@
-"""Shared helpers for the report tests: a fake point function (a toy latency model through the real
-``compute_metrics``), so sweep mechanics can be tested without the simulator."""
+"""Fixtures for the report tests; the fake point function lives in ``report_fakes``."""
 
 from __future__ import annotations
 
 import pytest
-
-from jalapeno.bench.metrics import SLO, RequestOutcome, compute_metrics
-from jalapeno.errors import CapacityError
-
-CALLS: list[dict] = []
-
-
-def fake_point(point: dict) -> dict:
-    """TPOT grows with concurrency and shrinks with tp; an H100 cannot hold the model on one chip."""
-    CALLS.append(point)
-    if point["hardware"] == "h100" and point["tp"] == 1:
-        raise CapacityError("weights need 200 GB, 80 GB per chip available")
-    conc, tp = point["concurrency"], point["tp"]
-    speed = {"b200": 2.0}.get(point["hardware"], 1.0)
-    tpot = (0.005 + 0.001 * conc / tp) / speed
-    ttft = 0.05 * point["isl"] / 1024
-    osl = point["osl"]
-    e2el = ttft + tpot * (osl - 1)
-    outs = [RequestOutcome(True, point["isl"], osl, ttft, e2el) for _ in range(conc)]
-    duration = e2el  # all `conc` requests in one wave
-    slo = SLO(point.get("slo_ttft_ms"), point.get("slo_tpot_ms"))
-    return compute_metrics(outs, duration, num_chips=tp, energy_j=500.0 * tp * duration, slo=slo)
+from report_fakes import CALLS
 
 
 @pytest.fixture

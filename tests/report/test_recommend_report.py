@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-import conftest
+import report_fakes
 from jalapeno.errors import ConfigError, UnknownNameError
 from jalapeno.report.html import write_report
 from jalapeno.report.recommend import PRESETS, rank, recommend
@@ -17,7 +17,7 @@ def test_recommend_ranks_by_cost_and_explains_each_loser(calls):
     # fake model: TPOT = (5 + conc/tp) ms / speed (b200 speed 2); h100 tp1 does not fit
     rec = recommend(
         "llama-3.1-8b", isl=1024, osl=64, ttft_slo_ms=1000, tpot_slo_ms=5.5, hardware=["h100", "h200", "b200"],
-        max_chips=2, objective="cost", concurrencies=(1, 4, 16), point_fn=conftest.fake_point, workers=1,
+        max_chips=2, objective="cost", concurrencies=(1, 4, 16), point_fn=report_fakes.fake_point, workers=1,
     )
     ranked = {(c.hardware, c.layout): c for c in rec.ranked}
     losers = {(c.hardware, c.layout): c for c in rec.losers}
@@ -53,11 +53,11 @@ def test_rank_latency_objective_and_presets():
 
 def test_recommend_bad_input():
     with pytest.raises(ConfigError, match="--tpot-slo-ms"):
-        recommend("llama-3.1-8b", isl=1, osl=1, ttft_slo_ms=1, point_fn=conftest.fake_point)
+        recommend("llama-3.1-8b", isl=1, osl=1, ttft_slo_ms=1, point_fn=report_fakes.fake_point)
     with pytest.raises(UnknownNameError, match="preset"):
-        recommend("llama-3.1-8b", preset="nope", point_fn=conftest.fake_point)
+        recommend("llama-3.1-8b", preset="nope", point_fn=report_fakes.fake_point)
     with pytest.raises(UnknownNameError, match="objective"):
-        recommend("llama-3.1-8b", preset="batch-throughput", objective="fast", point_fn=conftest.fake_point)
+        recommend("llama-3.1-8b", preset="batch-throughput", objective="fast", point_fn=report_fakes.fake_point)
 
 
 def test_report_html_has_table_plots_cards_and_assumptions(tmp_path):
@@ -69,7 +69,7 @@ max_chips: 2
 workloads: [{isl: 1024, osl: 64}]
 concurrencies: [1, 8, 32]
 """)[0]
-    run_spec(spec, tmp_path, point_fn=conftest.fake_point, workers=1, progress=False, prices={"b200": 4.0}, pue=1.3)
+    run_spec(spec, tmp_path, point_fn=report_fakes.fake_point, workers=1, progress=False, prices={"b200": 4.0}, pue=1.3)
     out = write_report(tmp_path)
     page = out.read_text()
     assert page.startswith("<!doctype html>") and "</html>" in page

@@ -6,7 +6,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-import conftest
+import report_fakes
 from jalapeno.errors import ConfigError
 from jalapeno.report.spec import parse_sweep
 from jalapeno.report.sweep import run_spec
@@ -29,14 +29,14 @@ def _spec(text=SPEC):
 
 
 def test_resume_skips_done_points(tmp_path, calls):
-    s1 = run_spec(_spec(), tmp_path, point_fn=conftest.fake_point, workers=1, progress=False)
+    s1 = run_spec(_spec(), tmp_path, point_fn=report_fakes.fake_point, workers=1, progress=False)
     assert (s1.total, s1.ran, s1.already_done) == (N_POINTS, N_POINTS, 0)
     assert len(calls) == N_POINTS
     calls.clear()
-    s2 = run_spec(_spec(), tmp_path, point_fn=conftest.fake_point, workers=1, progress=False)
+    s2 = run_spec(_spec(), tmp_path, point_fn=report_fakes.fake_point, workers=1, progress=False)
     assert (s2.ran, s2.already_done) == (0, N_POINTS) and calls == []
     # growing the grid runs only the new points
-    s3 = run_spec(_spec(SPEC.replace("[1, 8]", "[1, 8, 32]")), tmp_path, point_fn=conftest.fake_point, workers=1, progress=False)
+    s3 = run_spec(_spec(SPEC.replace("[1, 8]", "[1, 8, 32]")), tmp_path, point_fn=report_fakes.fake_point, workers=1, progress=False)
     assert s3.ran == N_POINTS // 2 and len(calls) == N_POINTS // 2
     assert pq.read_table(tmp_path / "results.parquet").num_rows == N_POINTS * 3 // 2
 
@@ -49,7 +49,7 @@ class _Interrupt:
         if self.n == self.after:
             raise KeyboardInterrupt
         self.n += 1
-        return conftest.fake_point(point)
+        return report_fakes.fake_point(point)
 
 
 def test_ctrl_c_keeps_finished_points(tmp_path, calls):
@@ -57,14 +57,14 @@ def test_ctrl_c_keeps_finished_points(tmp_path, calls):
         run_spec(_spec(), tmp_path, point_fn=_Interrupt(5), workers=1, progress=False)
     assert pq.read_table(tmp_path / "results.parquet").num_rows == 5
     calls.clear()
-    s = run_spec(_spec(), tmp_path, point_fn=conftest.fake_point, workers=1, progress=False)
+    s = run_spec(_spec(), tmp_path, point_fn=report_fakes.fake_point, workers=1, progress=False)
     assert s.already_done == 5 and len(calls) == N_POINTS - 5
 
 
 def _flaky(point):
     if point["concurrency"] == 8 and point["hardware"] == "b200":
         raise RuntimeError("boom")
-    return conftest.fake_point(point)
+    return report_fakes.fake_point(point)
 
 
 def test_failed_points_are_recorded_and_retried(tmp_path, calls):
@@ -73,13 +73,13 @@ def test_failed_points_are_recorded_and_retried(tmp_path, calls):
     err = duckdb.sql(f"SELECT error, error_kind FROM '{tmp_path / 'results.parquet'}' WHERE status = 'error'").fetchall()
     assert err[0][0].startswith("RuntimeError: boom at test_sweep.py:") and err[0][1] == "bug"
     calls.clear()
-    s2 = run_spec(_spec(), tmp_path, point_fn=conftest.fake_point, workers=1, progress=False)
+    s2 = run_spec(_spec(), tmp_path, point_fn=report_fakes.fake_point, workers=1, progress=False)
     assert s2.ran == 2 and len(calls) == 2 and s2.errors == 0
     assert pq.read_table(tmp_path / "results.parquet").num_rows == N_POINTS
 
 
 def test_parquet_rows_statuses_and_duckdb(tmp_path):
-    run_spec(_spec(), tmp_path, point_fn=conftest.fake_point, workers=2, progress=False)  # process pool
+    run_spec(_spec(), tmp_path, point_fn=report_fakes.fake_point, workers=2, progress=False)  # process pool
     path = str(tmp_path / "results.parquet")
     con = duckdb.connect()
     n, = con.execute(f"SELECT count(*) FROM '{path}'").fetchone()
@@ -105,13 +105,13 @@ def test_parquet_rows_statuses_and_duckdb(tmp_path):
 def test_missing_ray_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ConfigError, match=r"pip install 'jalapeno\[ray\]'"):
-        run_spec(_spec(), tmp_path, point_fn=conftest.fake_point, ray="auto", progress=False)
+        run_spec(_spec(), tmp_path, point_fn=report_fakes.fake_point, ray="auto", progress=False)
 
 
 def test_ray_local_instance(tmp_path):
     ray = pytest.importorskip("ray", reason="Ray not installed (optional extra jalapeno[ray])")
-    ray.cloudpickle.register_pickle_by_value(conftest)  # Ray workers cannot import the tests' conftest
-    s = run_spec(_spec(), tmp_path, point_fn=conftest.fake_point, ray="auto", progress=False)
+    ray.cloudpickle.register_pickle_by_value(report_fakes)  # Ray workers cannot import the tests' helper module
+    s = run_spec(_spec(), tmp_path, point_fn=report_fakes.fake_point, ray="auto", progress=False)
     assert s.ran == N_POINTS and s.errors == 0
     t = pq.read_table(tmp_path / "results.parquet").to_pylist()
     assert sum(r["status"] == "ok" for r in t) == N_POINTS - 2

@@ -1,7 +1,16 @@
-"""Weight memory and matmul time of float32 / bf16 / FP8-block / MXFP4 weights at decode shapes.
+"""Weight memory and matmul time of float32 / bf16 / FP8-block / MXFP4 weights at decode shapes, and the same
+formats end to end: SmolLM2-135M decode through TorchBackend + the engine.
 
     python benchmarks/quant.py                 # measure and rewrite the benchmark section of docs/quantization.md
     python benchmarks/quant.py --no-write      # print the tables only
+    python benchmarks/quant.py --skip-matmul   # only the SmolLM2 end-to-end table (and keep the matmul one)
+
+End to end: the bundled SmolLM2-135M-Instruct GGUF loaded six ways (float32; bf16; ``--quantize fp8`` and
+``--quantize mxfp4`` with the model dtype -- activations, embedding, tied LM head, norms -- float32 or bf16),
+side by side in one run. Weight memory = bytes the loaded model holds
+(float parameters once, tied embedding included, + quantized codes and scales). Decode tok/s at batch B:
+``B * D / (wall(1 + D new tokens) - wall(1 new token))`` for B greedy sequences of a 32-token prompt (prefill and
+the first token cancel out), best of ``--reps``.
 
 Shapes: DeepSeek-V3 expert up-projection (K=7168 -> N=2048) and GPT-OSS attention-sized (2880 -> 2880),
 batch M in 1..64 (decode). On CPU every path is the PyTorch one (quantized paths dequantize per call). With a CUDA
@@ -13,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # spinning OpenMP workers steal the core (docs/performance.md)
 import platform
 import statistics
 import time
@@ -123,6 +134,88 @@ def table(rows: list[Row], device_name: str) -> str:
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------------------------------------------------
+# end to end: SmolLM2-135M through TorchBackend
+# ---------------------------------------------------------------------------------------------------------
+#: name -> (model dtype: activations and the layers that stay float, --quantize)
+E2E_CONFIGS = {
+    "float32": ("float32", None),
+    "bf16": ("bfloat16", None),
+    "fp8, rest float32": ("float32", "fp8"),
+    "mxfp4, rest float32": ("float32", "mxfp4"),
+    "fp8, rest bf16": ("bfloat16", "fp8"),
+    "mxfp4, rest bf16": ("bfloat16", "mxfp4"),
+}
+
+
+@dataclass(frozen=True)
+class E2ERow:
+    config: str
+    weight_bytes: int
+    quantized_bytes: int
+    load_s: float
+    decode_tok_s: dict[int, float]
+
+
+def _model_weight_bytes(model: torch.nn.Module) -> tuple[int, int]:
+    """(all weight bytes, of which quantized codes + scales); shared (tied) parameters counted once."""
+    from jalapeno.quant import quantized_bytes
+
+    q = quantized_bytes(model)
+    return q + sum(p.nbytes for p in model.parameters()), q
+
+
+def run_e2e(batches: list[int], decode_tokens: int, reps: int) -> list[E2ERow]:
+    from jalapeno.backends.torch.backend import TorchBackend
+    from jalapeno.backends.torch.generate import generate_tokens
+    from jalapeno.engine import EngineConfig, SamplingParams
+
+    rows = []
+    for name, (dtype, quantize) in E2E_CONFIGS.items():
+        t0 = time.perf_counter()
+        backend = TorchBackend(None, dtype=dtype, quantize=quantize, kv_cache_gb=0.25)
+        load_s = time.perf_counter() - t0
+        total, qbytes = _model_weight_bytes(backend.model)
+        speeds = {}
+        for b in batches:
+            prompts = [[(17 * i + 31 * j) % 4000 + 100 for j in range(32)] for i in range(b)]
+            cfg = EngineConfig(max_num_seqs=b, block_size=16)
+
+            def wall(n: int, backend=backend, prompts=prompts, cfg=cfg) -> float:
+                sp = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+                t = time.perf_counter()
+                generate_tokens(backend, prompts, sp, cfg)
+                return time.perf_counter() - t
+
+            wall(2)  # warm-up
+            best = min(wall(1 + decode_tokens) - wall(1) for _ in range(reps))
+            speeds[b] = b * decode_tokens / best
+        rows.append(E2ERow(name, total, qbytes, load_s, speeds))
+        print(f"  {name}: {total / 2**20:.1f} MiB, " + ", ".join(f"b{b} {v:.2f} tok/s" for b, v in speeds.items()))
+        del backend
+    return rows
+
+
+def e2e_table(rows: list[E2ERow], device_name: str) -> str:
+    batches = list(rows[0].decode_tok_s)
+    base = next(r for r in rows if r.config == "bf16")
+    head = " | ".join(f"decode tok/s b={b} | vs bf16" for b in batches)
+    out = [
+        f"Device: {device_name}. SmolLM2-135M-Instruct (bundled Q4_1 GGUF dequantised, then loaded as each config), "
+        "TorchBackend + engine, greedy; all rows measured side by side in this run.",
+        "",
+        f"| config | weight MiB | memory / bf16 | of which quantized MiB | load s | {head} |",
+        "|---|---:|---:|---:|---:|" + "---:|---:|" * len(batches),
+    ]
+    for r in rows:
+        cells = " | ".join(f"{r.decode_tok_s[b]:.2f} | {r.decode_tok_s[b] / base.decode_tok_s[b]:.2f}" for b in batches)
+        out.append(
+            f"| {r.config} | {r.weight_bytes / 2**20:.1f} | {r.weight_bytes / base.weight_bytes:.3f} "
+            f"| {r.quantized_bytes / 2**20:.1f} | {r.load_s:.1f} | {cells} |"
+        )
+    return "\n".join(out)
+
+
 def write_section(doc: Path, body: str) -> None:
     text = doc.read_text() if doc.exists() else "# Quantization\n"
     section = f"{BEGIN}\n## Quantization benchmark (benchmarks/quant.py)\n\n{body}\n{END}\n"
@@ -134,17 +227,49 @@ def write_section(doc: Path, body: str) -> None:
     doc.write_text(text)
 
 
+def _existing_section(doc: Path, title: str) -> str | None:
+    """The ``### title`` subsection currently in the doc's benchmark block (to keep it when not re-measured)."""
+    text = doc.read_text() if doc.exists() else ""
+    if BEGIN not in text or END not in text:
+        return None
+    block = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    parts = block.split("\n### ")
+    for part in parts[1:]:
+        if part.startswith(title):
+            return "### " + part.strip("\n")
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16, 64])
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--e2e-batches", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--decode-tokens", type=int, default=8, help="end to end: tokens timed per sequence")
+    ap.add_argument("--e2e-reps", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: see docs/performance.md)")
+    ap.add_argument("--skip-matmul", action="store_true", help="only the end-to-end table (keep the doc's matmul one)")
+    ap.add_argument("--skip-e2e", action="store_true", help="only the matmul tables")
     ap.add_argument("--no-write", action="store_true", help="print only; do not touch docs/quantization.md")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     sections = []
     load = f", load average {os.getloadavg()[0]:.1f} at start" if hasattr(os, "getloadavg") else ""
     cpu_name = f"CPU ({platform.machine()}, {torch.get_num_threads()} threads{load}; every path is PyTorch)"
-    sections.append("### CPU\n\n" + table(run(args.batches, args.reps, "cpu"), cpu_name))
-    if torch.cuda.is_available():
+    if args.skip_matmul:
+        kept = _existing_section(DOC, "CPU\n")
+        if kept:
+            sections.append(kept)
+    else:
+        sections.append("### CPU\n\n" + table(run(args.batches, args.reps, "cpu"), cpu_name))
+    if args.skip_e2e:
+        kept = _existing_section(DOC, "SmolLM2-135M end to end")
+        if kept:
+            sections.append(kept)
+    else:
+        e2e = run_e2e(args.e2e_batches, args.decode_tokens, args.e2e_reps)
+        sections.append("### SmolLM2-135M end to end (CPU)\n\n" + e2e_table(e2e, cpu_name))
+    if torch.cuda.is_available() and not args.skip_matmul:
         gpu = torch.cuda.get_device_name()
         sections.append(
             "### CUDA: Triton kernels vs torch bf16\n\n"

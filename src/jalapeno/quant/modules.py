@@ -222,6 +222,17 @@ class Mxfp4Experts(_HoldsQuantized):
         self.register_buffer("scales", scales.detach().contiguous())
 
     @classmethod
+    def empty(
+        cls, num_experts: int, out_features: int, in_features: int, device: torch.device | str | None = None
+    ) -> Mxfp4Experts:
+        """Uninitialised experts of the given shape (``device="meta"`` for a model built before loading)."""
+        if in_features % MX_BLOCK:
+            raise ConfigError(f"Mxfp4Experts: in_features={in_features} must be a multiple of {MX_BLOCK}")
+        blocks = torch.empty(num_experts, out_features, in_features // 2, dtype=torch.uint8, device=device)
+        scales = torch.empty(num_experts, out_features, in_features // MX_BLOCK, dtype=torch.uint8, device=device)
+        return cls(blocks, scales)
+
+    @classmethod
     def from_float(cls, weight: torch.Tensor) -> Mxfp4Experts:
         """Quantize float experts ``[E, N, K]``."""
         if weight.ndim != 3:
@@ -239,6 +250,12 @@ class Mxfp4Experts(_HoldsQuantized):
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """All experts as ``[E, N, K]`` in ``dtype``."""
         return dequantize_mxfp4(self.blocks, self.scales, dtype)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[no-untyped-def]
+        key = prefix + "blocks"
+        if key in state_dict and state_dict[key].ndim == 4:  # GPT-OSS [E, N, K/32, 16] -> [E, N, K/2]
+            state_dict[key] = state_dict[key].flatten(-2)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         return f"num_experts={self.num_experts}, in={self.in_features}, out={self.out_features}, mxfp4"

@@ -46,6 +46,8 @@ class TorchBackend(Backend):
     ``kv_cache_gb`` bounds the KV cache on CPU (GiB); on CUDA the cache takes ``gpu_memory_fraction`` of the
     memory free after loading the weights. ``num_blocks`` forces a block count (tests). The cache is allocated
     when the engine calls :meth:`num_kv_blocks` (with its block size), and reused by later engines.
+    ``quantize`` ("fp8" | "mxfp4") quantizes the float linear layers at load time (docs/quantization.md);
+    block-scaled checkpoints (DeepSeek FP8, GPT-OSS MXFP4) stay quantized without it.
     """
 
     def __init__(
@@ -59,12 +61,13 @@ class TorchBackend(Backend):
         num_blocks: int | None = None,
         max_multi_step: int = 1,
         loaded: LoadedModel | None = None,
+        quantize: str | None = None,
     ) -> None:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype)
         if kv_cache_gb <= 0:
             raise ConfigError(f"kv_cache_gb must be > 0 (got {kv_cache_gb})")
-        self.loaded = loaded or load_model(model, str(self.device), self.dtype)
+        self.loaded = loaded or load_model(model, str(self.device), self.dtype, quantize)
         self.model = self.loaded.model
         self.config = self.loaded.config
         self.kv_cache_gb = kv_cache_gb

@@ -4,6 +4,7 @@
 directory holding one ``.gguf`` file, or None for the bundled default (SmolLM2-135M-Instruct Q4_1). Weights keep
 their Hugging Face names; GGUF names (``blk.N.attn_q.weight``) are mapped to them, quantised tensors are
 dequantised with ``gguf.quants.dequantize`` and llama.cpp's Q/K RoPE row permutation is undone.
+Block-scaled checkpoints (DeepSeek FP8 ``weight_scale_inv``, GPT-OSS MXFP4 experts) stay quantized in memory.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ import torch
 from jalapeno.backends.torch.config import ModelConfig
 from jalapeno.backends.torch.models import build_model
 from jalapeno.backends.torch.models.common import CausalLM
-from jalapeno.errors import ConfigError, JalapenoError
+from jalapeno.backends.torch.models.gpt_oss import mxfp4_state_name, swap_in_mxfp4_experts
+from jalapeno.errors import ConfigError, JalapenoError, UnknownNameError
+from jalapeno.quant.checkpoint import swap_in_fp8_linears
+from jalapeno.quant.modules import QUANTIZE_FORMATS, QuantizeResult, quantize_linears
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -31,6 +35,18 @@ class LoadedModel:
     config: ModelConfig
     #: where the tokenizer lives: (folder, gguf file name or None)
     tokenizer_source: tuple[str, str | None]
+    #: what ``quantize=`` did at load time (None when not requested)
+    quantization: QuantizeResult | None = None
+
+    @property
+    def quantization_note(self) -> str | None:
+        """One line naming the layers ``quantize=`` kept in float for a reason other than the skip list."""
+        q = self.quantization
+        kept = [(n, why) for n, why in q.kept if why != "skipped by pattern"] if q else []
+        if not kept:
+            return None
+        names = ", ".join(n for n, _ in kept[:4]) + (f" and {len(kept) - 4} more" if len(kept) > 4 else "")
+        return f"note: {len(kept)} linear layers stay in float ({kept[0][1]}): {names}"
 
 
 def default_model_path() -> Path:
@@ -41,7 +57,26 @@ def default_model_path() -> Path:
     return Path(spec.origin).parent / DEFAULT_GGUF
 
 
-def load_model(path: str | Path | None, device: str = "cpu", dtype: torch.dtype = torch.float32) -> LoadedModel:
+def check_quantize(quantize: str | None) -> str | None:
+    """Validate a ``--quantize`` value (None/"none" = keep the checkpoint's weights as they are)."""
+    if quantize in (None, "", "none"):
+        return None
+    if quantize not in QUANTIZE_FORMATS:
+        raise UnknownNameError(
+            f"unknown --quantize value {quantize!r}; choose one of: none, {', '.join(QUANTIZE_FORMATS)}"
+        )
+    return quantize
+
+
+def load_model(
+    path: str | Path | None,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    quantize: str | None = None,
+) -> LoadedModel:
+    """Load a model; ``quantize="fp8"|"mxfp4"`` quantizes its float linear layers after loading (see
+    :func:`materialize`). Quantized checkpoints (DeepSeek FP8, GPT-OSS MXFP4) load as stored either way."""
+    quantize = check_quantize(quantize)
     p = default_model_path() if path is None else Path(path)
     if not p.exists():
         raise JalapenoError(f"model path {str(p)!r} does not exist; pass a model directory or a .gguf file")
@@ -64,27 +99,61 @@ def load_model(path: str | Path | None, device: str = "cpu", dtype: torch.dtype 
         cfg = ModelConfig.from_hf(cfg_dict)  # fail fast on an unsupported config, before reading weights
         tensors = read_safetensors(p)
         source = (str(p), None)
-    model = materialize(cfg, tensors, device, dtype)
-    return LoadedModel(model, cfg, source)
+    model, result = materialize(cfg, tensors, device, dtype, quantize)
+    return LoadedModel(model, cfg, source, result)
 
 
-def materialize(cfg: ModelConfig, tensors: dict[str, torch.Tensor], device: str, dtype: torch.dtype) -> CausalLM:
-    """Build the model on the meta device and assign the checkpoint tensors (cast to ``dtype``)."""
+def materialize(
+    cfg: ModelConfig,
+    tensors: dict[str, torch.Tensor],
+    device: str,
+    dtype: torch.dtype,
+    quantize: str | None = None,
+) -> tuple[CausalLM, QuantizeResult | None]:
+    """Build the model on the meta device and assign the checkpoint tensors.
+
+    Float tensors are cast to ``dtype``. Quantized checkpoint tensors load **as stored**: every ``nn.Linear``
+    with a ``<name>.weight_scale_inv`` becomes an :class:`~jalapeno.quant.Fp8BlockLinear` (DeepSeek FP8 block
+    weights), GPT-OSS experts with ``*_blocks``/``*_scales`` become :class:`Mxfp4GptOssExperts`; their E4M3 /
+    uint8 codes and fp32 / E8M0 scales are never cast to ``dtype``. Every device has a path for them (Triton
+    kernels on CUDA, decode-per-matmul elsewhere), so nothing is upcast at load.
+
+    ``quantize`` ("fp8" | "mxfp4"): afterwards, replace the remaining float linears with
+    :func:`~jalapeno.quant.quantize_linears` (``lm_head`` and MoE routers stay float; embeddings are not linears).
+    q/k/v and gate/up are fused into single GEMMs only where all parts are float.
+    """
     with torch.device("meta"):
         model = build_model(cfg)
+    swap_in_fp8_linears(model, tensors)
+    swap_in_mxfp4_experts(model, tensors)
+    tensors = {mxfp4_state_name(n): t for n, t in tensors.items()}
     expected = model.state_dict()
+    stored_as_is = _quantized_state_names(model)
     state: dict[str, torch.Tensor] = {}
     for name, t in tensors.items():
         if name not in expected:
             if _ignorable(name, cfg):
                 continue
             raise ConfigError(f"weights do not match the config: unexpected tensor {name!r}; check config.json")
+        if name in stored_as_is and t.ndim == expected[name].ndim + 1:  # GPT-OSS blocks [..., K/32, 16]
+            t = t.flatten(-2)
         if tuple(t.shape) != tuple(expected[name].shape):
             raise ConfigError(
                 f"weights do not match the config: {name} has shape {tuple(t.shape)}, "
                 f"config implies {tuple(expected[name].shape)}"
             )
-        state[name] = t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+        if name in stored_as_is:
+            want = expected[name].dtype
+            if want == torch.float32 and t.dtype in (torch.bfloat16, torch.float16):
+                t = t.to(torch.float32)  # bf16/fp16 block scales (some FP8 exports): exact widening, never narrowed
+            if t.dtype != want:
+                raise ConfigError(
+                    f"quantized tensor {name} is {t.dtype}, expected {expected[name].dtype}; the checkpoint is "
+                    "not in the DeepSeek FP8 / GPT-OSS MXFP4 layout"
+                )
+            state[name] = t.to(device=device)
+        else:
+            state[name] = t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
     missing = [k for k in expected if k not in state and not (cfg.tie_word_embeddings and k == "lm_head.weight")]
     if missing:
         raise ConfigError(f"weights do not match the config: {len(missing)} tensors missing, e.g. {missing[0]!r}")
@@ -92,10 +161,20 @@ def materialize(cfg: ModelConfig, tensors: dict[str, torch.Tensor], device: str,
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     model.inv_freq = model.inv_freq.to(device)
-    for module in model.modules():  # fuse q/k/v and gate/up projections into single GEMMs
+    result = quantize_linears(model, quantize) if quantize else None
+    for module in model.modules():  # fuse q/k/v and gate/up projections into single GEMMs (float layers only)
         if hasattr(module, "fuse"):
             module.fuse()
-    return model.eval()
+    return model.eval(), result
+
+
+def _quantized_state_names(model: torch.nn.Module) -> set[str]:
+    """State-dict names of quantized codes and scales: loaded in their stored dtype, never cast."""
+    names = set()
+    for prefix, mod in model.named_modules():
+        for buf in getattr(mod, "_quantized_buffers", ()):
+            names.add(f"{prefix}.{buf}" if prefix else buf)
+    return names
 
 
 def _ignorable(name: str, cfg: ModelConfig) -> bool:

@@ -33,6 +33,19 @@ class RMSNorm(nn.Module):
         return self.weight * xf.to(x.dtype)
 
 
+def fusable(*linears: nn.Module) -> bool:
+    """True when every layer is a plain float ``nn.Linear`` of one dtype/device with consistent biases.
+    Quantized layers (``Fp8BlockLinear``, ``Mxfp4Linear``) are not fused: they keep their own matmul."""
+    if any(type(lin) is not nn.Linear for lin in linears):
+        return False
+    w0 = linears[0].weight
+    return all(
+        lin.weight.dtype == w0.dtype and lin.weight.device == w0.device
+        and (lin.bias is None) == (linears[0].bias is None)
+        for lin in linears
+    )
+
+
 def fuse_linears(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Concatenate the weights (and biases) of linears that read the same input into one matrix, and
     re-point each original parameter at its slice, so one GEMM replaces several and no memory is duplicated
@@ -74,8 +87,9 @@ class GatedMLP(nn.Module):
         self._gate_up: torch.Tensor | None = None
 
     def fuse(self) -> None:
-        """After loading: one GEMM for gate and up."""
-        self._gate_up, _ = fuse_linears(self.gate_proj, self.up_proj)
+        """After loading: one GEMM for gate and up (float layers only; quantized ones run separately)."""
+        if fusable(self.gate_proj, self.up_proj):
+            self._gate_up, _ = fuse_linears(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if fused_intact(self._gate_up, self.gate_proj, self.up_proj):

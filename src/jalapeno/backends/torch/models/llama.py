@@ -17,6 +17,7 @@ from jalapeno.backends.torch.models.common import (
     DecoderLayer,
     GatedMLP,
     RMSNorm,
+    fusable,
     fuse_linears,
     fused_intact,
 )
@@ -43,8 +44,9 @@ class Attention(nn.Module):
         self._qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None
 
     def fuse(self) -> None:
-        """After loading: one GEMM for q, k and v."""
-        self._qkv = fuse_linears(self.q_proj, self.k_proj, self.v_proj)
+        """After loading: one GEMM for q, k and v (float layers only; quantized ones run separately)."""
+        if fusable(self.q_proj, self.k_proj, self.v_proj):
+            self._qkv = fuse_linears(self.q_proj, self.k_proj, self.v_proj)
 
     def forward(self, x: torch.Tensor, cos, sin, meta: StepMetadata, cache: tuple[torch.Tensor, ...]):
         t = x.shape[0]

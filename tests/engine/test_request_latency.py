@@ -38,3 +38,16 @@ def test_closed_loop_with_latency_lowers_throughput_and_multi_step_still_equals_
     assert m1["output_throughput"] < m0["output_throughput"]  # each replacement request starts 25 ms later
     for k in ("median_ttft_ms", "median_tpot_ms", "median_e2el_ms", "output_throughput", "duration"):
         assert math.isclose(m1[k], m1_step[k], rel_tol=1e-9), k
+
+
+def test_the_simulated_backend_brings_its_chips_serving_latency():
+    """SimBackend reads ``efficiency.request_overhead_ms`` from its cost model; the driver adds it to arrivals."""
+    import types
+
+    class WithEff(FakeCostModel):
+        eff = types.SimpleNamespace(request_overhead_ms=40.0)
+
+    base = Workload(np.array([200]), np.array([50]), arrival_s=np.array([0.5]))
+    a = make().run(base).outcomes[0]
+    b = Engine(SimBackend(WithEff()), EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096)).run(base).outcomes[0]
+    assert math.isclose(b.ttft_s - a.ttft_s, 0.040, rel_tol=1e-9)

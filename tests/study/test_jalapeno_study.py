@@ -87,8 +87,30 @@ def test_one_point_simulates_and_stays_under_the_measured_power(js):
     from jalapeno.hardware import get_chip
 
     chip = get_chip("jalapeno")
-    p = js.simulate(js.Task("gpt-oss-120b", chip, "jalapeno", js.Layout(32), 1024, 128, 4, 4, None, True))
-    assert p is not None and p["chips"] == 32 and p["tput"] > 0
-    assert p["sram_gb"] > 1.5  # GPT-OSS-120B over 32 chips: every weight (~2 GB per chip) pinned in SRAM
+    p = js.simulate(js.Task("gpt-oss-120b", chip, "jalapeno", js.Layout(64), 1024, 128, 4, 4))  # chip pins
+    assert p is not None and p["chips"] == 64 and p["tput"] > 0
+    # GPT-OSS-120B (~61 GB as released, MXFP4 experts) over 64 chips: ~1 GB per chip, all of it in SRAM
+    assert 0.85 < p["sram_gb"] <= float(chip.sram.capacity_gb)
     assert p["watts"] <= js.LOADED_W_MAX
     assert js.simulate(js.Task("deepseek-r1", chip, "jalapeno", js.Layout(1), 1024, 128, 4, 4)) is None  # no fit
+
+
+def test_sram_pinning_defaults_to_the_chips_pin_weights_and_can_be_overridden():
+    """CostModel(sram_pinning=None) follows the resident SRAM level's pin_weights (true for Jalapeño); an
+    explicit False gives the all-or-nothing rule back; GPUs (no resident SRAM) never pin."""
+    from jalapeno.hardware import get_chip
+    from jalapeno.models import load_model
+    from jalapeno.perf import CostModel, Parallelism, Precision
+
+    arch, lay = load_model("deepseek-r1"), Parallelism(tp=16, ep=16)
+    jal = get_chip("jalapeno")
+    assert jal.sram is not None and jal.sram.pin_weights
+    default = CostModel(arch, jal, lay, Precision(weights="fp4", kv="fp8"))
+    off = CostModel(arch, jal, lay, Precision(weights="fp4", kv="fp8"), sram_pinning=False)
+    assert default.sram_pinning and not off.sram_pinning
+    sram_cap = float(jal.sram.capacity_gb) * 1e9
+    # DeepSeek-R1 (~340 GB at MXFP4 experts) cannot live in 16 chips' SRAM: pinning puts some, never all, there
+    assert not default.weights_in_sram and 0 < default.sram_weight_bytes_per_chip <= sram_cap
+    assert off.sram_weight_bytes_per_chip == 0
+    gpu = CostModel(load_model("gpt-oss-120b"), get_chip("gb300"), Parallelism(tp=8), Precision(kv="fp8"))
+    assert not gpu.sram_pinning and gpu.sram_weight_bytes_per_chip == 0

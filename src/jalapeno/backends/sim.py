@@ -109,6 +109,13 @@ class SimBackend(Backend):
         """Power (W) the replica's chips draw while no step runs (the cost model's idle power)."""
         return float(getattr(self.cm, "idle_w", 0.0)) * int(getattr(self.cm, "chips_per_replica", 1))
 
+    @property
+    def request_latency_s(self) -> float:
+        """The serving stack's per-request latency (client to first scheduling), from the chip's
+        ``efficiency.request_overhead_ms``; the driver adds it to each call's arrival (TTFT and E2E, not step time)."""
+        eff = getattr(self.cm, "eff", None)
+        return float(getattr(eff, "request_overhead_ms", 0.0)) / 1000.0
+
     def num_kv_blocks(self, block_size: int) -> int:
         return int(self.memory_plan().kv_capacity_tokens) // block_size
 

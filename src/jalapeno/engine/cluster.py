@@ -79,6 +79,10 @@ class Cluster:
             return self._transfers[0][0]
         return max(e.clock.now() for e in self.all)
 
+    def request_latency_s(self) -> float:
+        """Requests enter through the prefill (or only) pool's serving front end."""
+        return float(getattr(self.prefill[0].backend, "request_latency_s", 0.0))
+
     def busy(self) -> bool:
         return bool(self._transfers) or any(e.has_unfinished() for e in self.all)
 

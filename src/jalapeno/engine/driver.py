@@ -81,6 +81,7 @@ class Target(Protocol):
     """What the driver needs from one engine or a cluster."""
 
     def now(self) -> float: ...
+    def request_latency_s(self) -> float: ...
     def busy(self) -> bool: ...
     def wait_until(self, t: float) -> None: ...
     def submit(self, call: Call) -> None: ...
@@ -91,7 +92,7 @@ class Target(Protocol):
 class Client:
     """The load generator's state: which calls are due, and what came back."""
 
-    def __init__(self, wl: Workload) -> None:
+    def __init__(self, wl: Workload, serving_latency_s: float = 0.0) -> None:
         self.wl = wl
         self.n = wl.num_chains
         self.calls = wl.chain_calls
@@ -99,7 +100,7 @@ class Client:
         self.next_chain = 0
         self.in_flight = 0
         self.due: deque[Call] = deque()  # follow-up calls, sent at once
-        self.delay = float(wl.request_latency_s)
+        self.delay = float(wl.request_latency_s) + float(serving_latency_s)
         self.in_transit: list[tuple[float, int, Call]] = []  # heap of sent calls not yet at the engine
         self._sent = 0
         self._freed: list[float] = []
@@ -198,6 +199,11 @@ class EngineTarget:
     def now(self) -> float:
         return self.engine.clock.now()
 
+    def request_latency_s(self) -> float:
+        """Per-request serving latency the backend models (simulated backends; 0 for real ones, whose latency is
+        measured)."""
+        return float(getattr(self.engine.backend, "request_latency_s", 0.0))
+
     def busy(self) -> bool:
         return self.engine.has_unfinished()
 
@@ -233,7 +239,7 @@ class EngineTarget:
 
 def drive(target: Target, wl: Workload) -> SimResult:
     """Run ``wl`` against ``target`` until every call has finished."""
-    client = Client(wl)
+    client = Client(wl, target.request_latency_s())
     last_finish = 0.0
     while not client.done:
         for call in client.release(target.now()):

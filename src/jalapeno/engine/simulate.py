@@ -267,7 +267,6 @@ def run_scenario(sc: Scenario, *, return_result: bool = False):
     max_seqs = sc.max_num_seqs or max(1024, in_flight)
     if not sc.disaggregated:
         cm = _cost_model(sc, arch, sc.hardware, sc.tp, sc.ep, sc.dp_attention)
-        wl.request_latency_s = cm.eff.request_overhead_ms / 1000.0
         replicas = 1 if sc.dp_attention else sc.dp
         engines = _engines(sc, cm, replicas, spec_for(cm), k, max_seqs)
         target = engines[0] if replicas == 1 else Cluster(engines)
@@ -280,7 +279,6 @@ def run_scenario(sc: Scenario, *, return_result: bool = False):
                            sc.prefill_ep or sc.ep, sc.dp_attention)
         cm_d = _cost_model(sc, arch, sc.decode_hardware or sc.hardware, sc.decode_tp or sc.tp,
                            sc.decode_ep or sc.ep, sc.dp_attention)
-        wl.request_latency_s = cm_p.eff.request_overhead_ms / 1000.0
         n_p, n_d = sc.prefill_workers or 1, sc.decode_workers or 1
         pre = _engines(sc, cm_p, n_p, None, 0, max_seqs)
         dec = _engines(sc, cm_d, n_d, spec_for(cm_d), k, max_seqs)

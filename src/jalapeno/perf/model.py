@@ -63,8 +63,9 @@ class CostModel:
 
     A :class:`StepShape` describes the step of **one replica**; ``dp`` replicas run independent batches, so
     ``num_chips = tp*pp*dp`` is for reporting (per-chip throughput) while step energy covers the replica's
-    ``tp*pp`` chips. ``sram_pinning=True`` pins part of the weights in a resident SRAM that cannot hold them all
-    (off by default: the all-or-nothing rule). Raises :class:`ConfigError` for an invalid sharding and
+    ``tp*pp`` chips. ``sram_pinning=True`` pins part of the weights in a resident SRAM that cannot hold them all;
+    ``None`` (default) takes the chip's resident SRAM level's ``pin_weights`` (False elsewhere: the
+    all-or-nothing rule). Raises :class:`ConfigError` for an invalid sharding and
     :class:`CapacityError` when the weights do not fit.
     """
 
@@ -76,10 +77,12 @@ class CostModel:
         precision: Precision = Precision(),
         efficiency: Efficiency | None = None,
         *,
-        sram_pinning: bool = False,
+        sram_pinning: bool | None = None,
     ) -> None:
         self.model, self.chip, self.parallel, self.precision = model, chip, parallel, precision
         self.eff = efficiency if efficiency is not None else chip.efficiency
+        if sram_pinning is None:
+            sram_pinning = bool(chip.sram is not None and chip.sram.pin_weights)
         self.sram_pinning = sram_pinning
         self._validate()
         p = parallel

@@ -30,8 +30,8 @@ class Workload:
     max_concurrency: int | None = None
     chain_calls: int = 1
     ignore_eos: bool = True
-    #: seconds between a call leaving the client and reaching the engine (the serving stack's per-request
-    #: overhead: HTTP, tokenization, admission); counted in TTFT and E2E latency
+    #: extra seconds between a call leaving the client and reaching the engine (network, client-side queueing),
+    #: on top of the serving stack's own per-request latency that a simulated backend models; in TTFT and E2E
     request_latency_s: float = 0.0
 
     def __post_init__(self) -> None:

@@ -3,7 +3,8 @@
     python benchmarks/jalapeno_study.py            # evaluate the catalogue's jalapeno.yaml; tables + PNGs
     python benchmarks/jalapeno_study.py --fit      # re-fit the inferred parameters on GPT-OSS-120B first
     python benchmarks/jalapeno_study.py --quick    # 1k/1k only, 4 concurrencies, no PNGs (smoke run)
-    python benchmarks/jalapeno_study.py --fit --fit-only --fit-baseline serving   # the sensitivity fit
+    python benchmarks/jalapeno_study.py --fit --quick --fit-only   # the fit alone, on 1k/1k (what the doc's fit ran)
+    python benchmarks/jalapeno_study.py --overhead-check   # DeepSeek-R1 E2E vs per-layer overheads (seconds)
 
 GPT-OSS-120B, DeepSeek-R1 and Kimi-K2.5 on Jalapeño vs GB200 / GB300 (H100, B200, TPU 8i for context) on the
 InferenceX workloads (ISL/OSL 1k/1k, 1k/8k, 8k/1k; closed loop at concurrency 4..256; no speculative decoding).
@@ -15,10 +16,11 @@ Claim statistics (docs/jalapeno-study.md, "Ratio definitions"), per model, workl
   E2E latency            min over layouts of median E2E at the same concurrency, b / Jalapeño
   interactive            output tok/s per chip on the Pareto front at interactivity T = f x (b's highest
                          interactivity), f in {0.5, 0.8}, Jalapeño / b (log-log interpolation on the front)
-Baselines: GB200/GB300 with their catalogue kernel-level efficiencies ("kernel", what the fit uses) and with the
-H200 *serving* efficiencies transferred (the fidelity calibration; no Blackwell measurements exist: "serving").
-GPUs run InferenceX single-node layouts (<= 8 chips); Jalapeño runs the same plus TP16/32/64 inside its 64-chip
-domain, with ``sram_pinning=True`` ("pinned active layer parameters").
+Baselines: GB200/GB300 as the catalogue has them ("catalogue": serving overheads calibrated on H200 InferenceX rows
+and transferred, docs/fidelity.md; no Blackwell serving measurements exist in our data) and, for the previous
+fit's comparison, with the pre-calibration near-roofline efficiencies ("uncalibrated": 40 us per step, no
+per-layer overhead, NVLink 0.82). GPUs run InferenceX single-node layouts (<= 8 chips); Jalapeño runs the same
+plus TP16/32/64 inside its 64-chip domain, pinning weights in SRAM because its chip says so (``pin_weights``).
 """
 
 from __future__ import annotations
@@ -97,24 +99,24 @@ class Params:
     eff_memory: float = 0.9  # HBM; the SRAM mesh gets eff_memory - 0.05
     eff_compute: float = 0.8
     step_overhead_us: float = 20.0
-    layer_overhead_us: float = 0.0
+    layer_overhead_us: float = 50.0
 
 
-#: the fit's search space: name -> candidate values (coarse grid over physically plausible ranges). Only the
-#: peaks and the step overhead are fitted: the roofline sees efficiency x peak, so fitting both is degenerate;
-#: the efficiencies stay at their prior and get a sensitivity row (SENSITIVITY).
+#: the fit's search space: name -> candidate values (coarse grid over physically plausible ranges: SRAM at most
+#: ~3.3 GB on an all-SRAM ~840 mm^2 N3 die). The peaks and both serving overheads are fitted: the roofline sees
+#: efficiency x peak, so fitting both is degenerate; the efficiencies stay at their prior and get a sensitivity row.
 GRID = {
-    "sram_gb": (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0),
-    "sram_tbps": (20.0, 30.0, 40.0, 60.0),
-    "hbm_tbps": (6.0, 8.0, 10.0),
-    "fp8_tflops": (1500.0, 2500.0, 5000.0),
-    "step_overhead_us": (5.0, 20.0, 40.0),
+    "sram_gb": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5),
+    "sram_tbps": (24.0, 30.0, 40.0, 60.0),  # seed: "> 20 TB/s"
+    "hbm_tbps": (6.0, 7.0, 8.0, 9.0, 10.0),
+    "fp8_tflops": (1500.0, 2500.0, 3500.0, 5000.0),
+    "step_overhead_us": (5.0, 20.0, 40.0, 80.0, 120.0),
+    "layer_overhead_us": (0.0, 10.0, 25.0, 50.0, 75.0, 100.0),
 }
 SENSITIVITY = {
     **GRID,
     "eff_memory": (0.66, 0.9, 0.95),
     "eff_compute": (0.5, 0.8, 0.9),
-    "layer_overhead_us": (0.0, 10.0, 50.0),
 }
 #: weight of the pull toward the prior (the catalogue values before the study), per parameter
 PRIOR_WEIGHT = 0.05
@@ -157,18 +159,17 @@ def jalapeno_chip(p: Params):
     return ChipSpec.model_validate(d)
 
 
-def serving_efficiency(chip):
-    """``chip``'s efficiency block with the H200 serving calibration transferred (fractions and overheads;
-    every dtype gets H200's fp8 compute fraction, since Hopper has no fp4 to calibrate)."""
-    from jalapeno.hardware import get_chip
+#: the GPUs' efficiencies before the fidelity calibration (what the previous fit compared against): kernel-level
+#: fractions, NVLink at its large-copy 0.82, 40 us per step, no per-layer overhead
+UNCALIBRATED = dict(scale_up=0.82, step_overhead_us=40.0, layer_overhead_us=0.0)
 
-    h = get_chip("h200").efficiency
-    c = h.compute.get("fp8", h.compute_default)
-    return chip.efficiency.model_copy(update=dict(
-        compute={d: c for d in chip.compute_tflops}, compute_default=c,
-        memory={lv.name: h.memory.get("hbm", h.memory_default) for lv in chip.memory},
-        scale_up=h.scale_up, step_overhead_us=h.step_overhead_us, layer_overhead_us=h.layer_overhead_us,
-        source="H200 serving calibration transferred (jalapeno_study.py)"))
+
+def baseline_efficiency(chip, mode: str):
+    """``chip``'s efficiency block for a baseline ``mode``: None (the catalogue's, calibrated overheads) for
+    "catalogue"; the pre-calibration overheads for "uncalibrated"."""
+    if mode == "catalogue":
+        return None
+    return chip.efficiency.model_copy(update=dict(UNCALIBRATED, source="pre-calibration overheads (jalapeno_study.py)"))
 
 
 # ------------------------------------------------------------------------------------------ simulation
@@ -176,14 +177,14 @@ def serving_efficiency(chip):
 class Task:
     model: str
     chip: object  # ChipSpec
-    series: str  # e.g. "jalapeno", "gb300/serving"
+    series: str  # e.g. "jalapeno", "gb300/catalogue"
     layout: Layout
     isl: int
     osl: int
     concurrency: int
     num_prompts: int
     efficiency: object = None  # Efficiency override or None
-    pin: bool = False
+    pin: bool | None = None  # sram_pinning override; None = the chip's pin_weights
 
 
 @lru_cache(maxsize=None)
@@ -227,7 +228,7 @@ def run_tasks(tasks: list[Task], pool: ProcessPoolExecutor | None) -> list[dict]
     return [r for r in it if r is not None]
 
 
-def tasks_for(model, chip, series, layouts, workloads, concs, factor, eff=None, pin=False) -> list[Task]:
+def tasks_for(model, chip, series, layouts, workloads, concs, factor, eff=None, pin=None) -> list[Task]:
     return [Task(model, chip, series, lay, i, o, c, max(c, int(factor * c)), eff, pin)
             for lay in layouts for (i, o) in workloads for c in concs]
 
@@ -329,7 +330,7 @@ def evaluate(p: Params, base_pts: dict, workloads, concs, factor, pool, model=FI
 
 def _evaluate(p: Params, base_pts: dict, workloads, concs, factor, pool, model) -> tuple[float, dict, list]:
     chip = jalapeno_chip(p)
-    pts = run_tasks(tasks_for(model, chip, "jalapeno", jal_layouts(model), workloads, concs, factor, pin=True), pool)
+    pts = run_tasks(tasks_for(model, chip, "jalapeno", jal_layouts(model), workloads, concs, factor), pool)
     rs = []
     for b in BASELINES:
         for w in workloads:
@@ -376,7 +377,7 @@ def fmt_stats(st: dict) -> str:
 
 
 # ------------------------------------------------------------------------------------------ report
-def baseline_points(models, workloads, concs, factor, pool, modes=("serving", "kernel"), context=True) -> list[dict]:
+def baseline_points(models, workloads, concs, factor, pool, modes=("catalogue",), context=True) -> list[dict]:
     from jalapeno.hardware import get_chip
 
     tasks = []
@@ -384,19 +385,17 @@ def baseline_points(models, workloads, concs, factor, pool, modes=("serving", "k
         for b in BASELINES:
             chip = get_chip(b)
             for mode in modes:
-                eff = serving_efficiency(chip) if mode == "serving" else None
-                tasks += tasks_for(m, chip, f"{b}/{mode}", LAYOUTS[m], workloads, concs, factor, eff)
+                tasks += tasks_for(m, chip, f"{b}/{mode}", LAYOUTS[m], workloads, concs, factor,
+                                   baseline_efficiency(chip, mode))
         if context:
             for c in CONTEXT:
-                chip = get_chip(c)
-                eff = serving_efficiency(chip) if c in ("h100", "b200") else None
-                tasks += tasks_for(m, chip, c, LAYOUTS[m], workloads[:1], concs, factor, eff)
+                tasks += tasks_for(m, get_chip(c), c, LAYOUTS[m], workloads[:1], concs, factor)
     return run_tasks(tasks, pool)
 
 
 def claim_table(jal: list[dict], base: list[dict], models, workloads, concs, mode: str,
                 max_chips: int = 1 << 30) -> str:
-    """Markdown table of the claim statistics per model and baseline (``mode``: serving | kernel)."""
+    """Markdown table of the claim statistics per model and baseline (``mode``: catalogue | uncalibrated)."""
     lines = ["| model | vs | tokens/W at peak load (range over ISL/OSL) | E2E latency lower (gmean; range over "
              "ISL/OSL x concurrency) | interactive (gmean; range) | peak tok/s/chip | highest interactivity |",
              "|---|---|---|---|---|---|---|"]
@@ -445,11 +444,26 @@ def deepseek_point(jal: list[dict], base: list[dict], mode: str, concs, target_s
             "|---|---|---|---|\n" + "\n".join(rows))
 
 
+def overhead_check(current: Params, pool) -> str:
+    """DeepSeek-R1 1k/1k at concurrency 4 (the seeds' 5.99 s -> 1.65 s): best-layout E2E of Jalapeño (TP64 EP64
+    FP4) and GB300 (TP8 EP8, FP4 and FP8) as their per-layer overheads vary, everything else as in the catalogue."""
+    from jalapeno.hardware import get_chip
+
+    g = get_chip("gb300")
+    tasks = [Task("deepseek-r1", jalapeno_chip(replace(current, layer_overhead_us=float(lo))), f"jalapeno {lo}",
+                  Layout(64, 64, False, "fp4"), 1024, 1024, 4, 12) for lo in (0, 10, 20, 30, 50)]
+    tasks += [Task("deepseek-r1", g, f"gb300 {lo}", Layout(8, 8, False, w), 1024, 1024, 4, 12,
+                   g.efficiency.model_copy(update=dict(layer_overhead_us=float(lo))))
+              for lo in (50, 75, 100) for w in ("fp4", "native")]
+    rows = sorted(run_tasks(tasks, pool), key=lambda r: (r["series"].split()[0], float(r["series"].split()[1])))
+    return "\n".join(f"- {r['series']} us/layer, {r['layout']}: E2E {r['e2e_s']:.2f} s" for r in rows)
+
+
 #: plotted series and their colours (GB200's front coincides with GB300's: same memory system, the chips differ
 #: in power and FP4 peak; it is left out of the plots and kept in the tables)
 PLOT_SERIES = {
     "jalapeno": ("tab:red", "-", 2.6), "jalapeno prior, no pinning": ("lightcoral", ":", 1.8),
-    "gb300/kernel": ("tab:green", "-", 1.6), "gb300/serving": ("tab:green", "--", 1.6),
+    "gb300/catalogue": ("tab:green", "-", 1.6), "gb300/uncalibrated": ("tab:green", ":", 1.2),
     "b200": ("tab:olive", "--", 1.0), "h100": ("tab:gray", "--", 1.0), "tpu-8i": ("tab:blue", "-", 1.0),
 }
 
@@ -484,14 +498,18 @@ def plot(points: list[dict], model: str, path: Path, workloads) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fit", action="store_true", help="re-fit the inferred parameters on GPT-OSS-120B first")
-    ap.add_argument("--fit-baseline", choices=("kernel", "serving"), default="kernel",
+    ap.add_argument("--fit-baseline", choices=("catalogue", "uncalibrated"), default="catalogue",
                     help="GB200/GB300 efficiencies the fit compares against (default: the catalogue's)")
+    ap.add_argument("--uncalibrated", action="store_true",
+                    help="also report against GB200/GB300 with the pre-calibration overheads (the previous fit's)")
     ap.add_argument("--quick", action="store_true", help="1k/1k, concurrency 4/16/64/256, no plots")
     ap.add_argument("--prompts-factor", type=float, default=3.0, help="requests per point = factor x concurrency")
     ap.add_argument("--fit-prompts-factor", type=float, default=2.0, help="the same, inside the fit")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--fit-only", action="store_true", help="stop after the fit and its sensitivities")
+    ap.add_argument("--overhead-check", action="store_true",
+                    help="only the DeepSeek-R1 per-layer-overhead check (docs/jalapeno-study.md), then stop")
     a = ap.parse_args(argv)
     from jalapeno.hardware import get_chip
 
@@ -499,11 +517,14 @@ def main(argv: list[str] | None = None) -> int:
     workloads = WORKLOADS[:1] if a.quick else WORKLOADS
     concs = FIT_CONCS if a.quick else CONCURRENCIES
     pool = ProcessPoolExecutor(a.workers) if a.workers > 1 else None
-    h = get_chip("h200").efficiency
-    print(f"H200 efficiencies transferred for 'serving': compute {h.compute} memory {h.memory} scale_up "
-          f"{h.scale_up} step {h.step_overhead_us} us layer {h.layer_overhead_us} us")
+    g = get_chip("gb300").efficiency
+    print(f"GB300 catalogue efficiencies: compute {g.compute} memory {g.memory} scale_up {g.scale_up} "
+          f"step {g.step_overhead_us} us layer {g.layer_overhead_us} us")
     try:
         current = params_from_chip(get_chip("jalapeno"))
+        if a.overhead_check:
+            print("DeepSeek-R1 1k/1k, concurrency 4, per-layer overhead varied:\n" + overhead_check(current, pool))
+            return 0
         if a.fit:
             ff = a.fit_prompts_factor
             fb = baseline_points([FIT_MODEL], workloads, FIT_CONCS, ff, pool, modes=(a.fit_baseline,), context=False)
@@ -522,13 +543,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fit + sensitivities: {time.time() - t0:.0f} s", flush=True)
             if a.fit_only:
                 return 0
-        base = baseline_points(MODELS, workloads, concs, a.prompts_factor, pool, context=not a.quick)
+        modes = ("catalogue", "uncalibrated") if a.uncalibrated else ("catalogue",)
+        base = baseline_points(MODELS, workloads, concs, a.prompts_factor, pool, modes, context=not a.quick)
         print(f"baselines: {len(base)} points, {time.time() - t0:.0f} s", flush=True)
         print(f"jalapeno parameters used: {current}")
         jal_tasks, prior_tasks = [], []
         for m in MODELS:
             jal_tasks += tasks_for(m, jalapeno_chip(current), "jalapeno", jal_layouts(m), workloads, concs,
-                                   a.prompts_factor, pin=True)
+                                   a.prompts_factor)
             if not a.quick:
                 prior_tasks += tasks_for(m, jalapeno_chip(PRIOR), "jalapeno prior, no pinning", jal_layouts(m),
                                          workloads[:1], concs, a.prompts_factor, pin=False)
@@ -537,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"jalapeno: {len(jal)} points, {time.time() - t0:.0f} s", flush=True)
         print("max Jalapeño power per chip (W):", {m: round(max(q["watts"] for q in jal if q["model"] == m))
                                                     for m in MODELS})
-        for mode in ("kernel", "serving"):
+        for mode in modes:
             for cap, what in ((1 << 30, "all Jalapeño layouts (<= 64 chips)"), (8, "Jalapeño <= 8 chips too")):
                 tab = claim_table(jal, base, MODELS, workloads, concs, mode, cap)
                 print(f"\n### GB200/GB300 with {mode} efficiencies, {what}\n\n{tab}")

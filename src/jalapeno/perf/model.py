@@ -373,7 +373,8 @@ class CostModel:
         if not shape.decode_tokens:
             return np.zeros(k), np.zeros(k)
         x = self._x(shape)
-        X = np.tile(x, (k, 1))
+        X = np.empty((k, x.shape[0]), dtype=x.dtype)
+        X[:] = x
         i = np.arange(k, dtype=float)
         d = shape.decode_seqs
         r = shape.decode_tokens / d if d else 0.0

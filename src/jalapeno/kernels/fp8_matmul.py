@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from jalapeno.errors import ConfigError
+from jalapeno.kernels._tiles import plan_tiles
 
 
 @triton.jit
@@ -67,20 +68,7 @@ def _pick_tiles(m: int, n: int, k: int, bk: int, on_gpu: bool) -> tuple[int, int
         block_k //= 2
     if block_k < 16:
         raise ConfigError(f"the FP8 Triton kernel needs a K block that is a multiple of 16, got {bk}")
-    if m <= 16:
-        block_m, block_n, warps = 16, 64, 4
-    elif m <= 64:
-        block_m, block_n, warps = 64, 64, 4
-    else:
-        block_m, block_n, warps = 64, 128, 8
-    split_k = 1
-    if on_gpu:
-        tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-        k_tiles = triton.cdiv(k, block_k)
-        # aim for ~2 programs per SM (132 on H100/H200) without splitting below 4 K tiles per program
-        while tiles * split_k < 264 and k_tiles // (split_k * 2) >= 4:
-            split_k *= 2
-    return block_m, block_n, block_k, split_k, warps
+    return plan_tiles(m, n, k, block_k, on_gpu)
 
 
 def fp8_block_matmul_triton(

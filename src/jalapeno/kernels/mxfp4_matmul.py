@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from jalapeno.kernels._tiles import plan_tiles
+
 
 @triton.jit
 def _e2m1_to_f32(c):
@@ -77,22 +79,11 @@ def _mxfp4_matmul_kernel(
     tl.store(y, acc, mask=mask_m[:, None] & mask_n[None, :])
 
 
+
 def _pick_tiles(m: int, n: int, k: int, on_gpu: bool) -> tuple[int, int, int, int, int]:
     """(BLOCK_M, BLOCK_N, BLOCK_K, split_k, num_warps); BLOCK_K counts elements (a multiple of 32)."""
     block_k = 128 if k % 128 == 0 else (64 if k % 64 == 0 else 32)
-    if m <= 16:
-        block_m, block_n, warps = 16, 64, 4
-    elif m <= 64:
-        block_m, block_n, warps = 64, 64, 4
-    else:
-        block_m, block_n, warps = 64, 128, 8
-    split_k = 1
-    if on_gpu:
-        tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-        k_tiles = triton.cdiv(k, block_k)
-        while tiles * split_k < 264 and k_tiles // (split_k * 2) >= 4:
-            split_k *= 2
-    return block_m, block_n, block_k, split_k, warps
+    return plan_tiles(m, n, k, block_k, on_gpu)
 
 
 def mxfp4_matmul_triton(

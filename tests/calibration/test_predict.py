@@ -44,3 +44,19 @@ def test_offline_concurrency_fills_the_kv_cache():
     assert offline_concurrency(spec, 2_016_000) == 1000
     assert offline_concurrency(spec, 10**9) == 2048  # capped
     assert offline_concurrency(spec, 10) == 1
+
+
+def test_inferencex_rows_use_their_frameworks_request_overhead():
+    from jalapeno.calibration.predict import framework_profile
+    from jalapeno.perf.frameworks import get_framework
+
+    base = dict(model="llama-3.1-8b", chip="h200", layout=Layout(1), weights="bf16", kv="bf16", isl=256, osl=16,
+                concurrency=1, range_ratio=1.0, num_prompts_per_concurrency=2)
+    ix = SimSpec(**base, kind="ix", framework="trt")
+    assert framework_profile(ix) == "trt-llm"
+    assert framework_profile(SimSpec(**base, kind="nim", framework="nim")) is None
+    assert framework_profile(SimSpec(**base, kind="ix", framework="dynamo-sglang")) is None
+    with_fw, generic = simulate(ix)["median_ttft"], simulate(ix, frameworks=False)["median_ttft"]
+    d = (get_framework("trt").request_overhead_ms - efficiency_of("h200").request_overhead_ms) / 1000
+    assert with_fw - generic == pytest.approx(d, abs=1e-9)
+    assert simulate(ix, request_overhead_ms=0.0)["median_ttft"] == pytest.approx(generic - 0.040, abs=1e-9)

@@ -61,6 +61,11 @@ def test_point_id_is_stable_and_input_only():
     assert point_id(p) == point_id(shuffled)
     assert point_id({**p, "output_throughput": 5.0, "skip_reason": "x"}) == point_id(p)
     assert point_id({**p, "concurrency": p["concurrency"] + 1}) != point_id(p)
+    # a framework profile is an input; leaving it unset keeps the ids results were stored under
+    assert p["framework"] is None and point_id({k: v for k, v in p.items() if k != "framework"}) == point_id(p)
+    assert point_id({**p, "framework": "vllm"}) != point_id(p)
+    fw = expand(parse_sweep(BASE + "framework: trt\n")[0])[0]
+    assert fw["framework"] == "trt"
 
 
 @pytest.mark.parametrize(
@@ -73,6 +78,7 @@ def test_point_id_is_stable_and_input_only():
         (BASE.replace("concurrencies: [4, 64]", "concurrencies: []"), 5, "empty list"),
         (BASE.replace("concurrencies: [4, 64]", "concurrencies: [4, 64"), 6, "YAML syntax error"),
         (BASE + "precisions: [{weights: fp7}]\n", 6, "weights 'fp7'"),
+        (BASE + "framework: tgi\n", 6, "unknown serving framework 'tgi'"),
     ],
 )
 def test_bad_yaml_names_the_line(text, line, words):

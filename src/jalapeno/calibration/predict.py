@@ -64,16 +64,39 @@ def offline_concurrency(spec: SimSpec, kv_capacity_tokens: int) -> int:
     return max(1, min(OFFLINE_MAX_SEQS, kv_capacity_tokens // (spec.isl + spec.osl + 16)))
 
 
+def framework_profile(spec: SimSpec) -> str | None:
+    """The serving-framework profile (:mod:`jalapeno.perf.frameworks`) an InferenceX row runs with; None for
+    NIM and offline rows (they keep the chip's generic request overhead)."""
+    from jalapeno.errors import ConfigError
+    from jalapeno.perf.frameworks import get_framework
+
+    if spec.kind != "ix" or not spec.framework:
+        return None
+    try:
+        return get_framework(spec.framework).key
+    except ConfigError:
+        return None
+
+
 def simulate(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int = 0,
-             prompts_per_concurrency: int | None = None) -> dict[str, float]:
+             prompts_per_concurrency: int | None = None, frameworks: bool = True,
+             request_overhead_ms: float | None = None) -> dict[str, float]:
     """Predicted metrics of ``spec`` (keys of :data:`jalapeno.calibration.points.METRICS`, SI units).
 
+    ``frameworks``: InferenceX rows use their serving framework's request overhead (else the chip's generic
+    one); ``request_overhead_ms`` overrides both (what ``--fit-frameworks`` searches).
     Raises :class:`~jalapeno.errors.CapacityError` when the model does not fit."""
     from jalapeno.backends.sim import SimBackend, SpecDecode
     from jalapeno.engine import Engine, EngineConfig
+    from jalapeno.perf.frameworks import apply_framework
     from jalapeno.workload import inferencex_workload
 
-    cm = cost_model(spec, efficiency)
+    eff = efficiency if efficiency is not None else efficiency_of(spec.chip)
+    if frameworks:
+        eff = apply_framework(eff, framework_profile(spec))
+    if request_overhead_ms is not None:
+        eff = eff.model_copy(update={"request_overhead_ms": float(request_overhead_ms)})
+    cm = cost_model(spec, eff)
     spec_dec = None
     if spec.spec_tokens:
         spec_dec = SpecDecode("mtp", spec.spec_tokens, spec.spec_acceptance)
@@ -109,4 +132,4 @@ def with_efficiency(base: Efficiency, **changes) -> Efficiency:
     return base.model_copy(update=upd)
 
 
-__all__ = ["simulate", "cost_model", "efficiency_of", "with_efficiency", "offline_concurrency"]
+__all__ = ["simulate", "framework_profile", "cost_model", "efficiency_of", "with_efficiency", "offline_concurrency"]

@@ -97,6 +97,7 @@ def register(app: typer.Typer) -> None:
         block_size: Annotated[int, typer.Option(help="Engine: KV block size (tokens).")] = 16,
         trace: Annotated[Optional[Path], typer.Option(help="Workload from a CSV/JSONL trace (input_len, output_len[, arrival_s]).")] = None,
         hardware_dir: Annotated[Optional[list[Path]], typer.Option("--hardware-dir", help="Extra chip YAML directory.")] = None,
+        framework: Annotated[Optional[str], typer.Option(help="Serving framework profile: vllm | sglang | trt-llm (its per-request latency; default: the chip's generic one).")] = None,
         scenarios: Annotated[Optional[Path], typer.Option(help="CSV of scenarios (columns named like these flags).")] = None,
         output: Annotated[Optional[Path], typer.Option(help="With --scenarios: results CSV.")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the metrics JSON.")] = False,
@@ -130,7 +131,7 @@ def register(app: typer.Typer) -> None:
             decode_tp=decode_tp, decode_ep=decode_ep, chain_calls=chain_calls, goodput=list(goodput or []),
             seed=seed, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             block_size=block_size, trace=str(trace) if trace else None,
-            hardware_dir=[str(d) for d in hardware_dir or []],
+            hardware_dir=[str(d) for d in hardware_dir or []], framework=framework,
         )
         m = run_scenario(sc)
         if as_json:

@@ -62,6 +62,9 @@ class Scenario:
     block_size: int = 16
     trace: str | None = None
     hardware_dir: list[str] = field(default_factory=list)
+    #: serving-framework profile (jalapeno.perf.frameworks: vllm | sglang | trt-llm): its per-request front-end
+    #: latency replaces the chip's generic ``efficiency.request_overhead_ms``; None keeps the chip's
+    framework: str | None = None
 
     @property
     def disaggregated(self) -> bool:
@@ -168,11 +171,17 @@ def _cost_model(sc: Scenario, arch, hardware: str, tp: int, ep: int, dp_attentio
     chip = get_chip(hardware, sc.hardware_dir) if sc.hardware_dir else get_chip(hardware)
     if ep > 1 and not arch.num_experts:
         raise ConfigError(f"--ep {ep} but {arch.name} is a dense model (no experts); use --ep 1")
+    eff = None
+    if sc.framework:
+        from jalapeno.perf.frameworks import apply_framework
+
+        eff = apply_framework(chip.efficiency, sc.framework)
     return CostModel(
         arch,
         chip,
         Parallelism(tp=tp, ep=ep, pp=sc.pp, dp=1, dp_attention=dp_attention),
         Precision(weights=sc.precision, kv=sc.kv_dtype),
+        efficiency=eff,
     )
 
 

@@ -55,7 +55,8 @@ def point_scenario(point: dict):
     common = dict(
         model=point["model"], precision=point.get("weights") or "native", kv_dtype=point.get("kv") or "bf16",
         isl=int(point["isl"]), osl=int(point["osl"]), concurrency=int(point["concurrency"]),
-        num_prompts=point.get("num_prompts"), goodput=goodput, seed=int(point.get("seed") or 0), **spec,
+        num_prompts=point.get("num_prompts"), goodput=goodput, seed=int(point.get("seed") or 0),
+        framework=point.get("framework") or None, **spec,
     )
     if point.get("mode") == "disaggregated":
         return Scenario(

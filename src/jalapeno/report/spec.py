@@ -17,6 +17,7 @@ file and the line it comes from: the YAML is also *composed* into a node tree so
     speculative: [{method: none}]
     num_prompts: null          # default: the simulator's (InferenceX: 10 × concurrency)
     slo: {ttft_ms: 2000, tpot_ms: 50}   # for SLO attainment and the $/Mtok compliance factor
+    framework: vllm            # optional serving-framework profile (vllm | sglang | trt-llm)
 """
 
 from __future__ import annotations
@@ -110,6 +111,8 @@ class SweepSpec(_Strict):
     num_prompts: int | None = Field(default=None, ge=1)
     slo: SLOSpec | None = None
     seed: int = 0
+    #: serving-framework profile for every point (vllm | sglang | trt-llm; see jalapeno.perf.frameworks)
+    framework: str | None = None
 
     @field_validator("parallelism")
     @classmethod
@@ -284,6 +287,14 @@ def check_spec_names(spec: SweepSpec, src: SpecSource) -> None:
             get_chip(h)
         except UnknownNameError as exc:
             raise src.error(loc, str(exc)) from None
+    if spec.framework is not None:
+        from jalapeno.errors import ConfigError
+        from jalapeno.perf.frameworks import get_framework
+
+        try:
+            get_framework(spec.framework)
+        except ConfigError as exc:
+            raise src.error(("framework",), str(exc)) from None
     for i, p in enumerate(spec.precision_list()):
         if p.weights not in WEIGHT_PRECISIONS:
             raise src.error(("precisions", i), f"weights {p.weights!r} is not one of {', '.join(WEIGHT_PRECISIONS)}")

@@ -1,0 +1,65 @@
+"""Serving-framework profiles: what the serving stack in front of the chip adds to every request.
+
+The chip's ``efficiency.request_overhead_ms`` is a *generic* front-end latency (HTTP, tokenization, admission,
+detokenization and first-chunk streaming; in TTFT and E2E latency, not in step time). Measured serving stacks
+differ in it by a factor of two or more, independently of the accelerator, so ``jalapeno simulate --framework``
+replaces it with the named framework's value. Nothing else changes: per-step and per-layer overheads stay the
+chip's (they were fitted over all frameworks together).
+
+Every value is CALIBRATED the same way, on the fit split of ``benchmarks/data/calibration.csv`` only (H200
+InferenceX aggregated rows dated before 2026-03, no MTP; one point per configuration): the value that minimises
+the median |ln(predicted / measured)| median TTFT of that framework's rows, by simulation
+(``python benchmarks/fidelity.py --fit-frameworks``). H100 rows and later H200 rows are the held-out check
+(docs/fidelity.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jalapeno.errors import ConfigError
+
+_FIT = (
+    "CALIBRATED: minimises median |ln(pred/meas)| of median TTFT on this framework's H200 InferenceX rows "
+    "dated before 2026-03 (docs/fidelity.md, python benchmarks/fidelity.py --fit-frameworks)"
+)
+
+
+@dataclass(frozen=True)
+class ServingFramework:
+    """One serving stack. ``request_overhead_ms`` replaces the chip's ``efficiency.request_overhead_ms``."""
+
+    key: str
+    name: str
+    request_overhead_ms: float
+    aliases: tuple[str, ...] = ()
+    source: str = ""
+
+
+FRAMEWORKS: tuple[ServingFramework, ...] = (
+    ServingFramework("vllm", "vLLM (V1 engine, OpenAI server)", 30.0, (), _FIT),
+    ServingFramework("sglang", "SGLang", 70.0, (), _FIT),
+    ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 65.0, ("trt", "trtllm", "tensorrt-llm"), _FIT),
+)
+
+
+def get_framework(name: str) -> ServingFramework:
+    """The profile named ``name`` (key or alias, case-insensitive). Unknown names raise :class:`ConfigError`."""
+    want = name.strip().lower()
+    for fw in FRAMEWORKS:
+        if want == fw.key or want in fw.aliases:
+            return fw
+    known = ", ".join(fw.key for fw in FRAMEWORKS)
+    raise ConfigError(f"unknown serving framework {name!r}: use one of {known}, or none for the chip's generic front-end latency")
+
+
+def apply_framework(efficiency, framework: str | ServingFramework | None):
+    """``efficiency`` (a :class:`~jalapeno.hardware.schema.Efficiency`) with the framework's request overhead;
+    unchanged when ``framework`` is None or empty."""
+    if not framework:
+        return efficiency
+    fw = framework if isinstance(framework, ServingFramework) else get_framework(framework)
+    return efficiency.model_copy(update={"request_overhead_ms": fw.request_overhead_ms})
+
+
+__all__ = ["ServingFramework", "FRAMEWORKS", "get_framework", "apply_framework"]

@@ -82,3 +82,12 @@ concurrencies: [1, 8, 32]
     # self-contained: no scripts, no stylesheets to fetch, every embedded resource is a data: URI
     assert "<script" not in page and "<link" not in page
     assert all(src.startswith("data:") for src in re.findall(r'src="([^"]*)"', page))
+
+
+def test_recommend_passes_the_framework_profile_to_every_point(calls):
+    recommend("llama-3.1-8b", isl=512, osl=64, ttft_slo_ms=1000, tpot_slo_ms=50, hardware=["h200"], max_chips=1,
+              concurrencies=(1, 4), point_fn=report_fakes.fake_point, workers=1, framework="TRT")
+    assert calls and all(p["framework"] == "trt-llm" for p in calls)
+    with pytest.raises(ConfigError, match="unknown serving framework 'tgi'"):
+        recommend("llama-3.1-8b", isl=512, osl=64, ttft_slo_ms=1000, tpot_slo_ms=50, hardware=["h200"],
+                  point_fn=report_fakes.fake_point, workers=1, framework="tgi")

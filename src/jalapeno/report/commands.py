@@ -66,6 +66,7 @@ def recommend_cmd(
     preset: Optional[str] = typer.Option(None, "--preset", help="interactive-agent | batch-throughput | long-context-128k"),
     price: List[str] = typer.Option([], "--price", help="override a chip's price, CHIP=USD per chip-hour"),
     workers: Optional[int] = typer.Option(None, "--workers", "-j", help="local worker processes"),
+    framework: Optional[str] = typer.Option(None, "--framework", help="serving framework profile: vllm | sglang | trt-llm"),
     as_json: bool = typer.Option(False, "--json", help="print the ranking as JSON"),
 ) -> None:
     """Recommend the chip and layout that meet TTFT/TPOT SLOs best, and say why each other option lost."""
@@ -76,6 +77,7 @@ def recommend_cmd(
     rec = recommend(
         model, isl=isl, osl=osl, ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms, hardware=chips,
         max_chips=max_chips, objective=objective, preset=preset, prices=parse_prices(price), workers=workers,
+        framework=framework,
     )
     if as_json:
         typer.echo(json.dumps(rec.as_dict(), indent=2))

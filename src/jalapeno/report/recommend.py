@@ -254,8 +254,10 @@ def recommend(
     workers: int | None = None,
     point_fn: PointFn = run_point,
     dims: ArchDims | None = None,
+    framework: str | None = None,
 ) -> Recommendation:
-    """Run the internal sweep and rank. Explicit arguments override the preset's values."""
+    """Run the internal sweep and rank. Explicit arguments override the preset's values. ``framework``: a
+    serving-framework profile (:mod:`jalapeno.perf.frameworks`) for every point."""
     p = None
     if preset is not None:
         if preset not in PRESETS:
@@ -273,6 +275,10 @@ def recommend(
         raise UnknownNameError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
     if max_chips < 1:
         raise ConfigError(f"--max-chips {max_chips} must be >= 1")
+    if framework:
+        from jalapeno.perf.frameworks import get_framework
+
+        framework = get_framework(framework).key
     assert isl and osl and ttft_slo_ms and tpot_slo_ms
     concs = tuple(concurrencies or (p.concurrencies if p else DEFAULT_CONCURRENCIES))
     chips = list(hardware or DEFAULT_HARDWARE)
@@ -291,6 +297,7 @@ def recommend(
         make_point(
             model=model, hardware=h, tp=lay.tp, ep=lay.ep, dp_attention=lay.dp_attention, isl=isl, osl=osl,
             concurrency=c, num_prompts=max(8, 2 * c), slo_ttft_ms=ttft_slo_ms, slo_tpot_ms=tpot_slo_ms,
+            framework=framework or None,
         )
         for h in chips
         for lay in layouts

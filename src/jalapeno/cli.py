@@ -10,10 +10,14 @@ from __future__ import annotations
 import importlib
 import sys
 
+from typing import TYPE_CHECKING
+
 import typer
-from rich.console import Console
 
 from jalapeno.errors import JalapenoError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
 
 app = typer.Typer(
     name="jalapeno",
@@ -95,7 +99,12 @@ def _root(
         raise typer.Exit()
 
 
-err_console = Console(stderr=True)
+def err_console() -> "Console":
+    """A rich console on stderr for error lines (rich is imported only when an error is printed: start-up time
+    is part of the simulator's speed budget)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -108,10 +117,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="jalapeno")
     except JalapenoError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True, markup=True)
+        err_console().print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True, markup=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        err_console.print("interrupted")
+        err_console().print("interrupted")
         sys.exit(130)
 
 

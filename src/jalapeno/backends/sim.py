@@ -15,7 +15,9 @@ of a one-token target decode step), or nothing for n-gram lookup.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import accumulate
 from operator import attrgetter
 from typing import Any, Literal, Protocol, Sequence as Seq
 
@@ -128,8 +130,8 @@ class SimBackend(Backend):
         return self._shapes(batch, False)[0]
 
     def _shapes(self, batch: ScheduledBatch, multi: bool) -> tuple[StepShape, StepShape | None]:
-        """The first step's shape and, for a multi-step batch, the shape of its second step (every chunk
-        then decodes: a finished prompt feeds its first token, a decode its next)."""
+        """The first step's shape and, for a multi-step batch whose first step prefills, the shape of its second
+        step (every chunk then decodes: a finished prompt feeds its first token, a decode its next)."""
         w = self.window
         per = 1 + self.k
         pt = ps = pkv = pkvw = 0
@@ -138,9 +140,10 @@ class SimBackend(Backend):
         sum2 = sw2 = below2 = 0
         chunks = batch.chunks
         nd = batch.num_decodes
-        if nd and not w:  # fast path: the scheduler put the decodes first; sum their starts in C
+        if nd and not w:  # fast path: the scheduler put the decodes first (and may know their starts' sum)
             ds, dt = nd, nd * per
-            dsum = sum(map(_start, chunks[:nd])) + dt
+            starts = batch.decode_start_sum
+            dsum = (sum(map(_start, chunks[:nd])) if starts is None else starts) + dt
             sum2 = dsum + nd
             chunks = chunks[nd:]
         for c in chunks:
@@ -181,7 +184,7 @@ class SimBackend(Backend):
             dsw = dsum
             sw2 = sum2
         first = StepShape(pt, ps, pp, ppw, pkv, pkvw, ds, dt, dsum, dsw, below)
-        if not multi:
+        if not (multi and pt):  # a decode-only multi-step batch is priced from its first shape alone
             return first, None
         b = len(batch.chunks)
         return first, StepShape(0, 0, 0.0, 0.0, 0, 0, b, b * per, sum2, sw2, below2)
@@ -253,10 +256,11 @@ class SimBackend(Backend):
             durs = durs + extra[0]
             ens = ens + extra[1]
         run = steps
+        dl = durs.tolist()
         if steps > 1 and batch.stop_at_s is not None:
-            ends = np.cumsum(np.concatenate(([batch.start_s], durs)))[1:]  # sequential float64 sums
-            run = min(steps, int(np.searchsorted(ends, batch.stop_at_s, side="left")) + 1)
-            durs, ens = durs[:run], ens[:run]
+            ends = list(accumulate(dl, initial=batch.start_s))  # step ends, summed one by one
+            run = min(steps, bisect_left(ends, batch.stop_at_s, 1))  # the first end >= stop_at_s
+            dl, durs, ens = dl[:run], durs[:run], ens[:run]
         counts = self._token_counts(batch, run)
         energy = float(ens.sum())
         if self.trace is not None:
@@ -267,11 +271,10 @@ class SimBackend(Backend):
                     "decode_seqs": shape.decode_seqs,
                     "decode_ctx_sum": shape.decode_ctx_sum,
                     "duration_s": float(durs.sum()),
-                    "step_durations": durs.tolist(),
+                    "step_durations": dl,
                     "energy_j": energy,
                 }
             )
-        dl = durs.tolist()
         return StepResult(
             tokens=[],
             duration_s=float(sum(dl)),
@@ -286,16 +289,18 @@ class SimBackend(Backend):
         if not self.k:
             if batch.num_steps > 1:
                 return [steps] * len(batch.chunks)
-            return [1 if c.sample else 0 for c in batch.chunks]
+            nd = batch.num_decodes or 0  # decode chunks always sample
+            return [1] * nd + [1 if c.sample else 0 for c in batch.chunks[nd:]]
         acc, e = self._acc, self._e_num
+        nd = batch.num_decodes or 0  # chunks[:nd] decode (and sample)
         out = []
-        for c in batch.chunks:
+        for i, c in enumerate(batch.chunks):
             seq = c.seq
             if not c.sample:
                 out.append(0)
                 continue
             # a finished prompt gains its first token; every decode step gains floor-accumulated E tokens
-            dec = steps if (seq.num_output_tokens and c.start >= seq.num_tokens - 1) else steps - 1
+            dec = steps if (i < nd or seq.num_output_tokens and c.start >= seq.num_tokens - 1) else steps - 1
             got = 0 if dec == steps else 1
             if dec:
                 a0 = acc.get(seq.seq_id, 0)

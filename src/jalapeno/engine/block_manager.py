@@ -92,6 +92,15 @@ class BlockManager:
             seq.block_table.extend(take() for _ in range(need))
         return True
 
+    def take(self, n: int) -> None:
+        """Counting mode: ``n`` blocks go to sequences whose block counts are kept elsewhere (a lockstep group)."""
+        assert not self.track_ids and n <= self.num_free
+        self.num_free -= n
+
+    def give(self, n: int) -> None:
+        """Counting mode: ``n`` blocks come back from such sequences."""
+        self.num_free += n
+
     def reserve_chunks(self, chunks, extra_tokens: int, *, known_to_fit: bool = False, slacks=None) -> bool:
         """All-or-nothing :meth:`reserve` of ``chunk.start + chunk.num_tokens + extra_tokens`` tokens for every
         chunk's sequence (a multi-step batch's look-ahead). ``known_to_fit`` skips the counting pass.

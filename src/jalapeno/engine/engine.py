@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import sub
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,8 +25,8 @@ import numpy as np
 from jalapeno.engine.block_manager import BlockManager
 from jalapeno.engine.config import EngineConfig
 from jalapeno.engine.interface import Backend, Clock, ScheduledBatch, StepResult, VirtualClock, WallClock
-from jalapeno.engine.scheduler import DecodeHint, Scheduler
-from jalapeno.engine.sequence import RequestOutput, SamplingParams, Sequence
+from jalapeno.engine.scheduler import Scheduler
+from jalapeno.engine.sequence import RequestOutput, SamplingParams, Sequence, SeqStatus
 from jalapeno.errors import CapacityError, RequestError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,7 +92,7 @@ class Engine:
         # pooled inter-token gaps (s): scalars with a count, and arrays with one count each
         self._itl_v: list[float] = []
         self._itl_c: list[int] = []
-        self._itl_arrays: list[tuple[np.ndarray, int]] = []
+        self._itl_arrays: list[tuple[list[float], int]] = []  # (gaps of a multi-step batch, sequences)
 
     # --- requests ---------------------------------------------------------------------------------
     def add_request(
@@ -179,10 +181,13 @@ class Engine:
 
     def _step(self, outputs: list[RequestOutput] | None) -> list[Sequence]:
         with self._lock:
+            clock = self.clock
+            group = self.scheduler.group
+            if group is not None and group.members and (outputs is not None or group.t_last != clock.now()):
+                group.dissolve()  # per-request outputs, or an idle gap: every sequence goes through the walk
             batch = self.scheduler.schedule(self._max_steps)
             if batch is None:
                 return []
-            clock = self.clock
             t0 = clock.now()
             if batch.num_steps > 1:
                 batch.start_s = t0
@@ -202,12 +207,12 @@ class Engine:
         elif n_steps == 1:
             clock.advance(durations[0])
             t_first = t_last = clock.now()
-        else:  # step ends summed one by one (np.cumsum is sequential), exactly as clock.advance would
-            times = np.cumsum(np.concatenate(([t0], durations)))[1:]
-            t_first, t_last = float(times[0]), float(times[-1])
+        else:  # step ends summed one by one, exactly as clock.advance would
+            times = list(accumulate(durations, initial=t0))
+            t_first, t_last = times[1], times[-1]
             clock.wait_until(t_last)
             # gaps of steps 2..n: one per sequence of the batch (all of them sample every step)
-            self._itl_arrays.append((np.diff(times), len(batch.chunks)))
+            self._itl_arrays.append((list(map(sub, times[2:], times[1:-1])), len(batch.chunks)))
         self.num_steps += n_steps
         self.energy_j += result.energy_j
         chunks = batch.chunks
@@ -220,27 +225,30 @@ class Engine:
         prefix = bm.prefix_caching
         max_len = self.config.max_model_len
         trim = self.config.num_speculative_tokens > 0 or n_steps < batch.num_steps
-        hint = False
         generated = prefilled = 0
         common = 0  # sequences whose previous token came at t0 (their first gap is t_first - t0)
         finished: list[Sequence] = []
         itl_v, itl_c = self._itl_v, self._itl_c
-        first = 0
         sched = self.scheduler
-        if nd and tokens is None and outputs is None and not prefix:
-            # simulation fast path over the decode chunks: counters only. When the batch was every running
-            # sequence, all decoding, also prepare the next step's decode walk (see Scheduler.DecodeHint):
-            # each survivor's chunk start, block slack, steps left, and whether it crosses into a new block
-            first = nd
-            hint = sched.hint_wanted and nd == len(chunks)
-            if hint:
-                per = 1 + self.config.num_speculative_tokens
-                bs = bm.block_size
-                nxt: list = []
-                needs: list[int] = []
-                kks: list[int] = []
-                slacks: list[int] = []
-            for c, new in zip(chunks[:nd], counts):
+        group = sched.group
+        first = sched.num_grouped
+        if first:
+            # the lockstep group (the batch's head): each member gained one token per step and sampled at t0
+            assert group is not None and not self.config.num_speculative_tokens
+            generated += first * n_steps
+            common += first
+            for seq in group.advance(n_steps, t_last):
+                seq.finish_s = t_last
+                sched.finish(seq, "length")
+                self._seqs.pop(seq.seq_id, None)
+                finished.append(seq)
+            if trim:
+                bm.give(group.trim())
+        fast = nd and tokens is None and outputs is None and not prefix
+        bs = bm.block_size
+        if fast:
+            # simulation fast path over the other decode chunks: counters only
+            for c, new in zip(chunks[first:nd], counts[first:nd]):
                 seq = c.seq
                 out = seq.num_output_tokens + new
                 mt = seq.max_tokens
@@ -264,19 +272,9 @@ class Engine:
                     self._seqs.pop(seq.seq_id, None)
                     finished.append(seq)
                     continue
-                if trim:
+                if trim and seq.num_blocks * bs >= comp + bs:  # holds a block beyond its computed tokens
                     bm.trim(seq, comp)
-                if hint:
-                    e = comp + per
-                    sl = seq.num_blocks * bs - e
-                    if sl < 0:
-                        needs.append(len(nxt))
-                        sl = -e % bs  # its slack once it holds ceil(e / bs) blocks
-                    c.start = comp
-                    nxt.append(c)
-                    slacks.append(sl)
-                    left = (mt if mt < max_len - plen else max_len - plen) - out
-                    kks.append(left if per == 1 else (left - 1) // per + 1)
+            first = nd
         for i in range(first, len(chunks)):
             c = chunks[i]
             seq = c.seq
@@ -346,11 +344,20 @@ class Engine:
         if common:
             itl_v.append(t_first - t0)
             itl_c.append(common)
-        if finished:
-            running = sched.running
-            for seq in finished:
-                running.remove(seq)
-        sched.hint = DecodeHint(nxt, needs, kks, slacks) if first and hint else None
+        running = sched.running
+        for seq in finished:
+            running.remove(seq)
+        if fast and group is not None:
+            # the decodes behind the group join it, in running order, once they hold exactly the blocks of
+            # their computed tokens (a prompt that just finished may hold one more: it joins a step later)
+            for c in chunks[sched.num_grouped : nd]:
+                seq = c.seq
+                if seq.status is SeqStatus.FINISHED:
+                    continue
+                n = len(group)
+                if running[n] is not seq or seq.num_blocks != -(-seq.num_computed_tokens // bs):
+                    break
+                group.join(seq, min(seq.max_tokens, max_len - seq.prompt_len))
         last_is_decode = n_steps > 1 or prefilled == 0
         self.last_decode_step_s = durations[-1] if last_is_decode and not finished else 0.0
         return finished
@@ -360,9 +367,9 @@ class Engine:
         """Pooled inter-token gaps (s) and their counts, over the engine's life."""
         vals = [np.asarray(self._itl_v, dtype=np.float64)]
         cnts = [np.asarray(self._itl_c, dtype=np.int64)]
-        for arr, w in self._itl_arrays:
-            vals.append(arr)
-            cnts.append(np.full(arr.size, w, dtype=np.int64))
+        for gaps, w in self._itl_arrays:
+            vals.append(np.asarray(gaps, dtype=np.float64))
+            cnts.append(np.full(len(gaps), w, dtype=np.int64))
         return np.concatenate(vals), np.concatenate(cnts)
 
     def run(self, workload: "Workload") -> "SimResult":

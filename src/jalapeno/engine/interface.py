@@ -113,6 +113,8 @@ class ScheduledBatch:
     #: when set, ``chunks[:num_decodes]`` are the decode chunks (each feeds a sequence's newest token on)
     #: and the rest are prefill chunks (the scheduler orders them so); None: not stated
     num_decodes: int | None = None
+    #: when set, the sum of the decode chunks' ``start`` (the scheduler may know it without summing)
+    decode_start_sum: int | None = None
 
     @property
     def num_prefill_tokens(self) -> int:

@@ -15,35 +15,23 @@ can change the batch for K steps — no completion (bounded with ``1 + k`` token
 (nothing waits, or admission failed for lack of blocks or sequence slots, which persists while decoding),
 and blocks for all K steps reserved up front — the batch asks for K steps at once: the scheduled step, then
 K−1 decode steps of every sequence. The engine still cuts them at the next arrival (see ``engine.py``).
+
+Simulation fast path: the oldest running sequences that only decode sit in a lockstep decode group
+(``lockstep.py``) whose counters advance lazily; the scheduler handles them as a block — their chunks, the
+sequences among them that need a new KV block, their fewest steps left and block needs per phase — and walks
+only the rest of the batch. Decisions are exactly those of the per-sequence walk.
 """
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from dataclasses import dataclass
+from collections import deque
 from typing import Callable
 
 from jalapeno.engine.block_manager import BlockManager
 from jalapeno.engine.config import EngineConfig
 from jalapeno.engine.interface import ScheduledBatch, SeqChunk
+from jalapeno.engine.lockstep import DecodeGroup
 from jalapeno.engine.sequence import FinishReason, Sequence, SeqStatus
-
-
-@dataclass(slots=True)
-class DecodeHint:
-    """Step 1's decode walk, prepared by the engine while it applied the previous step (simulation only).
-
-    Valid when that step ran every running sequence and all of them decode: then the running list is exactly
-    the surviving chunks' sequences, in order. ``chunks`` are their decode chunks with ``start`` already
-    advanced; ``needs`` the indices of those that must take a new KV block this step (oldest first);
-    ``steps_left[i]`` the steps chunk i can take before it finishes; ``slacks[i]`` the token room of its
-    blocks after this step's reservation (what :meth:`Scheduler._multi_step` counts). The scheduler then
-    touches only the sequences that need a block instead of walking the whole batch."""
-
-    chunks: list[SeqChunk]
-    needs: list[int]
-    steps_left: list[int]
-    slacks: list[int]
 
 
 class Scheduler:
@@ -60,12 +48,13 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self._num_decodes = 0  # decode chunks at the head of the batch being built
-        #: set by the engine after a step (counting block manager only); consumed by the next schedule
-        self.hint: DecodeHint | None = None
-        #: whether the last batch was every running sequence, all decoding (so a hint can be prepared)
-        self.hint_wanted = False
-        #: False makes every step walk the whole batch (tests compare both ways)
-        self.use_hints = True
+        #: the lockstep decode group (the head of ``running``), when sequences can join one: counting block
+        #: manager, one token per step. The engine fills it; None makes every step walk the whole batch.
+        self.group: DecodeGroup | None = None
+        if not block_manager.track_ids and config.num_speculative_tokens == 0:
+            self.group = DecodeGroup(block_manager.block_size)
+        #: how many chunks at the head of the last batch are the group's
+        self.num_grouped = 0
 
     # --- queue management ---------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -85,7 +74,8 @@ class Scheduler:
 
     def abort(self, seq_id: int | str) -> Sequence | None:
         """Finish ``seq_id`` with reason ``abort`` and free its blocks now. None if unknown or finished."""
-        self.hint = None
+        if self.group is not None:
+            self.group.dissolve()
         for i, s in enumerate(self.running):
             if s.seq_id == seq_id:
                 del self.running[i]
@@ -99,7 +89,13 @@ class Scheduler:
         return None
 
     def _preempt(self, seq: Sequence) -> None:
-        self.running.remove(seq)
+        if seq.group is not None:
+            seq.group.release(seq)
+        running = self.running
+        if running[-1] is seq:  # the usual victim: the newest
+            running.pop()
+        else:
+            running.remove(seq)
         self.bm.free(seq)
         seq.num_computed_tokens = 0
         seq.num_preemptions += 1
@@ -136,30 +132,31 @@ class Scheduler:
         # so walking by index visits exactly the sequences still running
         plen_cap = max_len  # limit on prompt + output
         i = 0
-        hint, self.hint = self.hint, None
-        slacks: list[int] | None = None
-        if hint is not None and len(hint.chunks) == len(running):
-            # the same walk, touching only the sequences that cross into a new block (see DecodeHint)
-            i = len(running)
-            chunks = hint.chunks
-            nd = self._num_decodes = len(chunks)
-            for j in hint.needs:
-                if j >= len(chunks):
-                    break  # preempted to make room for an older sequence
-                seq = chunks[j].seq
-                start = seq.num_computed_tokens
-                if not bm.reserve(seq, start + per):
-                    preempted = True
-                    if not self._make_room(seq, start + per, chunks):
-                        del chunks[j:]  # it was the newest: its own chunk goes (nothing follows it)
-                        self._num_decodes = j
+        group = self.group
+        if group is not None and group.members:
+            # the group's members (the head of `running`) as a block: only those that cross into a new KV
+            # block are touched, and only when blocks run short (else they take them all at once)
+            chunks = group.chunks()
+            crossing = group.crossing()
+            if len(crossing) <= bm.num_free:
+                bm.take(len(crossing))
+            else:  # the oldest get the free blocks; then each preempts the newest sequences for its block
+                preempted = True
+                self._num_decodes = len(chunks)
+                served = bm.num_free
+                bm.take(served)
+                for seq in list(crossing)[served:]:
+                    if seq.group is None:
+                        break  # preempted to make room for an older member (so is every newer one)
+                    if bm.num_free:
+                        bm.take(1)
+                    elif not self._make_room(seq, 0, chunks):
                         break
-            nd = self._num_decodes
+            group.ahead = 1
+            i = nd = self._num_decodes = len(group)
             if nd:
-                kk = min(hint.steps_left[:nd])
-                if kk < k_left:
-                    k_left = kk
-            slacks = hint.slacks[:nd]
+                k_left = min(k_left, group.steps_left())
+        grouped = i
         while i < len(running):
             seq = running[i]
             i += 1
@@ -250,19 +247,26 @@ class Scheduler:
                 out = seq.num_output_tokens
                 k_left = min(k_left, (min(seq.max_tokens - out, max_len - seq.prompt_len - out) - 1) // per + 1)
             if k_left > 1:
-                steps = self._multi_step(chunks, k_left, per, slacks if len(chunks) == nd else None)
-        self.hint_wanted = (
-            self._num_decodes == len(chunks) == len(running) and not bm.track_ids and self.use_hints
-        )
-        return ScheduledBatch(chunks, num_steps=steps, num_decodes=self._num_decodes)
+                steps = self._multi_step(chunks, k_left, per, grouped)
+        self.num_grouped = grouped
+        nd = self._num_decodes
+        start_sum = None
+        if grouped:
+            start_sum = group.start_sum() + sum(c.start for c in chunks[grouped:nd])  # type: ignore[union-attr]
+        return ScheduledBatch(chunks, num_steps=steps, num_decodes=nd, decode_start_sum=start_sum)
 
     def _make_room(self, seq: Sequence, num_tokens: int, chunks: list[SeqChunk]) -> bool:
-        """Preempt the newest running sequences until ``seq`` gets blocks for ``num_tokens`` tokens.
-        Returns False when ``seq`` itself had to go. Drops the chunk of any victim scheduled this step."""
+        """Preempt the newest running sequences until ``seq`` gets blocks for ``num_tokens`` tokens (a group
+        member: the one new block it needs). Returns False when ``seq`` itself had to go. Drops the chunk of
+        any victim scheduled this step (a member's is scheduled before it is reached)."""
+        member = seq.group is not None
+        group = self.group
         while True:
             victim = self.running[-1]
-            if victim is not seq:  # a sequence has at most one chunk; the newest's is near the end
-                for j in range(len(chunks) - 1, -1, -1):
+            if victim is not seq or member:  # a sequence has at most one chunk; the newest's is near the end
+                # (members' chunks come first, so a non-member's is not among them)
+                lo = 0 if victim.group is not None or group is None else len(group)
+                for j in range(len(chunks) - 1, lo - 1, -1):
                     if chunks[j].seq is victim:
                         del chunks[j]
                         if j < self._num_decodes:
@@ -271,7 +275,11 @@ class Scheduler:
             self._preempt(victim)
             if victim is seq:
                 return False
-            if self.bm.reserve(seq, num_tokens):
+            if member:
+                if self.bm.num_free:
+                    self.bm.take(1)
+                    return True
+            elif self.bm.reserve(seq, num_tokens):
                 return True
 
     def _could_admit_next(self, per_decode: int) -> bool:
@@ -288,23 +296,38 @@ class Scheduler:
             return False
         return self.bm.blocks_needed(seq, start + n) <= self.bm.num_free
 
-    def _multi_step(self, chunks: list[SeqChunk], k: int, per_step: int, slacks: list[int] | None = None) -> int:
+    def _multi_step(self, chunks: list[SeqChunk], k: int, per_step: int, grouped: int) -> int:
         """Largest K <= k (no sequence can finish before step K) for which KV blocks for all K steps fit;
-        reserves them. Step 1's blocks are already held. ``slacks``: each chunk's ``num_blocks·bs − start −
-        num_tokens`` when the caller already has them."""
+        reserves them. Step 1's blocks are already held. ``chunks[:grouped]`` are the lockstep group's."""
         bm = self.bm
         bs = bm.block_size
         free = bm.num_free
+        group = self.group if grouped else None
+        rest = chunks[grouped:]
         # each sequence needs at most ceil((K-1)·per/bs) + 1 new blocks: if that fits, skip counting
         if len(chunks) * (-(-((k - 1) * per_step) // bs) + 1) <= free:
-            bm.reserve_chunks(chunks, (k - 1) * per_step, known_to_fit=True, slacks=slacks)
+            self._reserve_ahead(rest, None, (k - 1) * per_step)
             return k
-        # Maybe short of blocks: the largest K whose blocks fit, by bisection. A chunk ending at e with h blocks
-        # held needs max(0, ceil((x − s)/bs)) more for x = (K−1)·per extra tokens, s = h·bs − e its slack; so
-        # need(K) only depends on how many chunks share each slack (a few distinct values): count them once.
-        if slacks is None:
-            slacks = [c.seq.num_blocks * bs - c.start - c.num_tokens for c in chunks]
-        groups = sorted(Counter(slacks).items())
+        # Maybe short of blocks: the largest K whose blocks fit. A chunk ending at e with h blocks held needs
+        # max(0, ceil((x − s)/bs)) more for x = (K−1)·per extra tokens, s = h·bs − e its slack; so need(x)
+        # only depends on how many chunks share each slack (a few distinct values): count them once.
+        group_slacks = group.slack_counts() if group is not None else []
+        counts = dict(group_slacks)  # one slack per phase: distinct
+        for c in rest:
+            sl = c.seq.num_blocks * bs - c.start - c.num_tokens
+            counts[sl] = counts.get(sl, 0) + 1
+        groups = sorted(counts.items())
+        if 0 <= groups[0][0] and groups[-1][0] < bs:
+            # slacks below bs: need(r·bs + t) = r·n + Σ_{s < t} count(s) for 0 <= t < bs (n chunks), so the
+            # largest x that fits is r·bs + t with r = free // n and t the last offset within the remainder
+            rounds, rem = divmod(free, len(chunks))
+            taken = 0
+            for sl, cnt in groups:
+                if taken + cnt > rem:
+                    break
+                taken += cnt
+            x_max = rounds * bs + sl
+            return self._fit(rest, group_slacks, min(k, x_max // per_step + 1), per_step)
 
         def need(steps: int) -> int:
             x = (steps - 1) * per_step
@@ -316,15 +339,28 @@ class Scheduler:
             return total
 
         if need(k) <= free:
-            lo = k
-        else:
-            lo, hi = 1, k  # need(lo) fits (step 1 is reserved), need(hi) does not
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if need(mid) <= free:
-                    lo = mid
-                else:
-                    hi = mid
-        if lo > 1:
-            bm.reserve_chunks(chunks, (lo - 1) * per_step, known_to_fit=True, slacks=slacks)
-        return lo
+            return self._fit(rest, group_slacks, k, per_step)
+        lo, hi = 1, k  # need(lo) fits (step 1 is reserved), need(hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if need(mid) <= free:
+                lo = mid
+            else:
+                hi = mid
+        return self._fit(rest, group_slacks, lo, per_step)
+
+    def _fit(self, rest: list[SeqChunk], group_slacks: list[tuple[int, int]], steps: int, per_step: int) -> int:
+        """Reserve blocks for ``steps`` steps (known to fit) and return ``steps``. ``rest``: the chunks outside
+        the group; ``group_slacks``: the group's (slack, members) pairs."""
+        if steps > 1:
+            self._reserve_ahead(rest, group_slacks, (steps - 1) * per_step)
+        return steps
+
+    def _reserve_ahead(self, chunks: list[SeqChunk], group_slacks: list[tuple[int, int]] | None, extra: int) -> None:
+        """Blocks for ``extra`` more tokens for every chunk's sequence and every group member (known to fit).
+        ``group_slacks``: the group's (slack, members) pairs, None to count them here."""
+        self.bm.reserve_chunks(chunks, extra, known_to_fit=True)
+        group = self.group
+        if group is not None and group.members:
+            self.bm.take(group.blocks_for(extra, group_slacks))
+            group.ahead += extra

@@ -13,9 +13,12 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from jalapeno.errors import RequestError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jalapeno.engine.lockstep import DecodeGroup
 
 FinishReason = Literal["length", "stop", "abort"]
 
@@ -62,6 +65,10 @@ class Sequence:
 
     Times (seconds on the engine clock): ``arrival_s`` (added), ``first_token_s``, ``last_token_s``,
     ``finish_s``. Inter-token gaps are pooled by the engine (weighted samples), not stored per token.
+
+    In a simulation, a decoding sequence may join a lockstep decode group (``group``): its class then becomes
+    :class:`~jalapeno.engine.lockstep.LockstepSequence`, whose counters are derived from the group's step
+    counter (read-only), until the group releases it.
     """
 
     __slots__ = (
@@ -85,6 +92,7 @@ class Sequence:
         "user_data",
         "max_tokens",
         "decode_chunk",
+        "group",
     )
 
     def __init__(
@@ -112,6 +120,9 @@ class Sequence:
         self.sampling = sampling or SamplingParams()
         self.max_tokens = self.sampling.max_tokens  # hot-path copy of sampling.max_tokens
         self.decode_chunk = None  # the scheduler's reusable decode SeqChunk for this sequence
+        #: the lockstep decode group whose step counter this sequence's counters follow (simulation only; then
+        #: the sequence is a :class:`~jalapeno.engine.lockstep.LockstepSequence`), else None
+        self.group: DecodeGroup | None = None
         self.status = SeqStatus.WAITING
         self.finish_reason: FinishReason | None = None
         self.num_computed_tokens = 0

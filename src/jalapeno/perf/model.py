@@ -22,6 +22,8 @@ from jalapeno.perf.ops import IDX, NF, OpSpec, attention_dims, build_ops, featur
 from jalapeno.perf.shape import StepShape
 from jalapeno.perf.types import MemoryPlan, OpCost, Parallelism, Precision, StepBreakdown, StepCost
 
+#: the feature columns of a decode step's context sums (plain, windowed, and both per decode token)
+_CTX_COLS = [IDX["C"], IDX["Cw"], IDX["Cr"], IDX["Cwr"]]
 #: fraction of main memory (HBM/DRAM) the engine may use (vLLM's gpu_memory_utilization default)
 MAIN_MEMORY_UTILIZATION = 0.9
 #: fraction of resident SRAM usable for weights/KV (compiled, statically scheduled: all of it)
@@ -382,9 +384,14 @@ class CostModel:
         c = shape.decode_ctx_sum + i * d
         if w:
             cw = np.minimum(shape.decode_ctx_sum_window + i * shape.decode_below_window, float(d * w))
+        elif shape.decode_ctx_sum_window == shape.decode_ctx_sum:
+            cw = c
         else:
             cw = shape.decode_ctx_sum_window + i * d
-        X[:, IDX["C"]], X[:, IDX["Cw"]], X[:, IDX["Cr"]], X[:, IDX["Cwr"]] = c, cw, c * r, cw * r
+        if cw is c and r == 1.0:  # one token per sequence, no window: the four context columns are equal
+            X[:, _CTX_COLS] = c[:, None]
+        else:
+            X[:, IDX["C"]], X[:, IDX["Cw"]], X[:, IDX["Cr"]], X[:, IDX["Cwr"]] = c, cw, c * r, cw * r
         Y = X @ self._M.T
         n = self._n
         t = np.maximum(Y[:, :n], Y[:, n : 2 * n]).sum(axis=1) + Y[:, 2 * n]

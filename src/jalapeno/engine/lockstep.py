@@ -1,0 +1,187 @@
+"""Lazily advanced decode counters: the running sequences that decode in lockstep (simulation only).
+
+While a simulated engine's running batch only decodes, every sequence gains one token per step, its computed
+count grows by one, and it takes a new KV block each time that count crosses a multiple of the block size.
+Updating ~hundreds of sequences per step in Python is what made long simulations slow, so
+:class:`DecodeGroup` keeps one step counter (``steps``) for all its members and stores each member's counters
+as offsets from it:
+
+* a member's class becomes :class:`LockstepSequence`, whose ``num_output_tokens`` and
+  ``num_computed_tokens`` are its stored values plus ``steps`` (read-only properties, so every reader sees
+  the same values as before, and sequences outside a group keep plain attributes at no cost);
+* ``last_token_s`` is the group's ``t_last`` (every member sampled in every step);
+* ``num_blocks = ceil((num_computed_tokens + ahead) / block_size)``: members hold blocks for exactly their
+  computed tokens plus the group's look-ahead ``ahead`` (tokens reserved for the steps being run);
+* when the group must know *who* crosses a block boundary, members are bucketed by their stored computed count mod ``block_size``
+  (their phase): those in bucket ``-steps mod block_size`` cross at the next step; block needs for ``x`` more
+  tokens depend only on the phase, so they are counted per bucket (≤ ``block_size`` buckets);
+* a member's finishing step is fixed when it joins (``steps + limit − out``), kept in a heap.
+
+So a step costs O(members that finish, cross a block while blocks run short, or are preempted), not
+O(members). A member leaves (:meth:`DecodeGroup.release`) when it finishes or is preempted: its counters are
+then written back as plain values. The group holds a prefix of the scheduler's ``running`` list, in order
+(the oldest sequences, which are the ones that finished their prefill first); the scheduler and the engine
+treat the rest of the batch exactly as before. Only sequences without token ids, with a counting block
+manager and one token per step (no speculative decoding) join.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+from jalapeno.engine.interface import SeqChunk
+from jalapeno.engine.sequence import Sequence
+
+
+class LockstepChunk(SeqChunk):
+    """A member's decode chunk: ``start`` is always its sequence's computed-token count (set is ignored)."""
+
+    start = property(lambda self: self.seq.num_computed_tokens, lambda self, value: None)  # type: ignore[assignment]
+
+
+# the plain slots of Sequence, which hold a member's counters as offsets from its group's step count
+_OUT = Sequence.__dict__["num_output_tokens"]
+_COMP = Sequence.__dict__["num_computed_tokens"]
+
+
+def _read_only(seq: Sequence, value: object) -> None:
+    raise RuntimeError(f"sequence {seq.seq_id} is in a lockstep decode group: its counters are read-only")
+
+
+class LockstepSequence(Sequence):
+    """A group member: its counters follow the group's step count (the class of a member, never built)."""
+
+    __slots__ = ()
+    num_output_tokens = property(lambda s: _OUT.__get__(s) + s.group.steps, _read_only)  # type: ignore[assignment]
+    num_computed_tokens = property(lambda s: _COMP.__get__(s) + s.group.steps, _read_only)  # type: ignore[assignment]
+    num_blocks = property(  # type: ignore[assignment]
+        lambda s: -(-(_COMP.__get__(s) + s.group.steps + s.group.ahead) // s.group.block_size), _read_only
+    )
+    last_token_s = property(lambda s: s.group.t_last, _read_only)  # type: ignore[assignment]
+
+
+class DecodeGroup:
+    """Running sequences that decode one token per step together, with lazily advanced counters."""
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        #: decode steps the group has taken (members' counters are offsets from it)
+        self.steps = 0
+        #: tokens every member's KV blocks hold room for beyond its computed tokens
+        self.ahead = 0
+        #: time (s) of every member's newest token
+        self.t_last = 0.0
+        #: member → its decode chunk, oldest first (the head of the scheduler's running list)
+        self.members: dict[Sequence, LockstepChunk] = {}
+        self._phase: list[dict[Sequence, None]] = [{} for _ in range(block_size)]
+        self._comp_sum = 0  # Σ members' _comp
+        self._finish: dict[Sequence, int] = {}  # member → the step count at which it finishes
+        self._ends: list[tuple[int, int, Sequence]] = []  # heap of (finish step, join number, member)
+        self._joins = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    # --- membership ---------------------------------------------------------------------------------
+    def join(self, seq: Sequence, limit: int) -> None:
+        """Add a decoding ``seq`` that holds exactly ``ceil(computed / block_size)`` blocks and sampled at
+        ``t_last``; it finishes when it has ``limit`` output tokens."""
+        steps = self.steps
+        out = seq.num_output_tokens
+        if self.members:
+            assert seq.last_token_s == self.t_last and self.ahead == 0
+        else:
+            self.t_last = seq.last_token_s  # type: ignore[assignment]
+        comp = seq.num_computed_tokens - steps
+        seq.num_output_tokens = out - steps
+        seq.num_computed_tokens = comp
+        seq.group = self
+        seq.__class__ = LockstepSequence
+        self.members[seq] = LockstepChunk(seq, 0, 1, True)
+        self._phase[comp % self.block_size][seq] = None
+        self._comp_sum += comp
+        end = steps + limit - out
+        self._finish[seq] = end
+        heapq.heappush(self._ends, (end, next(self._joins), seq))
+
+    def release(self, seq: Sequence) -> None:
+        """Take ``seq`` out of the group, writing its current counters back as plain values."""
+        out, comp, blocks = seq.num_output_tokens, seq.num_computed_tokens, seq.num_blocks
+        offset = _COMP.__get__(seq)
+        del self.members[seq]
+        del self._phase[offset % self.block_size][seq]
+        del self._finish[seq]
+        self._comp_sum -= offset
+        seq.__class__ = Sequence
+        seq.group = None
+        seq.num_output_tokens, seq.num_computed_tokens, seq.num_blocks, seq.last_token_s = out, comp, blocks, self.t_last
+
+    def dissolve(self) -> None:
+        """Release every member (before anything outside the fast path touches the running batch)."""
+        for seq in list(self.members):
+            self.release(seq)
+
+    # --- what the scheduler asks ----------------------------------------------------------------------
+    def chunks(self) -> list[SeqChunk]:
+        """The members' decode chunks, oldest first (a new list)."""
+        return list(self.members.values())
+
+    def start_sum(self) -> int:
+        """Σ members' computed tokens (their decode chunks' ``start``)."""
+        return self._comp_sum + len(self.members) * self.steps
+
+    def steps_left(self) -> int:
+        """Fewest steps any member can take before it finishes (finishing at that step is allowed)."""
+        ends, fin = self._ends, self._finish
+        while fin.get(ends[0][2]) != ends[0][0]:  # drop entries of members that left
+            heapq.heappop(ends)
+        return ends[0][0] - self.steps
+
+    def crossing(self) -> dict[Sequence, None]:
+        """Members whose next token starts a new KV block (``ahead == 0``), oldest first."""
+        return self._phase[-self.steps % self.block_size]
+
+    def slack_counts(self) -> list[tuple[int, int]]:
+        """(free token slots in a member's last block, how many members) for every phase present."""
+        bs, base = self.block_size, self.steps + self.ahead
+        return [(-(p + base) % bs, len(m)) for p, m in enumerate(self._phase) if m]
+
+    def blocks_for(self, extra: int, slacks: list[tuple[int, int]] | None = None) -> int:
+        """New blocks the members need to hold ``extra`` more tokens each (``slacks``: :meth:`slack_counts`,
+        when the caller has it)."""
+        bs = self.block_size
+        total = 0
+        for sl, cnt in self.slack_counts() if slacks is None else slacks:
+            if sl < extra:
+                total -= cnt * ((sl - extra) // bs)
+        return total
+
+    def trim(self) -> int:
+        """Drop the look-ahead (blocks reserved for steps not run); returns how many blocks that frees."""
+        bs, a = self.block_size, self.ahead
+        freed = 0
+        if a:
+            for p, m in enumerate(self._phase):
+                if m:
+                    r = (p + self.steps) % bs
+                    freed += len(m) * (-(-(r + a) // bs) - -(-r // bs))
+            self.ahead = 0
+        return freed
+
+    # --- what the engine reports ---------------------------------------------------------------------
+    def advance(self, steps: int, t_last: float) -> list[Sequence]:
+        """Every member ran ``steps`` more steps, the last ending at ``t_last``. Releases and returns the
+        members that finished (oldest first)."""
+        self.steps += steps
+        self.ahead -= steps
+        self.t_last = t_last
+        done: list[Sequence] = []
+        ends, fin, now = self._ends, self._finish, self.steps
+        while ends and ends[0][0] <= now:
+            end, _, seq = heapq.heappop(ends)
+            if fin.get(seq) == end:
+                assert end == now, "a member ran past its last token"
+                self.release(seq)
+                done.append(seq)
+        return done

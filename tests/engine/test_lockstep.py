@@ -1,0 +1,215 @@
+"""The lockstep decode group (lazily advanced decode counters, simulation only) is an optimisation only.
+
+With the group on, every step — shapes, multi-step lengths, preemptions, timings — and every sequence's
+counters after every step equal the per-sequence walk with the group off (``scheduler.group = None``),
+exactly: same integer decisions, same float operations in the same order.
+"""
+
+import pytest
+from engine_fakes import FakeCostModel
+
+from jalapeno.backends.sim import SimBackend, SpecDecode
+from jalapeno.engine import Engine, EngineConfig
+from jalapeno.engine.cluster import Cluster
+from jalapeno.engine.sequence import SamplingParams, SeqStatus
+from jalapeno.workload import inferencex_workload
+
+
+def engine(*, lockstep, max_steps=1 << 30, kv_tokens=1 << 20, k=0, spec=None, max_num_seqs=48):
+    b = SimBackend(FakeCostModel(kv_tokens=kv_tokens), spec=spec, keep_trace=True)
+    b.max_multi_step = max_steps
+    cfg = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=2048, block_size=16, num_speculative_tokens=k)
+    e = Engine(b, cfg)
+    if not lockstep:
+        e.scheduler.group = None
+    return e
+
+
+def snapshot(e):
+    """Every running and waiting sequence's counters, and the engine's, as plain values."""
+    s = e.scheduler
+
+    def row(q):
+        return (q.user_data.chain, q.user_data.index, q.status.value, q.num_output_tokens, q.num_computed_tokens,
+                q.num_blocks, q.last_token_s, q.first_token_s, q.num_preemptions)
+
+    return ([row(q) for q in s.running], [row(q) for q in s.waiting], e.block_manager.num_free, e.clock.now(),
+            e.num_steps, e.tokens_generated, e.prompt_tokens_computed, e.energy_j)
+
+
+def run(wl, *, lockstep, **kw):
+    """Run ``wl``; returns the result, the backend trace, the engine, every step's snapshot and how many
+    steps had group members at the head of the batch."""
+    e = engine(lockstep=lockstep, **kw)
+    snaps = []
+    grouped = 0
+    step = e.step_finished
+
+    def recording():
+        nonlocal grouped
+        done = step()
+        grouped += e.scheduler.num_grouped > 0
+        snaps.append(snapshot(e))
+        return done
+
+    e.step_finished = recording
+    r = e.run(wl)
+    return r, e.backend.trace, e, snaps, grouped
+
+
+def outcomes(r):
+    return [(o.start_s, o.ttft_s, o.e2el_s, o.output_tokens) for o in r.outcomes]
+
+
+CASES = {
+    # ~48 sequences of up to ~1.3k tokens in 2,400 KV tokens: preemption by recompute all the time
+    "kv-starved closed loop": dict(wl=inferencex_workload(400, 900, concurrency=48, num_prompts=150, seed=5),
+                                   kv_tokens=150 * 16),
+    "poisson": dict(wl=inferencex_workload(300, 300, request_rate=60.0, num_prompts=150, seed=6)),
+    "poisson, kv-starved": dict(wl=inferencex_workload(300, 600, request_rate=40.0, num_prompts=120, seed=9),
+                                kv_tokens=90 * 16),
+    "kv-starved step by step": dict(wl=inferencex_workload(300, 400, concurrency=32, num_prompts=80, seed=7),
+                                    kv_tokens=60 * 16, max_steps=1),
+    "chains": dict(wl=inferencex_workload(200, 150, request_rate=30.0, num_prompts=60, max_concurrency=8,
+                                          chain_calls=3, seed=3), kv_tokens=80 * 16),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_lazy_counters_equal_eager_ones(case):
+    kw = CASES[case]
+    r0, t0, e0, s0, g0 = run(lockstep=False, **kw)
+    r1, t1, e1, s1, g1 = run(lockstep=True, **kw)
+    assert g0 == 0 and g1 > len(t1) // 4  # the group really carried the batch, often
+    assert len(s1) == len(s0)
+    for i, (a, b) in enumerate(zip(s0, s1)):
+        assert a == b, f"step {i} differs"
+    assert t1 == t0  # every batch: steps run, prefill tokens, decode sequences, context sums, durations, energy
+    assert e1.stats == e0.stats
+    assert outcomes(r1) == outcomes(r0)  # same completions, in the same order
+    assert (r1.itl_values.tolist(), r1.itl_counts.tolist()) == (r0.itl_values.tolist(), r0.itl_counts.tolist())
+    if "starved" in case:
+        assert e0.stats.num_preemptions > 0
+
+
+def test_speculative_decoding_walks_every_sequence():
+    # each sequence gains its own number of tokens per step: no lockstep group
+    e = engine(lockstep=True, k=2, spec=SpecDecode("ngram", 2, (0.8, 0.5)))
+    assert e.scheduler.group is None
+
+
+def test_data_parallel_cluster_equals_eager():
+    wl = inferencex_workload(200, 200, concurrency=12, num_prompts=24, seed=11)
+
+    def go(lockstep):
+        es = [engine(lockstep=lockstep, kv_tokens=30 * 16) for _ in range(2)]
+        r = Cluster(es).run(wl)
+        return outcomes(r), [x.backend.trace for x in es], [x.stats for x in es]
+
+    on, off = go(True), go(False)
+    assert on == off
+    assert all(st.num_preemptions > 0 for st in on[2])  # KV-starved replicas: preemptions inside the group
+
+
+def test_members_counters_are_read_only_and_written_back_on_release():
+    e = engine(lockstep=True, max_steps=1)
+    for i in range(6):
+        e.add_request(prompt_len=40 + i, sampling=SamplingParams(max_tokens=60))
+    for _ in range(5):
+        e.step_finished()
+    g = e.scheduler.group
+    assert len(g) == 6 and list(g.members) == e.scheduler.running
+    seq = e.scheduler.running[2]
+    before = (seq.num_output_tokens, seq.num_computed_tokens, seq.num_blocks, seq.last_token_s)
+    assert before[1] == seq.prompt_len + before[0] - 1
+    assert before[2] == -(-before[1] // 16)
+    with pytest.raises(RuntimeError, match="lockstep"):
+        seq.num_output_tokens = 3
+    e.step_finished()
+    assert seq.num_output_tokens == before[0] + 1 and seq.last_token_s == e.clock.now()
+    g.release(seq)
+    assert seq.group is None and seq.num_output_tokens == before[0] + 1 and seq.num_blocks == -(-seq.num_computed_tokens // 16)
+
+
+def test_abort_dissolves_the_group():
+    e = engine(lockstep=True, max_steps=1, max_num_seqs=8)
+    for i in range(8):
+        e.add_request(prompt_len=200 + i, sampling=SamplingParams(max_tokens=100 + 10 * i))
+    for _ in range(5):
+        e.step_finished()
+    assert len(e.scheduler.group) == 8
+    victim = e.scheduler.running[3]
+    assert e.abort(victim.seq_id)
+    assert len(e.scheduler.group) == 0 and victim.status is SeqStatus.FINISHED
+    done = []
+    while e.has_unfinished():
+        done += e.step_finished()
+    assert sorted(s.num_output_tokens for s in done) == [100 + 10 * i for i in range(8) if i != 3]
+    assert e.stats.kv_blocks_used == 0
+
+
+def test_step_with_outputs_matches_step_finished():
+    # step() reports every request each step, so it runs without the group; mixing both stays exact
+    def go(mixed):
+        e = engine(lockstep=True, max_steps=4, kv_tokens=30 * 16, max_num_seqs=8)
+        for i in range(10):
+            e.add_request(prompt_len=50 + 7 * i, sampling=SamplingParams(max_tokens=80 + 5 * i), request_id=i)
+        fin, n = [], 0
+        while e.has_unfinished():
+            if mixed and n % 3 == 0:
+                fin += [o.seq_id for o in e.step() if o.finished]
+            else:
+                fin += [s.seq_id for s in e.step_finished()]
+            n += 1
+        return fin, e.stats
+
+    assert go(True) == go(False)
+
+
+@pytest.mark.parametrize("extra_blocks", [False, True], ids=["slacks below a block", "some hold spare blocks"])
+def test_multi_step_length_is_the_largest_that_fits(extra_blocks):
+    # a decode-only batch, some sequences in the group and some not; its multi-step length must be the largest
+    # K whose KV blocks fit, by brute force over K (each sequence holds ceil((start + K) / bs) blocks for K steps)
+    import random
+
+    from jalapeno.engine.block_manager import BlockManager
+    from jalapeno.engine.scheduler import Scheduler
+    from jalapeno.engine.sequence import Sequence
+
+    rng = random.Random(1)
+    bs = 16
+    for trial in range(60):
+        n = rng.randint(1, 12)
+        seqs = []
+        for i in range(n):
+            s = Sequence(prompt_len=rng.randint(1, 90), sampling=SamplingParams(max_tokens=400), arrival_s=0.0)
+            s.status = SeqStatus.RUNNING
+            s.num_output_tokens = rng.randint(1, 50)
+            s.num_computed_tokens = s.num_tokens - 1
+            s.num_blocks = -(-s.num_computed_tokens // bs) + (extra_blocks and rng.random() < 0.3) * rng.randint(1, 3)
+            s.last_token_s = 0.0
+            seqs.append(s)
+        held = sum(s.num_blocks for s in seqs)
+        bm = BlockManager(held + rng.randint(n, 6 * n), bs, track_ids=False)
+        bm.num_free -= held
+        sched = Scheduler(EngineConfig(block_size=bs, max_num_seqs=16, max_num_batched_tokens=512), bm)
+        for s in seqs[: rng.randint(0, n)]:  # the group is a prefix of `running` (joined oldest first)
+            if s.num_blocks != -(-s.num_computed_tokens // bs):
+                break  # holds a spare block: only exact holders join
+            sched.group.join(s, s.max_tokens)
+        sched.running.extend(seqs)
+        starts = [s.num_computed_tokens for s in seqs]
+        blocks = [s.num_blocks for s in seqs]
+        free = bm.num_free
+
+        def fits(k):
+            return sum(max(0, -(-(st + k) // bs) - b) for st, b in zip(starts, blocks)) <= free
+
+        assert fits(1), trial
+        expected = max(k for k in range(1, 400) if fits(k))
+        batch = sched.schedule(max_steps=1 << 30)
+        assert batch.num_steps == min(expected, 400 - max(s.num_output_tokens for s in seqs)), trial
+        assert [c.seq for c in batch.chunks] == seqs
+        assert sum(s.num_blocks for s in seqs) == held + (free - bm.num_free)
+        for s, st in zip(seqs, starts):
+            assert s.num_blocks >= -(-(st + batch.num_steps) // bs)

@@ -18,7 +18,7 @@ from jalapeno.hardware.schema import ChipSpec, Efficiency
 from jalapeno.models.arch import ModelArch
 from jalapeno.perf import dtypes as dt
 from jalapeno.perf.network import collective, p2p
-from jalapeno.perf.ops import IDX, NF, OpSpec, attention_dims, build_ops, features, kv_bytes_per_token_per_layer, vec
+from jalapeno.perf.ops import IDX, NF, OpSpec, Routing, attention_dims, build_ops, features, kv_bytes_per_token_per_layer, vec
 from jalapeno.perf.shape import StepShape
 from jalapeno.perf.types import MemoryPlan, OpCost, Parallelism, Precision, StepBreakdown, StepCost
 
@@ -117,7 +117,7 @@ class CostModel:
         self._stages = self._stage_layers(ops)
         self._place(ops)
         self._compile(ops)
-        self._moe_keep = 1.0 - model.experts_per_token / model.num_experts if model.num_experts else 1.0
+        self._routing = Routing.of(model.num_experts, model.experts_per_token, p.ep)
 
     # ------------------------------------------------------------------ validation & placement
     def _validate(self) -> None:
@@ -269,6 +269,8 @@ class CostModel:
         for j, o in enumerate(ops):
             if pinned[j] and "W" in o.bytes:
                 o.bytes["WS"] = o.bytes.pop("W")
+                if o.time_bytes is not None:
+                    o.time_bytes["WS"] = o.time_bytes.pop("W")
         self.weights_in_sram = all(pinned[j] for j, o in enumerate(ops) if o.stored > 0)
         self.sram_weight_bytes_per_chip = max(
             sum(per_op[j][s] for j in range(len(ops)) if pinned[j]) for s in range(n_st)
@@ -321,8 +323,9 @@ class CostModel:
         work = [o for o in ops if o.kind == "work"]
         net = [o for o in ops if o.kind == "network"]
         self._work, self._net = work, net
-        tc = np.array([o.flops / self._rate(o.dtype) for o in work])
-        tm = np.array([sum((c / self._bw(s) for s, c in o.bytes.items()), np.zeros(NF)) for o in work])
+        tc = np.array([(o.flops if o.time_flops is None else o.time_flops) / self._rate(o.dtype) for o in work])
+        tm = np.array([sum((c / self._bw(s) for s, c in (o.bytes if o.time_bytes is None else o.time_bytes).items()),
+                           np.zeros(NF)) for o in work])
         self._overhead_s = (eff.step_overhead_us + self.model.num_layers * eff.layer_overhead_us) * 1e-6
         lin = sum((o.net_time for o in net), np.zeros(NF)) + vec(one=self._overhead_s)
         pj_net = self.chip.energy.pj_per_network_byte or FALLBACK_PJ_PER_NET_BYTE
@@ -352,13 +355,13 @@ class CostModel:
         return self.levels["WS" if self.weights_in_sram else "W"].name
 
     def _x(self, shape: StepShape) -> np.ndarray:
-        return np.array(features(shape, self._moe_keep), dtype=np.float64)
+        return np.array(features(shape, self._routing), dtype=np.float64)
 
     def step(self, shape: StepShape) -> StepCost:
         """Time (s), energy (J), FLOPs and bytes of one step of one replica (an empty step costs nothing)."""
         if not (shape.prefill_tokens or shape.decode_tokens):
             return StepCost(0.0, 0.0)
-        y = self._M.dot(np.array(features(shape, self._moe_keep), dtype=np.float64)).tolist()
+        y = self._M.dot(np.array(features(shape, self._routing), dtype=np.float64)).tolist()
         n = self._n
         t = sum([c if c > m else m for c, m in zip(y[:n], y[n : 2 * n])]) + y[2 * n]
         nc = self.chips_per_replica

@@ -13,6 +13,7 @@ them to the chip's real levels.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +37,8 @@ FEATURES = (
     "Cr",  # C x decode tokens per decode sequence (query rows that attend each context)
     "Cwr",  # Cw x decode tokens per decode sequence
     "U",  # expected fraction of routed experts touched by T tokens: 1 - (1 - k/E)^T
+    "Ue",  # the same on the busiest expert-parallel rank (= U without expert parallelism)
+    "Tm",  # tokens whose (token, expert) pairs load the busiest EP rank as much as it is loaded (= T without EP)
 )
 NF = len(FEATURES)
 IDX = {n: i for i, n in enumerate(FEATURES)}
@@ -48,10 +51,50 @@ def vec(**coef: float) -> np.ndarray:
     return v
 
 
-def features(shape: StepShape, moe_keep: float) -> list[float]:
-    """Feature vector (as a list, :data:`FEATURES` order) of one step. ``moe_keep`` = 1 - k/E (1.0 if dense)."""
+@dataclass(frozen=True)
+class Routing:
+    """Routed-expert load statistics behind the ``U``, ``Ue`` and ``Tm`` features, for uniform top-k routing
+    (each token picks ``k`` distinct experts of ``E``) with the experts split evenly over ``ep`` ranks.
+
+    A step is as slow as its busiest rank. Per rank, the touched experts are ~Binomial(E/ep, U) and the
+    (token, expert) pairs a sum of ``T`` independent hypergeometric counts (mean k/ep, variance
+    k (1/ep)(1 - 1/ep)(E - k)/(E - 1) each); the busiest of ``ep`` ranks sits ``z`` standard deviations above
+    the mean, ``z`` the expected maximum of ``ep`` standard normals (Blom's approximation). Real routers are
+    less uniform than this, so it is a lower bound on the imbalance; it vanishes as tokens per rank grow."""
+
+    keep: float = 1.0  # 1 - k/E (1.0: dense)
+    experts_per_rank: float = 0.0
+    z: float = 0.0  # 0: no expert parallelism
+    pair_mean: float = 0.0  # one token's expected pairs on one rank (k/ep)
+    pair_var: float = 0.0  # their variance
+    pair_cap: float = 0.0  # most pairs one token can put on one rank: min(k, E/ep)
+
+    @classmethod
+    def of(cls, num_experts: int, k: int, ep: int) -> "Routing":
+        if not num_experts:
+            return cls()
+        keep = 1.0 - k / num_experts
+        if ep <= 1:
+            return cls(keep)
+        from statistics import NormalDist
+
+        n = num_experts / ep
+        z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
+        var = k * (1 / ep) * (1 - 1 / ep) * (num_experts - k) / max(num_experts - 1, 1)
+        return cls(keep, n, z, k / ep, var, min(k, n))
+
+
+def features(shape: StepShape, moe: "float | Routing") -> list[float]:
+    """Feature vector (as a list, :data:`FEATURES` order) of one step. ``moe``: the model's :class:`Routing`,
+    or just 1 - k/E (1.0 if dense) for no expert-parallel imbalance."""
     t = shape.prefill_tokens + shape.decode_tokens
     r = shape.decode_tokens / shape.decode_seqs if shape.decode_seqs else 0.0
+    ro = moe if isinstance(moe, Routing) else None
+    u = 1.0 - (ro.keep if ro is not None else moe) ** t
+    ue, tm = u, float(t)
+    if ro is not None and ro.z and t:
+        ue = min(1.0, u + ro.z * math.sqrt(u * (1.0 - u) / ro.experts_per_rank))
+        tm = min(t * ro.pair_cap, t * ro.pair_mean + ro.z * math.sqrt(t * ro.pair_var)) / ro.pair_mean
     return [
         1.0,
         t,
@@ -66,7 +109,9 @@ def features(shape: StepShape, moe_keep: float) -> list[float]:
         shape.decode_ctx_sum_window,
         shape.decode_ctx_sum * r,
         shape.decode_ctx_sum_window * r,
-        1.0 - moe_keep**t,
+        u,
+        ue,
+        tm,
     ]
 
 
@@ -83,6 +128,10 @@ class OpSpec:
     bytes: dict[str, np.ndarray] = field(default_factory=dict)  # symbolic level -> coefficients
     net_bytes: np.ndarray = field(default_factory=lambda: np.zeros(NF))
     net_time: np.ndarray = field(default_factory=lambda: np.zeros(NF))
+    #: the busiest chip's FLOPs / bytes when chips are unevenly loaded (expert parallelism): these set the
+    #: step time; ``flops`` / ``bytes`` stay the average chip's (totals, energy). None: evenly loaded
+    time_flops: np.ndarray | None = None
+    time_bytes: dict[str, np.ndarray] | None = None
     #: weight bytes stored per chip for one occurrence (one layer), and on which layers (for placement)
     stored: float = 0.0
     layer_ids: tuple[int, ...] = ()
@@ -253,8 +302,13 @@ def build_ops(
         w_read = vec(U=E * e_bytes / tp)
         act = vec(T=k / ep) * (2 * h + 6 * im * ep / tp) * a
         n = len(moe_ids)
-        ops.append(OpSpec("moe_experts", "work", n, wdtype["experts"], tp, flops * n,
-                          {"W": w_read * n, "A": act * n}, stored=E * e_bytes / tp, layer_ids=moe_ids))
+        moe = OpSpec("moe_experts", "work", n, wdtype["experts"], tp, flops * n,
+                     {"W": w_read * n, "A": act * n}, stored=E * e_bytes / tp, layer_ids=moe_ids)
+        if ep > 1:  # the busiest EP rank sets the time (see Routing): U -> Ue, T -> Tm
+            moe.time_flops = vec(Tm=2 * p_e * k / tp) * n
+            moe.time_bytes = {"W": vec(Ue=E * e_bytes / tp) * n,
+                              "A": vec(Tm=k / ep) * (2 * h + 6 * im * ep / tp) * a * n}
+        ops.append(moe)
         if m.num_shared_experts:
             isz = (m.shared_expert_intermediate_size or im) * m.num_shared_experts / tp
             p_s = 3 * h * isz

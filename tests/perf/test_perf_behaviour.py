@@ -188,3 +188,37 @@ def test_partial_sram_pinning_puts_always_read_weights_first():
                  450, 2, 8, 700)
     slow = CostModel(LLAMA_8B, plain, Parallelism(tp=8), Precision("bf16"))
     assert cm.step(StepShape.from_lists(decode_ctx=[1])).time_s < slow.step(StepShape.from_lists(decode_ctx=[1])).time_s
+
+
+def test_closed_form_decode_steps_equal_the_matrix_path_and_fall_back_at_a_bound_change():
+    """decode_steps prices a run of decode steps as one line per step time when no operator changes bound;
+    it must equal evaluating every step (the matrix path), and hand over to it when an operator does."""
+    rng = np.random.default_rng(7)
+    models = [
+        CostModel(LLAMA_8B, H200, precision=Precision("bf16")),
+        CostModel(DEEPSEEK_R1, H200, Parallelism(tp=8, ep=8)),
+        CostModel(GPT_OSS_120B, H200),
+    ]
+    used = {"affine": 0, "matrix": 0}
+    for _ in range(60):
+        cm = models[int(rng.integers(len(models)))]
+        w = cm.model.sliding_window
+        ctxs = [int(c) for c in rng.integers(1, 6000, size=int(rng.integers(1, 300)))]
+        shape = StepShape.from_lists(decode_ctx=ctxs, window=w or None)
+        k = int(rng.integers(1, 200))
+        ref = cm._decode_steps_matrix(shape, k)
+        got = cm._decode_steps_affine(shape, k)
+        used["matrix" if got is None else "affine"] += 1
+        t, e = cm.decode_steps(shape, k)
+        np.testing.assert_allclose(t, ref[0], rtol=1e-12)
+        np.testing.assert_allclose(e, ref[1], rtol=1e-12)
+    assert used["affine"] > 30
+    # DeepSeek-R1 with DP attention: all 128 heads on each rank share the latent cache, so the absorbed decode
+    # attention's FLOPs per KV byte sit near the chip's ridge and a long enough run turns it compute-bound;
+    # the closed form must decline and the matrix path price each step
+    dpa = CostModel(DEEPSEEK_R1, H200, Parallelism(tp=8, ep=8, dp_attention=True))
+    crossing = StepShape.from_lists(decode_ctx=[1])
+    assert dpa._decode_steps_affine(crossing, 20000) is None
+    t = dpa.decode_steps(crossing, 20000)[0]
+    np.testing.assert_allclose(t[[0, 9999, 19999]], [dpa.step(StepShape.from_lists(decode_ctx=[1 + i])).time_s
+                                                    for i in (0, 9999, 19999)], rtol=1e-12)

@@ -341,6 +341,7 @@ class CostModel:
             fl = fl + o.flops * o.mult
         self._n = len(work)
         self._M = np.vstack([tc, tm, lin, e_work, fl, by])
+        self._M_ctx = np.ascontiguousarray(self._M[:, _CTX_COLS])  # rows' slopes in the context features
         self._tc, self._tm = tc, tm
         tdp = float(self.chip.power.tdp_w)
         idle = float(self.chip.power.idle_w) if self.chip.power.idle_w and self.chip.power.idle_w.value else None
@@ -377,6 +378,48 @@ class CostModel:
             return np.zeros(0), np.zeros(0)
         if not shape.decode_tokens:
             return np.zeros(k), np.zeros(k)
+        fast = self._decode_steps_affine(shape, k)
+        if fast is not None:
+            return fast
+        return self._decode_steps_matrix(shape, k)
+
+    def _decode_steps_affine(self, shape: StepShape, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`decode_steps` in closed form. Over ``k`` decode steps every feature is affine in the step index
+        ``i`` (contexts grow by one token per sequence per step), so each operator's compute and memory times are
+        lines; when no operator changes bound inside the window (and no sliding-window cap starts to bind), the
+        step time is one line ``A + B·i`` and the energy ``min(E + F·i + idle·t, tdp·t)``. None when that does
+        not hold (the matrix path then evaluates every step)."""
+        d = shape.decode_seqs
+        r = shape.decode_tokens / d if d else 0.0
+        km = k - 1
+        dcw = float(d)
+        if self.model.sliding_window:
+            dcw = float(shape.decode_below_window)
+            if shape.decode_ctx_sum_window + km * dcw > d * self.model.sliding_window:
+                return None  # the window cap binds inside the run
+        y0 = self._M.dot(np.array(features(shape, self._routing), dtype=np.float64)).tolist()
+        g = self._M_ctx.dot(np.array((d, dcw, d * r, dcw * r))).tolist()
+        n = self._n
+        a_t, b_t = y0[2 * n], g[2 * n]
+        for j in range(n):
+            tc, dc, tm, dm = y0[j], g[j], y0[n + j], g[n + j]
+            first = tc >= tm
+            if first != (tc + dc * km >= tm + dm * km):
+                return None  # this operator changes bound inside the run
+            if first:
+                a_t += tc
+                b_t += dc
+            else:
+                a_t += tm
+                b_t += dm
+        nc = self.chips_per_replica
+        i = np.arange(k, dtype=np.float64)
+        t = a_t + b_t * i
+        e = np.minimum(y0[2 * n + 1] + g[2 * n + 1] * i + self.idle_w * t * nc, self.tdp_w * t * nc)
+        return t, e
+
+    def _decode_steps_matrix(self, shape: StepShape, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`decode_steps` step by step: one feature row per step, one matrix product."""
         x = self._x(shape)
         X = np.empty((k, x.shape[0]), dtype=x.dtype)
         X[:] = x

@@ -72,3 +72,25 @@ def test_slot_mapping_follows_block_table():
     # positions 3,4,5 of seq 0 -> block 7 offset 3, block 2 offsets 0,1; seq 1 -> block 5 offsets 0,1
     assert meta.slot_mapping.tolist() == [7 * 4 + 3, 2 * 4 + 0, 2 * 4 + 1, 5 * 4 + 0, 5 * 4 + 1]
     assert meta.positions.tolist() == [3, 4, 5, 0, 1]
+
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_single_sequence_decode_fast_path(window):
+    """One sequence, one new token takes the mask-free path; it must equal float64 attention and the general
+    masked path (run by pairing the same sequence with a second one)."""
+    g = torch.Generator().manual_seed(3)
+    h, kvh, d, bs = 6, 2, 8, 4
+    k_cache = torch.randn(12, bs, kvh, d, generator=g, dtype=torch.float64)
+    v_cache = torch.randn(12, bs, kvh, d, generator=g, dtype=torch.float64)
+    table, ctx = [9, 3, 7], 11  # the new token sits at position 10
+    q = torch.randn(1, h, d, generator=g, dtype=torch.float64)
+    meta = StepMetadata.build([SeqSlice(ctx - 1, 1, table)], bs, torch.device("cpu"))
+    got = paged_attention_ref(q, k_cache, v_cache, meta, 0.4, window)
+    slots = [table[p // bs] * bs + p % bs for p in range(ctx)]
+    k = k_cache.flatten(0, 1)[slots].numpy()
+    v = v_cache.flatten(0, 1)[slots].numpy()
+    ref = numpy_attention(q.numpy(), k, v, [ctx - 1], 0.4, window)
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-10, atol=1e-10)
+    pair = StepMetadata.build([SeqSlice(ctx - 1, 1, table), SeqSlice(2, 1, [0])], bs, torch.device("cpu"))
+    general = paged_attention_ref(torch.cat([q, q]), k_cache, v_cache, pair, 0.4, window)
+    np.testing.assert_allclose(general[:1].numpy(), got.numpy(), rtol=1e-12, atol=1e-12)

@@ -22,9 +22,11 @@ def _run(args, capsys):
     return code, out.out, out.err
 
 
-def test_generate_json_matches_transformers(tiny_model, capsys):
+@pytest.mark.parametrize("layout", ["auto", "batched", "single"])
+def test_generate_json_matches_transformers(tiny_model, capsys, layout):
     hf, path = tiny_model("qwen2")
-    code, out, _ = _run(["--model", str(path), "--prompt-token-ids", "5,17,99,3", "--max-tokens", "12", "--json"], capsys)
+    code, out, _ = _run(["--model", str(path), "--prompt-token-ids", "5,17,99,3", "--max-tokens", "12", "--json",
+                         "--weight-layout", layout], capsys)
     assert code == 0
     result = json.loads(out)
     assert result["token_ids"] == hf_greedy(hf, [5, 17, 99, 3], 12)
@@ -39,6 +41,7 @@ def test_generate_json_matches_transformers(tiny_model, capsys):
         (["--prompt-token-ids", "1,x"], "comma-separated"),
         (["--prompt-token-ids", "1,999"], "vocabulary"),
         (["--dtype", "int3"], "dtype"),
+        (["--weight-layout", "diagonal"], "--weight-layout"),
     ],
 )
 def test_generate_user_errors(tiny_model, capsys, args, needle):

@@ -45,3 +45,15 @@ def test_batched_greedy_generation_matches_transformers(family, tiny_model):
     outs = generate_tokens(backend, prompts, SamplingParams(max_tokens=32, temperature=0.0), cfg)
     for prompt, out in zip(prompts, outs):
         assert out == hf_greedy(hf, prompt, 32)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("layout", ["single", "batched"])
+def test_single_sequence_greedy_matches_transformers(family, layout, tiny_model):
+    """Batch-1 decode: one-row GEMVs on either weight layout and the mask-free attention path."""
+    hf, path = tiny_model(family)
+    prompt = _prompts(3)[1]
+    cfg = EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=1)
+    backend = TorchBackend(path, weight_layout=layout)
+    (out,) = generate_tokens(backend, [prompt], SamplingParams(max_tokens=24, temperature=0.0), cfg)
+    assert out == hf_greedy(hf, prompt, 24)

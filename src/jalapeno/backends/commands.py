@@ -47,6 +47,12 @@ def generate(
         "--quantize",
         help="Quantize float linear layers at load: fp8 (E4M3, 128x128 blocks) or mxfp4; lm_head/router stay float.",
     ),
+    weight_layout: str = typer.Option(
+        "auto",
+        "--weight-layout",
+        help="CPU float weights: single (input-major, fastest for one sequence), batched (row-major), "
+        "auto = single for one prompt, else batched.",
+    ),
     as_json: bool = typer.Option(
         False, "--json", help='Print {"token_ids": [...], "text": "..."} (a list for several prompts).'
     ),
@@ -64,7 +70,13 @@ def generate(
     ids_given = _parse_ids(prompt_token_ids) if prompt_token_ids else None
     texts = list(prompt or ([] if ids_given else [DEFAULT_PROMPT]))
     chat = chat or (not prompt and not ids_given)
-    backend = TorchBackend(model, device=device, dtype=dtype, kv_cache_gb=kv_cache_gb, quantize=quant)
+    if weight_layout not in ("auto", "batched", "single"):
+        raise JalapenoError(f"unknown --weight-layout {weight_layout!r}; use auto, batched or single")
+    if weight_layout == "auto":
+        weight_layout = "single" if (len(texts) if texts else 1) == 1 else "batched"
+    backend = TorchBackend(
+        model, device=device, dtype=dtype, kv_cache_gb=kv_cache_gb, quantize=quant, weight_layout=weight_layout
+    )
     if backend.loaded.quantization_note:
         typer.echo(backend.loaded.quantization_note, err=True)
     cfg = backend.config

@@ -35,17 +35,32 @@ class StepMetadata:
     query_lens: list[int]
     context_lens: torch.Tensor  # [B] int64, tokens in the cache after this step (incl. the new ones)
     block_tables: torch.Tensor  # [B, max_blocks] int32 (padded with 0)
-    gather_slots: torch.Tensor  # [B, max_ctx] int64, slot of each context token (padding -> 0)
-    query_pos: torch.Tensor  # [B, max_q] int64 position of each padded query (-1 for padding)
-    key_pos: torch.Tensor  # [B, max_ctx] int64 position of each key (large for padding)
+    gather_slots: torch.Tensor  # [B, max_ctx] int64, slot of each context token (padding -> a valid slot)
     pad_index: torch.Tensor | None  # [T] index of each token in the flattened [B*max_q] padded layout
     max_q: int
     block_size: int
+    starts: list[int]  # first fed position of each sequence
+    contexts: list[int]  # context_lens as Python ints
     _masks: dict = field(default_factory=dict)
 
     @property
     def is_decode(self) -> bool:
         return self.max_q == 1
+
+    @property
+    def query_pos(self) -> torch.Tensor:
+        """``[B, max_q]`` int64 position of each padded query (-1 for padding)."""
+        dev = self.gather_slots.device
+        starts = torch.tensor(self.starts, dtype=torch.int64, device=dev)[:, None]
+        j = torch.arange(self.max_q, dtype=torch.int64, device=dev)[None, :]
+        qlens = torch.tensor(self.query_lens, dtype=torch.int64, device=dev)[:, None]
+        return torch.where(j < qlens, starts + j, -1)
+
+    @property
+    def key_pos(self) -> torch.Tensor:
+        """``[B, max_ctx]`` int64 position of each key (a huge value for padding, so no query sees it)."""
+        k = torch.arange(self.gather_slots.shape[1], dtype=torch.int64, device=self.gather_slots.device)[None, :]
+        return torch.where(k < self.context_lens[:, None], k, torch.iinfo(torch.int64).max // 2)
 
     def mask(self, window: int | None) -> torch.Tensor:
         """Boolean ``[B, 1, max_q, max_ctx]`` visibility (True = attend), cached per window size."""
@@ -63,42 +78,35 @@ class StepMetadata:
         positions: list[int] = []
         slots: list[int] = []
         for s in seqs:
+            table = s.block_table
             for p in range(s.start, s.start + s.num_tokens):
                 positions.append(p)
-                slots.append(s.block_table[p // block_size] * block_size + p % block_size)
+                slots.append(table[p // block_size] * block_size + p % block_size)
         qlens = [s.num_tokens for s in seqs]
         ctx = [s.start + s.num_tokens for s in seqs]
-        b, max_q, max_ctx = len(seqs), max(qlens), max(ctx)
+        max_q, max_ctx = max(qlens), max(ctx)
         max_blocks = max(len(s.block_table) for s in seqs)
-        tables = torch.zeros(b, max_blocks, dtype=torch.int32)
-        for i, s in enumerate(seqs):
-            tables[i, : len(s.block_table)] = torch.tensor(s.block_table, dtype=torch.int32)
-        ctx_t = torch.tensor(ctx, dtype=torch.int64)
-        key_pos = torch.arange(max_ctx, dtype=torch.int64).expand(b, max_ctx)
-        valid_k = key_pos < ctx_t[:, None]
-        blk = tables.long().gather(1, (key_pos // block_size).clamp(max=max_blocks - 1))
-        gather = torch.where(valid_k, blk * block_size + key_pos % block_size, 0)
-        key_pos = torch.where(valid_k, key_pos, torch.iinfo(torch.int64).max // 2)
-        starts = torch.tensor([s.start for s in seqs], dtype=torch.int64)
-        j = torch.arange(max_q, dtype=torch.int64).expand(b, max_q)
-        qlen_t = torch.tensor(qlens, dtype=torch.int64)
-        query_pos = torch.where(j < qlen_t[:, None], starts[:, None] + j, -1)
+        padded = [s.block_table + [0] * (max_blocks - len(s.block_table)) for s in seqs]
+        tables = torch.tensor(padded, dtype=torch.int32)
+        # slot of every (sequence, position): block id * block_size + offset; padding lands on valid slots
+        # (block 0, or blocks reserved for later tokens) that key_pos masks out
+        gather = tables.to(torch.int64)[:, :, None] * block_size + torch.arange(block_size)
+        gather = gather.flatten(1)[:, :max_ctx].contiguous()
         pad_index = None
         if any(q != max_q for q in qlens):
-            pad_index = torch.cat([torch.arange(n) + i * max_q for i, n in enumerate(qlens)])
-            pad_index = pad_index.to(device)
+            pad_index = torch.cat([torch.arange(n) + i * max_q for i, n in enumerate(qlens)]).to(device)
         return StepMetadata(
             positions=torch.tensor(positions, dtype=torch.int64, device=device),
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
             query_lens=qlens,
-            context_lens=ctx_t.to(device),
+            context_lens=torch.tensor(ctx, dtype=torch.int64, device=device),
             block_tables=tables.to(device),
             gather_slots=gather.to(device),
-            query_pos=query_pos.to(device),
-            key_pos=key_pos.to(device),
             pad_index=pad_index,
             max_q=max_q,
             block_size=block_size,
+            starts=[s.start for s in seqs],
+            contexts=ctx,
         )
 
 
@@ -142,6 +150,8 @@ def paged_attention_ref(
     b, max_q = meta.gather_slots.shape[0], meta.max_q
     t, h, d = q.shape
     kvh, dv = k_cache.shape[2], v_cache.shape[-1]
+    if b == 1 and max_q == 1 and sinks is None:
+        return _single_decode(q, k_cache, v_cache, meta, scale, window)
     k = _gather(k_cache, meta)
     v = _gather(v_cache, meta)
     if meta.pad_index is None:
@@ -156,6 +166,26 @@ def paged_attention_ref(
         out = _attention_with_sinks(qp, k, v, mask, scale, sinks)
     out = out.transpose(1, 2).reshape(b * max_q, h, dv)
     return out if meta.pad_index is None else out[meta.pad_index]
+
+
+def _single_decode(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: StepMetadata, scale: float,
+    window: int | None,
+) -> torch.Tensor:
+    """One sequence, one new token: it sees its whole context (or the last ``window`` keys), so attention
+    needs no mask and no padding. ``q [1, H, D]`` -> ``[1, H, Dv]``."""
+    ctx = meta.contexts[0]
+    slots = meta.gather_slots[0, :ctx]
+    if window is not None and ctx > window:
+        slots = slots[ctx - window :]
+    k = torch.index_select(k_cache.flatten(0, 1), 0, slots)  # [L, kvh, D]
+    v = torch.index_select(v_cache.flatten(0, 1), 0, slots)
+    h, kvh = q.shape[1], k.shape[1]
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], scale=scale,
+        enable_gqa=h != kvh,
+    )  # [1, H, 1, Dv]
+    return out[0].transpose(0, 1)
 
 
 def _gather(cache: torch.Tensor, meta: StepMetadata) -> torch.Tensor:

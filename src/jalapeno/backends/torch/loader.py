@@ -20,7 +20,7 @@ import torch
 
 from jalapeno.backends.torch.config import ModelConfig
 from jalapeno.backends.torch.models import build_model
-from jalapeno.backends.torch.models.common import CausalLM
+from jalapeno.backends.torch.models.common import CausalLM, set_weight_layout
 from jalapeno.backends.torch.models.gpt_oss import mxfp4_state_name, swap_in_mxfp4_experts
 from jalapeno.errors import ConfigError, JalapenoError, UnknownNameError
 from jalapeno.quant.checkpoint import swap_in_fp8_linears
@@ -73,9 +73,12 @@ def load_model(
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
     quantize: str | None = None,
+    weight_layout: str = "batched",
 ) -> LoadedModel:
     """Load a model; ``quantize="fp8"|"mxfp4"`` quantizes its float linear layers after loading (see
-    :func:`materialize`). Quantized checkpoints (DeepSeek FP8, GPT-OSS MXFP4) load as stored either way."""
+    :func:`materialize`). Quantized checkpoints (DeepSeek FP8, GPT-OSS MXFP4) load as stored either way.
+    ``weight_layout`` ("batched" | "single"): how float CPU weights are stored, see
+    :mod:`jalapeno.backends.torch.linear`."""
     quantize = check_quantize(quantize)
     p = default_model_path() if path is None else Path(path)
     if not p.exists():
@@ -99,7 +102,7 @@ def load_model(
         cfg = ModelConfig.from_hf(cfg_dict)  # fail fast on an unsupported config, before reading weights
         tensors = read_safetensors(p)
         source = (str(p), None)
-    model, result = materialize(cfg, tensors, device, dtype, quantize)
+    model, result = materialize(cfg, tensors, device, dtype, quantize, weight_layout)
     return LoadedModel(model, cfg, source, result)
 
 
@@ -109,6 +112,7 @@ def materialize(
     device: str,
     dtype: torch.dtype,
     quantize: str | None = None,
+    weight_layout: str = "batched",
 ) -> tuple[CausalLM, QuantizeResult | None]:
     """Build the model on the meta device and assign the checkpoint tensors.
 
@@ -120,7 +124,8 @@ def materialize(
 
     ``quantize`` ("fp8" | "mxfp4"): afterwards, replace the remaining float linears with
     :func:`~jalapeno.quant.quantize_linears` (``lm_head`` and MoE routers stay float; embeddings are not linears).
-    q/k/v and gate/up are fused into single GEMMs only where all parts are float.
+    q/k/v and gate/up are fused into single GEMMs only where all parts are float, stored in ``weight_layout``
+    (:func:`~jalapeno.backends.torch.models.common.set_weight_layout`).
     """
     with torch.device("meta"):
         model = build_model(cfg)
@@ -162,9 +167,7 @@ def materialize(
         model.lm_head.weight = model.model.embed_tokens.weight
     model.inv_freq = model.inv_freq.to(device)
     result = quantize_linears(model, quantize) if quantize else None
-    for module in model.modules():  # fuse q/k/v and gate/up projections into single GEMMs (float layers only)
-        if hasattr(module, "fuse"):
-            module.fuse()
+    set_weight_layout(model, weight_layout)  # fuse q/k/v and gate/up into single GEMMs (float layers only)
     return model.eval(), result
 
 

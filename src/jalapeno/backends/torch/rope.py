@@ -77,22 +77,28 @@ def _yarn(base: float, dim: int, rope: dict[str, Any]) -> tuple[torch.Tensor, fl
 def rope_cos_sin(
     positions: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables ``[T, dim/2]`` for integer ``positions [T]`` (computed in float32 like HF)."""
+    """Rotation tables ``cos, sin [T, 1, dim]`` for integer ``positions [T]`` (computed in float32 like HF),
+    laid out for :func:`apply_rope`: ``cos`` repeats the ``dim/2`` angles' cosines twice, ``sin`` holds
+    ``(-sin, +sin)``. Built once per step and shared by every layer."""
     freqs = positions.float()[:, None] * inv_freq[None, :].to(positions.device)
-    return (freqs.cos() * attention_factor).to(dtype), (freqs.sin() * attention_factor).to(dtype)
+    cos, sin = freqs.cos(), freqs.sin()
+    if attention_factor != 1.0:
+        cos, sin = cos * attention_factor, sin * attention_factor
+    cos2 = torch.cat((cos, cos), dim=-1)
+    sin2 = torch.cat((-sin, sin), dim=-1)
+    return cos2[:, None, :].to(dtype), sin2[:, None, :].to(dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool = False) -> torch.Tensor:
-    """Rotate ``x [T, H, dim]`` by cos/sin ``[T, dim/2]``.
+    """Rotate ``x [T, H, dim]`` by the tables of :func:`rope_cos_sin`.
 
     Pairs are ``(i, i + dim/2)`` (HF ``rotate_half``), or ``(2i, 2i+1)`` when ``interleave`` (DeepSeek); the
     interleaved result is returned de-interleaved (first halves, then second halves) exactly as HF does, which
-    leaves q.k unchanged because q and k get the same layout.
+    leaves q.k unchanged because q and k get the same layout. With ``x = (x1, x2)`` the result is
+    ``(x1 cos - x2 sin, x2 cos + x1 sin)`` = ``x * cos + (x2, x1) * (-sin, sin)``: three ops.
     """
-    c, s = cos[:, None, :], sin[:, None, :]
+    half = x.shape[-1] // 2
     if interleave:
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-    else:
-        half = x.shape[-1] // 2
-        x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+        x = x.unflatten(-1, (half, 2)).transpose(-1, -2).flatten(-2)
+    swapped = x.unflatten(-1, (2, half)).flip(-2).flatten(-2)
+    return torch.addcmul(x * cos, swapped, sin)

@@ -6,6 +6,9 @@ so it can be driven by :class:`TorchBackend` or directly in tests.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from jalapeno.backends.torch.attention import SeqSlice, StepMetadata
@@ -24,6 +27,29 @@ def allocate_kv_cache(
     ]
 
 
+#: CPU steps feeding at most this many tokens run on one intra-op thread (see :func:`cpu_threads`)
+SERIAL_MAX_TOKENS = 1
+
+
+@contextmanager
+def cpu_threads(n: int) -> Iterator[None]:
+    """Run the block with at most ``n`` intra-op threads, restoring the previous count afterwards.
+
+    A one-token decode step is a chain of single-row GEMVs (MKL runs those on one thread anyway) and ~20 tiny
+    ops per layer; fanning those tiny ops out to a second thread costs a wake-up each, which on a busy 2-core
+    machine took longer than the op itself (SDPA over 50 keys: 155 us on 2 threads, 20 us on 1).
+    """
+    old = torch.get_num_threads()
+    if n >= old:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
 class ModelRunner:
     def __init__(
         self, model: CausalLM, num_blocks: int, block_size: int, device: str | torch.device, dtype: torch.dtype
@@ -39,7 +65,9 @@ class ModelRunner:
     def forward(self, slices: list[SeqSlice], token_ids: list[int], logits_rows: list[int]) -> torch.Tensor:
         """Feed ``token_ids`` (the slices' new tokens, concatenated) and return float32 logits for the
         flat token rows ``logits_rows`` (``[len(logits_rows), vocab]``)."""
-        meta = StepMetadata.build(slices, self.block_size, self.device)
-        ids = torch.tensor(token_ids, dtype=torch.int64, device=self.device)
-        rows = torch.tensor(logits_rows, dtype=torch.int64, device=self.device)
-        return self.model(ids, meta, self.kv_cache, rows)
+        serial = self.device.type == "cpu" and len(token_ids) <= SERIAL_MAX_TOKENS
+        with cpu_threads(1 if serial else torch.get_num_threads()):
+            meta = StepMetadata.build(slices, self.block_size, self.device)
+            ids = torch.tensor(token_ids, dtype=torch.int64, device=self.device)
+            rows = torch.tensor(logits_rows, dtype=torch.int64, device=self.device)
+            return self.model(ids, meta, self.kv_cache, rows)

@@ -14,7 +14,16 @@ from torch import nn
 
 from jalapeno.backends.torch.attention import StepMetadata
 from jalapeno.backends.torch.config import ModelConfig
+from jalapeno.backends.torch.linear import (
+    WEIGHT_LAYOUTS,
+    input_major,
+    linear,
+    relayout,
+    run_linear,
+    wants_input_major,
+)
 from jalapeno.backends.torch.rope import rope_cos_sin, rope_frequencies
+from jalapeno.errors import ConfigError
 
 
 class RMSNorm(nn.Module):
@@ -46,11 +55,15 @@ def fusable(*linears: nn.Module) -> bool:
     )
 
 
-def fuse_linears(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+def fuse_linears(*linears: nn.Linear, input_major_layout: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Concatenate the weights (and biases) of linears that read the same input into one matrix, and
     re-point each original parameter at its slice, so one GEMM replaces several and no memory is duplicated
-    (``state_dict`` still shows the Hugging Face names)."""
+    (``state_dict`` still shows the Hugging Face names). ``input_major_layout``: store the fused matrix
+    input-major where :mod:`jalapeno.backends.torch.linear` says that is faster; the returned ``[out, in]``
+    tensor is then a transposed view. Calling it again on fused linears re-fuses them (e.g. a new layout)."""
     w = torch.cat([lin.weight.detach() for lin in linears])
+    if input_major_layout and wants_input_major(w):
+        w = input_major(w)
     has_bias = linears[0].bias is not None
     b = torch.cat([lin.bias.detach() for lin in linears]) if has_bias else None
     row = 0
@@ -63,17 +76,32 @@ def fuse_linears(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None
     return w, b
 
 
-def fused_intact(fused: torch.Tensor | None, *linears: nn.Module) -> bool:
-    """True while each linear is still a plain ``nn.Linear`` whose weight is its slice of ``fused`` (a later
-    module swap, e.g. to a quantized linear, or a re-assigned weight switches the caller back to the modules)."""
-    if fused is None:
+def fused_intact(
+    fused: torch.Tensor | None, owner: nn.Module, names: tuple[str, ...], parts: tuple[nn.Parameter, ...]
+) -> bool:
+    """True while each child ``owner.<name>`` is still the plain ``nn.Linear`` whose weight is the Parameter
+    :func:`fuse_linears` installed (``parts``) and still a view of ``fused``. A later module swap, e.g. to a
+    quantized linear, a re-assigned weight or a moved model switches the caller back to the modules; in-place
+    writes reach the fused matrix anyway, as the weights are views of it. Cheap: it runs for every layer of
+    every step."""
+    if fused is None or not parts or parts[0].data_ptr() != fused.data_ptr():
         return False
-    ptr, row_bytes, row = fused.data_ptr(), fused.stride(0) * fused.element_size(), 0
-    for lin in linears:
-        if type(lin) is not nn.Linear or lin.weight.data_ptr() != ptr + row * row_bytes:
+    mods = owner._modules
+    for name, part in zip(names, parts):
+        mod = mods.get(name)
+        if type(mod) is not nn.Linear or mod._parameters.get("weight") is not part:
             return False
-        row += lin.weight.shape[0]
-    return row == fused.shape[0]
+    return True
+
+
+def set_weight_layout(model: nn.Module, layout: str) -> None:
+    """(Re-)fuse every module of ``model`` in ``layout`` ("batched" | "single", see
+    :mod:`jalapeno.backends.torch.linear`); in place, without holding two copies of any fused matrix."""
+    if layout not in WEIGHT_LAYOUTS:
+        raise ConfigError(f"unknown weight layout {layout!r}; use one of: {', '.join(WEIGHT_LAYOUTS)}")
+    for module in model.modules():
+        if hasattr(module, "fuse"):
+            module.fuse(input_major_layout=layout == "single")
 
 
 class GatedMLP(nn.Module):
@@ -85,18 +113,22 @@ class GatedMLP(nn.Module):
         self.up_proj = nn.Linear(hidden, inter, bias=False)
         self.down_proj = nn.Linear(inter, hidden, bias=False)
         self._gate_up: torch.Tensor | None = None
+        self._gate_up_parts: tuple[nn.Parameter, ...] = ()
 
-    def fuse(self) -> None:
-        """After loading: one GEMM for gate and up (float layers only; quantized ones run separately)."""
+    def fuse(self, input_major_layout: bool = False) -> None:
+        """After loading: one GEMM for gate and up (float layers only; quantized ones run separately), in the
+        weight layout of :mod:`~jalapeno.backends.torch.linear`. Re-callable to change the layout."""
         if fusable(self.gate_proj, self.up_proj):
-            self._gate_up, _ = fuse_linears(self.gate_proj, self.up_proj)
+            self._gate_up, _ = fuse_linears(self.gate_proj, self.up_proj, input_major_layout=input_major_layout)
+            self._gate_up_parts = (self.gate_proj.weight, self.up_proj.weight)
+        relayout(self.down_proj, input_major_layout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if fused_intact(self._gate_up, self.gate_proj, self.up_proj):
-            gate, up = F.linear(x, self._gate_up).chunk(2, dim=-1)
-            return self.down_proj(F.silu(gate) * up)
+        if fused_intact(self._gate_up, self, ("gate_proj", "up_proj"), self._gate_up_parts):
+            gate, up = linear(x, self._gate_up).chunk(2, dim=-1)
+            return run_linear(self.down_proj, F.silu(gate).mul_(up))
         self._gate_up = None  # modules were swapped or re-assigned: stop using the fused copy for good
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return run_linear(self.down_proj, F.silu(run_linear(self.gate_proj, x)) * run_linear(self.up_proj, x))
 
 
 class DecoderLayer(nn.Module):
@@ -138,6 +170,14 @@ class CausalLM(nn.Module):
         inv_freq, self.rope_attention_factor = rope_frequencies(cfg.rope, rope_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
+    def fuse(self, input_major_layout: bool = False) -> None:
+        """After loading: the LM head (and the embedding tied to it) in the weight layout of
+        :mod:`~jalapeno.backends.torch.linear`; input-major, a token's embedding row is a strided read, which
+        costs nothing next to streaming the head."""
+        relayout(self.lm_head, input_major_layout)
+        if self.config.tie_word_embeddings and type(self.lm_head) is nn.Linear:
+            self.model.embed_tokens.weight = self.lm_head.weight
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -151,4 +191,4 @@ class CausalLM(nn.Module):
         for layer, cache in zip(self.model.layers, kv_caches):
             x = layer(x, cos, sin, meta, cache)
         x = self.model.norm(x[logits_index])
-        return self.lm_head(x).float()
+        return run_linear(self.lm_head, x).float()

@@ -7,11 +7,11 @@ when configured), SwiGLU MLP. Qwen3 applies an RMSNorm over ``head_dim`` to q an
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from jalapeno.backends.torch.attention import StepMetadata, paged_attention, write_kv
 from jalapeno.backends.torch.config import ModelConfig
+from jalapeno.backends.torch.linear import linear, relayout, run_linear
 from jalapeno.backends.torch.models.common import (
     CausalLM,
     DecoderLayer,
@@ -42,17 +42,22 @@ class Attention(nn.Module):
         self.window = cfg.layer_window(layer)
         self.scale = self.d**-0.5
         self._qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None
+        self._qkv_parts: tuple[nn.Parameter, ...] = ()
 
-    def fuse(self) -> None:
-        """After loading: one GEMM for q, k and v (float layers only; quantized ones run separately)."""
+    def fuse(self, input_major_layout: bool = False) -> None:
+        """After loading: one GEMM for q, k and v (float layers only; quantized ones run separately), in the
+        weight layout of :mod:`~jalapeno.backends.torch.linear`. Re-callable to change the layout."""
         if fusable(self.q_proj, self.k_proj, self.v_proj):
-            self._qkv = fuse_linears(self.q_proj, self.k_proj, self.v_proj)
+            self._qkv = fuse_linears(self.q_proj, self.k_proj, self.v_proj, input_major_layout=input_major_layout)
+            self._qkv_parts = (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
+        relayout(self.o_proj, input_major_layout)
 
     def forward(self, x: torch.Tensor, cos, sin, meta: StepMetadata, cache: tuple[torch.Tensor, ...]):
         t = x.shape[0]
         h, kvh, d = self.h, self.kvh, self.d
-        if self._qkv is not None and fused_intact(self._qkv[0], self.q_proj, self.k_proj, self.v_proj):
-            qkv = F.linear(x, *self._qkv).view(t, h + 2 * kvh, d)
+        fused = self._qkv
+        if fused is not None and fused_intact(fused[0], self, ("q_proj", "k_proj", "v_proj"), self._qkv_parts):
+            qkv = linear(x, *fused).view(t, h + 2 * kvh, d)
             if self.qk_norm:
                 q, k = self.q_norm(qkv[:, :h]), self.k_norm(qkv[:, h : h + kvh])
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -62,9 +67,9 @@ class Attention(nn.Module):
             v = qkv[:, h + kvh :]
         else:
             self._qkv = None  # modules were swapped or re-assigned: stop using the fused copy for good
-            q = self.q_proj(x).view(t, h, d)
-            k = self.k_proj(x).view(t, kvh, d)
-            v = self.v_proj(x).view(t, kvh, d)
+            q = run_linear(self.q_proj, x).view(t, h, d)
+            k = run_linear(self.k_proj, x).view(t, kvh, d)
+            v = run_linear(self.v_proj, x).view(t, kvh, d)
             if self.qk_norm:
                 q, k = self.q_norm(q), self.k_norm(k)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -72,7 +77,7 @@ class Attention(nn.Module):
         write_kv(k_cache, meta.slot_mapping, k)
         write_kv(v_cache, meta.slot_mapping, v)
         o = paged_attention(q, k_cache, v_cache, meta, self.scale, self.window, self.sinks)
-        return self.o_proj(o.reshape(t, h * d))
+        return run_linear(self.o_proj, o.reshape(t, h * d))
 
 
 def build(cfg: ModelConfig) -> CausalLM:

@@ -1,0 +1,96 @@
+"""Float linear layers on CPU: the weight layout, and the matmul that streams it fastest for the batch size.
+
+Decode multiplies a few token rows by every weight matrix once per step, so on CPU its speed is the rate at
+which the weights stream from memory. On the AVX2 machines we measured (docs/performance.md, "Engine on CPU")
+``F.linear(x, W)`` with the usual ``[out, in]`` row-major weight reaches ~13 GB/s at one row (MKL's GEMV),
+while ``x @ Wt`` with the same matrix stored *input-major* (``Wt = W.t().contiguous()``, ``[in, out]``)
+reaches ~24-27 GB/s for tall matrices (``out > in``: q/k/v, gate/up, the LM head): each input element scales
+one contiguous row of ``Wt`` into the output. Wide matrices (``down_proj``) stream faster row-major. For a few
+rows (batched decode) on two threads oneDNN's matmul beats MKL's ``sgemm`` (most on row-major weights: it re-packs an
+input-major one on each call); for prefill-sized GEMMs MKL is as fast on either layout.
+
+No single layout wins both regimes (docs/performance.md): input-major tall matrices make one-sequence decode
+~25% faster, but cost batched decode ~25% (oneDNN re-packs them, MKL's small-M ``sgemm`` is slow with two
+threads). So the layout is a load-time choice, :data:`WEIGHT_LAYOUTS`:
+
+* ``"batched"`` (default): row-major weights, as loaded; oneDNN for 2-64 rows.
+* ``"single"``: the tall float ``nn.Linear`` weights are stored input-major **in place of** the row-major copy
+  (no memory is duplicated): ``module.weight`` stays a ``[out, in]`` tensor with the Hugging Face name and
+  values, only its strides say the storage is transposed (``stride == (1, out)``), so ``state_dict``,
+  ``nn.Linear.forward`` and weight readers keep working.
+
+CUDA always keeps the row-major layout (cuBLAS reads both at full speed).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+#: load-time weight layouts (module docstring)
+WEIGHT_LAYOUTS = ("batched", "single")
+#: oneDNN (mkldnn) is compiled into this torch build
+ONEDNN = torch.backends.mkldnn.is_available()
+#: rows up to which oneDNN runs (decode batches); prefill-sized GEMMs are compute-bound and MKL's ``sgemm``
+#: is as fast on either layout there, while oneDNN re-packs an input-major weight on every call
+ONEDNN_MAX_ROWS = 64
+#: rows up to which ``x @ Wt`` (MKL's M=1..few GEMM on an input-major weight) beats oneDNN (measured, fp32)
+GEMV_MAX_ROWS = 1
+
+
+def input_major(w: torch.Tensor) -> torch.Tensor:
+    """``w [out, in]`` with the same values, backed by an ``[in, out]`` contiguous buffer."""
+    return w.detach().t().contiguous().t()
+
+
+def is_input_major(w: torch.Tensor) -> bool:
+    """True when a 2-D ``[out, in]`` weight is stored as a contiguous ``[in, out]`` buffer."""
+    return w.dim() == 2 and w.stride(0) == 1 and w.stride(1) == w.shape[0]
+
+
+def wants_input_major(w: torch.Tensor) -> bool:
+    """Whether :func:`linear` runs faster with ``w [out, in]`` input-major: float32 CPU weights taller than
+    wide (q/k/v, gate/up, the LM head). Wide ones (``out < in``, e.g. ``down_proj``) stream faster row-major,
+    as one dot product of length ``in`` per output (18 vs 15 GB/s for SmolLM2's ``[576, 1536]``); square ones
+    stream alike either way at one row, and row-major is faster for oneDNN's batched GEMM, so they stay."""
+    return w.device.type == "cpu" and w.dtype == torch.float32 and w.dim() == 2 and w.shape[0] > w.shape[1]
+
+
+def relayout(module: nn.Module, to_input_major: bool) -> None:
+    """Re-store a plain ``nn.Linear``'s weight input-major (where :func:`wants_input_major`) or row-major."""
+    if type(module) is not nn.Linear:
+        return
+    w = module.weight
+    if to_input_major and wants_input_major(w) and not is_input_major(w):
+        module.weight = nn.Parameter(input_major(w), requires_grad=False)
+    elif not to_input_major and not w.is_contiguous():
+        module.weight = nn.Parameter(w.detach().contiguous(), requires_grad=False)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ w.T + b`` for ``x [..., in]`` and ``w [out, in]`` in any layout, picking the fastest kernel.
+
+    Input-major CPU weights: one row runs ``x @ Wt`` (MKL streams the rows of ``Wt``). 2-64 rows on more than
+    one thread run oneDNN's matmul (MKL's multi-threaded small-M ``sgemm`` is the slow case; on one thread MKL
+    is as fast). Anything else (CUDA, bf16, prefill-sized GEMMs, ...) is ``F.linear``. All paths agree to float32
+    rounding (tests/torch/test_linear.py).
+    """
+    if x.is_cuda or x.dtype != torch.float32 or w.dtype != torch.float32:
+        return F.linear(x, w, b)
+    rows = x.numel() // x.shape[-1] if x.numel() else 0
+    if rows <= GEMV_MAX_ROWS and w.stride(0) == 1:  # input-major: stride(0) == 1 for [out, in] with out > 1
+        out = torch.matmul(x, w.t())
+        return out if b is None else out.add_(b)
+    small_batch = GEMV_MAX_ROWS < rows <= ONEDNN_MAX_ROWS
+    if small_batch and ONEDNN and x.device.type == "cpu" and torch.get_num_threads() > 1:
+        out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), w, b, "none", [], "")
+        return out.view(*x.shape[:-1], w.shape[0])
+    return F.linear(x, w, b)
+
+
+def run_linear(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``module(x)``, through :func:`linear` when the module is a plain float ``nn.Linear``."""
+    if type(module) is nn.Linear:
+        return linear(x, module.weight, module.bias)
+    return module(x)

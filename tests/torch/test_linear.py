@@ -121,3 +121,33 @@ def test_batched_greedy_on_both_paths_matches_transformers(tiny_model, threads) 
     for layout in ("batched", "single"):
         outs = generate_tokens(TorchBackend(path, weight_layout=layout), prompts, greedy, cfg)
         assert outs == [hf_greedy(hf, p, 12) for p in prompts], layout
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_split_gemv_on_two_threads_matches_float64(bias: bool) -> None:
+    """One-row GEMVs on wide input-major weights run as two column halves (torch.bmm over a strided view of the
+    same buffer) when the runner allows two GEMV threads; the result is the float64 product to fp32 rounding,
+    the thread count is restored, and no copy of the weight is made."""
+    from jalapeno.backends.torch import linear as lin
+
+    g = torch.Generator().manual_seed(3)
+    w = input_major(torch.randn(2 * lin.SPLIT_MIN_OUT, 96, generator=g))
+    b = torch.randn(w.shape[0], generator=g) if bias else None
+    x = torch.randn(1, 96, generator=g)
+    ref = x.double() @ w.double().t() + (b.double() if bias else 0)
+    old = torch.get_num_threads()
+    calls = []
+    real = lin._split_gemv
+    try:
+        lin._split_gemv = lambda x_, w_: calls.append(w_.data_ptr()) or real(x_, w_)
+        torch.set_num_threads(1)
+        with lin.gemv_threads(2):
+            got = linear(x, w, b)
+        assert torch.get_num_threads() == 1
+        whole = linear(x, w, b)  # outside the block: one thread, the whole GEMV
+    finally:
+        lin._split_gemv = real
+        torch.set_num_threads(old)
+    assert calls == [w.data_ptr()]
+    np.testing.assert_allclose(got.double().numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got.numpy(), whole.numpy(), rtol=1e-5, atol=1e-5)

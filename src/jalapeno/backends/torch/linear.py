@@ -24,6 +24,10 @@ CUDA always keeps the row-major layout (cuBLAS reads both at full speed).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -37,6 +41,39 @@ ONEDNN = torch.backends.mkldnn.is_available()
 ONEDNN_MAX_ROWS = 64
 #: rows up to which ``x @ Wt`` (MKL's M=1..few GEMM on an input-major weight) beats oneDNN (measured, fp32)
 GEMV_MAX_ROWS = 1
+#: one-row GEMVs on input-major weights at least this wide are split column-wise over two threads (MKL runs a
+#: one-row GEMM on one thread: one core's bandwidth). Smaller ones stay whole: the hand-off costs more.
+SPLIT_MIN_OUT = 2048
+#: intra-op threads a one-row GEMV may use while the rest of a one-token step runs on one (set by the runner)
+_gemv_threads: ContextVar[int] = ContextVar("gemv_threads", default=1)
+
+
+@contextmanager
+def gemv_threads(n: int) -> Iterator[None]:
+    """Let one-row GEMVs in this block use ``n`` threads (see :data:`SPLIT_MIN_OUT`)."""
+    token = _gemv_threads.set(n)
+    try:
+        yield
+    finally:
+        _gemv_threads.reset(token)
+
+
+def _split_gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x [1, in] @ w.T`` for an input-major ``w [out, in]`` (even ``out``) on two threads: ``torch.bmm`` over a
+    strided ``[2, in, out/2]`` view of the same buffer (two column halves, no copy), one half per thread."""
+    wt = w.t()  # [in, out], contiguous
+    n_in, n_out = wt.shape
+    half = n_out // 2
+    halves = wt.as_strided((2, n_in, half), (half, n_out, 1))
+    old = torch.get_num_threads()
+    if old < 2:
+        torch.set_num_threads(2)
+    try:
+        out = torch.bmm(x.reshape(1, 1, n_in).expand(2, 1, n_in), halves)
+    finally:
+        if old < 2:
+            torch.set_num_threads(old)
+    return out.transpose(0, 1).reshape(*x.shape[:-1], n_out)
 
 
 def input_major(w: torch.Tensor) -> torch.Tensor:
@@ -80,6 +117,9 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
         return F.linear(x, w, b)
     rows = x.numel() // x.shape[-1] if x.numel() else 0
     if rows <= GEMV_MAX_ROWS and w.stride(0) == 1:  # input-major: stride(0) == 1 for [out, in] with out > 1
+        if rows == 1 and w.shape[0] >= SPLIT_MIN_OUT and w.shape[0] % 2 == 0 and _gemv_threads.get() > 1:
+            out = _split_gemv(x, w)
+            return out if b is None else out.add_(b)
         out = torch.matmul(x, w.t())
         return out if b is None else out.add_(b)
     small_batch = GEMV_MAX_ROWS < rows <= ONEDNN_MAX_ROWS

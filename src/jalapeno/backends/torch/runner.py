@@ -13,6 +13,7 @@ import torch
 
 from jalapeno.backends.torch.attention import SeqSlice, StepMetadata
 from jalapeno.backends.torch.config import ModelConfig
+from jalapeno.backends.torch.linear import gemv_threads
 from jalapeno.backends.torch.models.common import CausalLM
 
 
@@ -66,7 +67,8 @@ class ModelRunner:
         """Feed ``token_ids`` (the slices' new tokens, concatenated) and return float32 logits for the
         flat token rows ``logits_rows`` (``[len(logits_rows), vocab]``)."""
         serial = self.device.type == "cpu" and len(token_ids) <= SERIAL_MAX_TOKENS
-        with cpu_threads(1 if serial else torch.get_num_threads()):
+        threads = torch.get_num_threads()
+        with cpu_threads(1 if serial else threads), gemv_threads(threads if serial else 1):
             meta = StepMetadata.build(slices, self.block_size, self.device)
             ids = torch.tensor(token_ids, dtype=torch.int64, device=self.device)
             rows = torch.tensor(logits_rows, dtype=torch.int64, device=self.device)

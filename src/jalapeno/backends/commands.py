@@ -50,8 +50,9 @@ def generate(
     weight_layout: str = typer.Option(
         "auto",
         "--weight-layout",
-        help="CPU float weights: single (input-major, fastest for one sequence), batched (row-major), "
-        "auto = single for one prompt, else batched.",
+        help="CPU float weights: batched (row-major; one sequence then runs the fused C decode kernel "
+        "where the model supports it), single (input-major, faster one-sequence decode through PyTorch ops), "
+        "auto = batched, or single for one prompt on a model the fused kernel does not cover.",
     ),
     as_json: bool = typer.Option(
         False, "--json", help='Print {"token_ids": [...], "text": "..."} (a list for several prompts).'
@@ -72,11 +73,17 @@ def generate(
     chat = chat or (not prompt and not ids_given)
     if weight_layout not in ("auto", "batched", "single"):
         raise JalapenoError(f"unknown --weight-layout {weight_layout!r}; use auto, batched or single")
-    if weight_layout == "auto":
-        weight_layout = "single" if (len(texts) if texts else 1) == 1 else "batched"
+    auto_layout = weight_layout == "auto"
     backend = TorchBackend(
-        model, device=device, dtype=dtype, kv_cache_gb=kv_cache_gb, quantize=quant, weight_layout=weight_layout
+        model, device=device, dtype=dtype, kv_cache_gb=kv_cache_gb, quantize=quant,
+        weight_layout="batched" if auto_layout else weight_layout,
     )
+    if auto_layout and (len(texts) if texts else 1) == 1 and backend.device.type == "cpu":
+        from jalapeno.backends.torch.fused_decode import supports_fused_decode
+        from jalapeno.backends.torch.models.common import set_weight_layout
+
+        if not supports_fused_decode(backend.model):  # the fused kernel reads row-major weights
+            set_weight_layout(backend.model, "single")
     if backend.loaded.quantization_note:
         typer.echo(backend.loaded.quantization_note, err=True)
     cfg = backend.config

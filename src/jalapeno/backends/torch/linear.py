@@ -58,6 +58,11 @@ def gemv_threads(n: int) -> Iterator[None]:
         _gemv_threads.reset(token)
 
 
+def gemv_thread_count() -> int:
+    """Threads a one-row GEMV may use in the current context (:func:`gemv_threads`)."""
+    return _gemv_threads.get()
+
+
 def _split_gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """``x [1, in] @ w.T`` for an input-major ``w [out, in]`` (even ``out``) on two threads: ``torch.bmm`` over a
     strided ``[2, in, out/2]`` view of the same buffer (two column halves, no copy), one half per thread."""

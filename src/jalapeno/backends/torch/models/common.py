@@ -14,8 +14,10 @@ from torch import nn
 
 from jalapeno.backends.torch.attention import StepMetadata
 from jalapeno.backends.torch.config import ModelConfig
+from jalapeno.backends.torch.fused_decode import eligible_step, fused_decode_step, plan_for
 from jalapeno.backends.torch.linear import (
     WEIGHT_LAYOUTS,
+    gemv_thread_count,
     input_major,
     linear,
     relayout,
@@ -169,6 +171,9 @@ class CausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         inv_freq, self.rope_attention_factor = rope_frequencies(cfg.rope, rope_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        #: run one-sequence, one-token CPU steps through the fused C kernel where it applies (fused_decode.py);
+        #: False forces the PyTorch path (tests and benchmarks compare the two)
+        self.fused_decode = True
 
     def fuse(self, input_major_layout: bool = False) -> None:
         """After loading: the LM head (and the embedding tied to it) in the weight layout of
@@ -188,6 +193,10 @@ class CausalLM(nn.Module):
         """Run one step over ``input_ids [T]``; returns float32 logits ``[len(logits_index), vocab]``."""
         x = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(meta.positions, self.inv_freq, self.rope_attention_factor, x.dtype)
+        if eligible_step(self, input_ids, meta, logits_index):
+            plan = plan_for(self, kv_caches, meta.block_size)
+            if plan is not None:  # one token of one sequence: the whole step in one C call (fused_decode.py)
+                return fused_decode_step(plan, x, cos, sin, meta, max(gemv_thread_count(), torch.get_num_threads()))
         for layer, cache in zip(self.model.layers, kv_caches):
             x = layer(x, cos, sin, meta, cache)
         x = self.model.norm(x[logits_index])

@@ -1,0 +1,186 @@
+"""The fused one-token CPU decode kernel (jalapeno/kernels/cpu_decode.c via backends/torch/fused_decode.py).
+
+References: the PyTorch path of the same model (the kernel is an optimisation of it) and Hugging Face
+transformers' logits for the same token (independent). Covers q/k/v biases (Qwen2), QK-norm (Qwen3),
+llama3 RoPE scaling, tied embeddings, dims that are not multiples of the kernel's 8-wide vectors, contexts
+over several non-contiguous blocks, 1 and 2 threads, stale plans, and the fallback when no compiler exists.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import transformers
+
+from jalapeno.backends.torch import fused_decode as fd
+from jalapeno.backends.torch.attention import SeqSlice
+from jalapeno.backends.torch.backend import TorchBackend
+from jalapeno.backends.torch.generate import generate_tokens
+from jalapeno.backends.torch.models.common import set_weight_layout
+from jalapeno.engine import EngineConfig, SamplingParams
+from jalapeno.kernels import cpu_build
+
+from torch_helpers import BASE, hf_greedy
+
+DENSE = ("llama", "qwen2", "qwen3")
+TABLE = [9, 2, 14, 5, 0, 11, 3]  # non-contiguous blocks, in no order
+
+
+def _counting(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    real = fd.fused_decode_step
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("jalapeno.backends.torch.models.common.fused_decode_step", spy)
+    return calls
+
+
+def _decode_logits(backend: TorchBackend, prompt: list[int], fused: bool, threads: int = 1) -> torch.Tensor:
+    """Prefill ``prompt[:-1]`` over TABLE (block size 4), then the last token as a one-token decode step."""
+    backend.model.fused_decode = fused
+    runner = backend.runner
+    n = len(prompt) - 1
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        runner.forward([SeqSlice(0, n, TABLE)], prompt[:n], [n - 1])
+        return runner.forward([SeqSlice(n, 1, TABLE)], prompt[n:], [0])
+    finally:
+        torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("family", DENSE)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fused_step_matches_pytorch_path_and_transformers(family, threads, tiny_model, monkeypatch):
+    hf, path = tiny_model(family)
+    backend = TorchBackend(path, num_blocks=16)
+    backend.num_kv_blocks(4)
+    prompt = torch.randint(0, 128, (23,), generator=torch.Generator().manual_seed(5)).tolist()  # 6 blocks
+    calls = _counting(monkeypatch)
+    fused = _decode_logits(backend, prompt, fused=True, threads=threads)
+    assert len(calls) == 1  # the decode step (not the prefill) ran the kernel
+    ref = _decode_logits(backend, prompt, fused=False, threads=threads)
+    assert len(calls) == 1
+    torch.testing.assert_close(fused, ref, atol=2e-5, rtol=2e-5)
+    with torch.no_grad():
+        hf_logits = hf(torch.tensor([prompt])).logits[0, -1:]
+    torch.testing.assert_close(fused, hf_logits, atol=1e-4, rtol=1e-4)
+
+
+def test_odd_dimensions(tmp_path, monkeypatch):
+    """Hidden 40, head_dim 10, intermediate 52, vocab 131: every vector loop has a scalar tail. Non-zero
+    q/k/v biases (HF initialises them to zero, which would hide a dropped bias)."""
+    cfg = transformers.Qwen2Config(**{**BASE, "vocab_size": 131, "hidden_size": 40, "intermediate_size": 52,
+                                      "num_attention_heads": 4, "num_key_value_heads": 2})
+    torch.manual_seed(3)
+    hf = transformers.Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for layer in hf.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0, 0.5)
+    hf.save_pretrained(tmp_path)
+    backend = TorchBackend(tmp_path, num_blocks=16)
+    backend.num_kv_blocks(4)
+    prompt = torch.randint(0, 131, (18,), generator=torch.Generator().manual_seed(1)).tolist()
+    calls = _counting(monkeypatch)
+    fused = _decode_logits(backend, prompt, fused=True, threads=2)
+    assert calls
+    with torch.no_grad():
+        ref = hf(torch.tensor([prompt])).logits[0, -1:]
+    torch.testing.assert_close(fused, ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", DENSE)
+def test_single_sequence_generation_uses_kernel_and_matches_transformers(family, tiny_model, monkeypatch):
+    hf, path = tiny_model(family)
+    backend = TorchBackend(path)  # "batched" layout: row-major weights, the kernel's layout
+    calls = _counting(monkeypatch)
+    prompt = [3, 17, 99, 4, 56, 8, 21]
+    cfg = EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=1)
+    (out,) = generate_tokens(backend, [prompt], SamplingParams(max_tokens=24, temperature=0.0), cfg)
+    assert len(calls) == 23  # every decode step after the prefill
+    assert out == hf_greedy(hf, prompt, 24)
+
+
+@pytest.mark.parametrize("family", ["gpt_oss", "mixtral", "qwen3_moe", "deepseek_v3"])
+def test_other_families_keep_the_pytorch_path(family, tiny_model):
+    _, path = tiny_model(family)
+    backend = TorchBackend(path)
+    backend.num_kv_blocks(4)
+    assert not fd.supports_fused_decode(backend.model)
+    assert fd.plan_for(backend.model, backend.runner.kv_cache, 4) is None
+
+
+def test_plan_follows_the_model(tiny_model):
+    """A re-laid-out, re-loaded or swapped model never runs on a stale plan."""
+    hf, path = tiny_model("llama")
+    backend = TorchBackend(path, num_blocks=16)
+    backend.num_kv_blocks(4)
+    model, caches = backend.model, backend.runner.kv_cache
+    plan = fd.plan_for(model, caches, 4)
+    assert plan is not None and fd.plan_for(model, caches, 4) is plan  # reused while nothing changed
+    assert fd.plan_for(model, caches, 8) is None or fd.plan_for(model, caches, 8) is not plan
+    set_weight_layout(model, "single")  # input-major weights: not the kernel's layout
+    assert fd.plan_for(model, caches, 4) is None and not fd.supports_fused_decode(model)
+    set_weight_layout(model, "batched")
+    fresh = fd.plan_for(model, caches, 4)
+    assert fresh is not None and fresh is not plan
+    # in-place weight writes reach the kernel (the plan points at the model's storage)
+    prompt = list(range(1, 12))
+    before = _decode_logits(backend, prompt, fused=True)
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight.mul_(0.5)
+    after = _decode_logits(backend, prompt, fused=True)
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, _decode_logits(backend, prompt, fused=False), atol=2e-5, rtol=2e-5)
+    # a swapped module (here a plain Linear with new weights, un-fusing q/k/v) drops the plan for that model
+    attn = model.model.layers[0].self_attn
+    new = torch.nn.Linear(attn.q_proj.in_features, attn.q_proj.out_features, bias=False)
+    attn.q_proj = new
+    assert fd.plan_for(model, caches, 4) is None
+    torch.testing.assert_close(
+        _decode_logits(backend, prompt, fused=True), _decode_logits(backend, prompt, fused=False)
+    )
+
+
+def test_no_compiler_falls_back_with_a_warning(tiny_model, tmp_path, monkeypatch, caplog):
+    hf, path = tiny_model("qwen3")
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("JALAPENO_CACHE", str(tmp_path / "cache"))
+    cpu_build.load_kernel.cache_clear()
+    try:
+        with pytest.raises(cpu_build.KernelUnavailable, match="no C compiler"):
+            cpu_build.load_kernel("cpu_decode")
+        backend = TorchBackend(path)
+        calls = _counting(monkeypatch)
+        prompt = [5, 6, 7, 8, 9]
+        cfg = EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=1)
+        with caplog.at_level(logging.WARNING):
+            (out,) = generate_tokens(backend, [prompt], SamplingParams(max_tokens=8, temperature=0.0), cfg)
+        assert not calls and "kernel unavailable" in caplog.text
+        assert out == hf_greedy(hf, prompt, 8)
+    finally:
+        cpu_build.load_kernel.cache_clear()
+
+
+def test_kernel_build_is_cached_on_disk(tmp_path, monkeypatch):
+    if cpu_build.find_compiler() is None:
+        pytest.skip("no C compiler on this machine")
+    monkeypatch.setenv("JALAPENO_CACHE", str(tmp_path))
+    cpu_build.load_kernel.cache_clear()
+    try:
+        cpu_build.load_kernel("cpu_decode")
+        built = sorted((tmp_path / "kernels").glob("cpu_decode-*.so"))
+        assert len(built) == 1
+        stamp = built[0].stat().st_mtime_ns
+        cpu_build.load_kernel.cache_clear()
+        cpu_build.load_kernel("cpu_decode")  # a new process would load, not rebuild
+        assert sorted((tmp_path / "kernels").glob("cpu_decode-*.so")) == built
+        assert built[0].stat().st_mtime_ns == stamp
+    finally:
+        cpu_build.load_kernel.cache_clear()

@@ -7,8 +7,10 @@ same thread count:
 
 * jalapeno: the shared Engine + TorchBackend (paged KV, continuous batching), scheduler included; decode
   time = wall(N new tokens) - wall(1 new token), prefill = wall(1 new token) for one long prompt. The weight
-  layout (``--layout``, see jalapeno.backends.torch.linear) defaults to "auto": the "single" layout for
-  batch 1, "batched" otherwise (both are load-time deployment choices; the model is re-laid out in place).
+  layout (``--layout``, see jalapeno.backends.torch.linear) defaults to "auto": row-major "batched" weights,
+  so decode steps of up to ``MAX_BATCH`` sequences run the fused C kernel (jalapeno.backends.torch.fused_decode);
+  each such batch is measured again on the best PyTorch-ops path ("single" layout at batch 1, "batched"
+  otherwise; kernel off). The layouts are load-time deployment choices; the model is re-laid out in place.
 * transformers: ``generate`` (greedy, fixed length, dynamic KV cache); decode time = time(N new tokens) -
   time(1 new token), prefill = one forward over the prompt.
 * roofline: batch-1 decode must stream every weight byte once per token: ``t >= weight_bytes / bandwidth``,
@@ -147,13 +149,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads for both sides (0 = torch default)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement, best kept (shared machines)")
     ap.add_argument("--layout", default="auto", choices=["auto", "single", "batched"],
-                    help="weight layout: auto = single for batch 1, batched otherwise")
+                    help="weight layout: auto = batched (the fused C decode kernel where it applies), each "
+                         "batch the kernel takes measured again on the best PyTorch-ops layout")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
     from jalapeno.backends.torch.backend import TorchBackend
+    from jalapeno.backends.torch.fused_decode import MAX_BATCH
     from jalapeno.backends.torch.models.common import set_weight_layout
 
     backend = TorchBackend(None, kv_cache_gb=1.0, max_multi_step=args.max_multi_step)
@@ -169,21 +173,32 @@ def main() -> None:
     hf_run(hf, [[1, 2, 3, 4]], 4)
     for b in [int(x) for x in args.batches.split(",")]:
         prompts = [torch.randint(100, 40000, (args.prompt_len,), generator=g).tolist() for _ in range(b)]
-        layout = args.layout if args.layout != "auto" else ("single" if b == 1 else "batched")
-        set_weight_layout(backend.model, layout)
-        jalapeno_run(backend, prompts[:1], 2)  # warm-up in this layout
-        ours_runs, ref_runs = [], []
-        for _ in range(reps):
-            ours_runs.append(jalapeno_run(backend, prompts, args.decode_tokens))
-            ref_runs.append(hf_run(hf, prompts, args.decode_tokens))
-            if b == 1:  # the roofline's bandwidth is sampled next to the batch-1 runs it judges
-                bw = max(bw, measure_bandwidth())
-        ours, ref = best(ours_runs), best(ref_runs)
-        rows.append({"batch": b, "layout": layout, "jalapeno_decode_tok_s": ours["decode_tok_s"], "hf_decode_tok_s": ref["decode_tok_s"],
-                     "ratio": ours["decode_tok_s"] / ref["decode_tok_s"], "jalapeno_step_ms": ours["decode_step_ms"],
-                     "hf_step_ms": ref["decode_step_ms"],
-                     "jalapeno_runs_tok_s": [round(r["decode_tok_s"], 2) for r in ours_runs],
-                     "hf_runs_tok_s": [round(r["decode_tok_s"], 2) for r in ref_runs]})
+        if args.layout == "auto":
+            # the default: row-major ("batched") weights, which the fused C decode kernel reads (used for decode
+            # steps of up to fused_decode.MAX_BATCH sequences); for comparison the best PyTorch-ops path
+            # ("single" layout at batch 1, "batched" otherwise, kernel off)
+            variants = [("fused" if b <= MAX_BATCH else "torch-ops", "batched", True)]
+            if b <= MAX_BATCH:
+                variants.append(("torch-ops", "single" if b == 1 else "batched", False))
+        else:
+            variants = [("fused" if b <= MAX_BATCH and args.layout == "batched" else "torch-ops", args.layout, True)]
+        for path, layout, fused in variants:
+            set_weight_layout(backend.model, layout)
+            backend.model.fused_decode = fused
+            jalapeno_run(backend, prompts[:1], 2)  # warm-up in this layout (builds the kernel's plan)
+            ours_runs, ref_runs = [], []
+            for _ in range(reps):
+                ours_runs.append(jalapeno_run(backend, prompts, args.decode_tokens))
+                ref_runs.append(hf_run(hf, prompts, args.decode_tokens))
+                if b == 1:  # the roofline's bandwidth is sampled next to the batch-1 runs it judges
+                    bw = max(bw, measure_bandwidth())
+            ours, ref = best(ours_runs), best(ref_runs)
+            rows.append({"batch": b, "path": path, "layout": layout, "jalapeno_decode_tok_s": ours["decode_tok_s"],
+                         "hf_decode_tok_s": ref["decode_tok_s"], "ratio": ours["decode_tok_s"] / ref["decode_tok_s"],
+                         "jalapeno_step_ms": ours["decode_step_ms"], "hf_step_ms": ref["decode_step_ms"],
+                         "jalapeno_runs_tok_s": [round(r["decode_tok_s"], 2) for r in ours_runs],
+                         "hf_runs_tok_s": [round(r["decode_tok_s"], 2) for r in ref_runs]})
+        backend.model.fused_decode = True
     roof_tok_s = bw / wbytes
     read_bw = measure_read_bandwidth()
     set_weight_layout(backend.model, "batched" if args.layout == "auto" else args.layout)
@@ -202,6 +217,9 @@ def main() -> None:
         "batch1_fraction_of_read_roofline": (
             rows[0]["jalapeno_decode_tok_s"] * wbytes / read_bw if rows and rows[0]["batch"] == 1 else None
         ),
+        "batch1_rows_fraction_of_roofline": {
+            r["path"]: r["jalapeno_decode_tok_s"] / roof_tok_s for r in rows if r["batch"] == 1
+        },
         "decode": rows,
         "prefill": {"tokens": args.prefill_len, "jalapeno_tok_s": ours_prefill, "hf_tok_s": hf_pf, "ratio": ours_prefill / hf_pf},
     }
@@ -210,16 +228,18 @@ def main() -> None:
         return
     print(f"Machine: {result['machine']}; copy bandwidth {bw / 1e9:.1f} GB/s (read-only {read_bw / 1e9:.1f} GB/s); "
           f"weights {wbytes / 1e6:.0f} MB (float32)\n")
-    print("| batch | layout | jalapeno decode tok/s | transformers decode tok/s | ratio | jalapeno ms/step | "
+    print("| batch | path | layout | jalapeno decode tok/s | transformers decode tok/s | ratio | jalapeno ms/step | "
           "transformers ms/step |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
+    print("|---:|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['batch']} | {r['layout']} | {r['jalapeno_decode_tok_s']:.1f} | {r['hf_decode_tok_s']:.1f} | {r['ratio']:.2f} | "
+        print(f"| {r['batch']} | {r['path']} | {r['layout']} | {r['jalapeno_decode_tok_s']:.1f} | {r['hf_decode_tok_s']:.1f} | {r['ratio']:.2f} | "
               f"{r['jalapeno_step_ms']:.1f} | {r['hf_step_ms']:.1f} |")
     p = result["prefill"]
     print(f"\nPrefill ({p['tokens']} tokens): jalapeno {p['jalapeno_tok_s']:.0f} tok/s, transformers {p['hf_tok_s']:.0f} tok/s, ratio {p['ratio']:.2f}")
     print(f"Batch-1 decode roofline: {roof_tok_s:.1f} tok/s; jalapeno reaches {100 * (result['batch1_fraction_of_roofline'] or 0):.0f}%"
           f" ({100 * (result['batch1_fraction_of_read_roofline'] or 0):.0f}% of the read-only one, {read_bw / wbytes:.1f} tok/s)")
+    for path, frac in result["batch1_rows_fraction_of_roofline"].items():
+        print(f"  batch 1, {path}: {100 * frac:.0f}% of the copy roofline")
 
 
 if __name__ == "__main__":

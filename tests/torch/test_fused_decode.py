@@ -72,6 +72,54 @@ def test_fused_step_matches_pytorch_path_and_transformers(family, threads, tiny_
     torch.testing.assert_close(fused, hf_logits, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("family", DENSE)
+def test_batched_decode_step_matches_pytorch_path_and_transformers(family, tiny_model, monkeypatch):
+    """13 sequences of different lengths (tiles of 8, 4 and 1 rows in the kernel's GEMM), each over its own
+    scattered blocks, decode one token each in one step."""
+    hf, path = tiny_model(family)
+    backend = TorchBackend(path, num_blocks=104)
+    backend.num_kv_blocks(4)
+    runner, model = backend.runner, backend.model
+    g = torch.Generator().manual_seed(9)
+    lens = [5, 17, 9, 30, 3, 12, 25, 7, 19, 4, 28, 11, 6]
+    prompts = [torch.randint(0, 128, (n,), generator=g).tolist() for n in lens]
+    perm = torch.randperm(104, generator=g).tolist()
+    tables = [perm[8 * i : 8 * i + 8] for i in range(len(lens))]
+    calls = _counting(monkeypatch)
+    out = {}
+    for fused in (True, False):
+        model.fused_decode = fused
+        for p, t in zip(prompts, tables):
+            runner.forward([SeqSlice(0, len(p) - 1, t)], p[:-1], [len(p) - 2])
+        slices = [SeqSlice(len(p) - 1, 1, t) for p, t in zip(prompts, tables)]
+        out[fused] = runner.forward(slices, [p[-1] for p in prompts], list(range(len(prompts))))
+    assert len(calls) == 1
+    torch.testing.assert_close(out[True], out[False], atol=2e-5, rtol=2e-5)
+    for i, p in enumerate(prompts):
+        with torch.no_grad():
+            ref = hf(torch.tensor([p])).logits[0, -1]
+        torch.testing.assert_close(out[True][i], ref, atol=1e-4, rtol=1e-4)
+    # a subset of rows asked for, in another order
+    model.fused_decode = True
+    for p, t in zip(prompts, tables):
+        runner.forward([SeqSlice(0, len(p) - 1, t)], p[:-1], [len(p) - 2])
+    sub = runner.forward(slices, [p[-1] for p in prompts], [3, 0])
+    torch.testing.assert_close(sub, out[False][[3, 0]], atol=2e-5, rtol=2e-5)
+
+
+def test_decode_batches_above_the_cap_take_the_pytorch_path(tiny_model, monkeypatch):
+    _, path = tiny_model("llama")
+    backend = TorchBackend(path, num_blocks=64)
+    backend.num_kv_blocks(4)
+    calls = _counting(monkeypatch)
+    n = fd.MAX_BATCH + 1
+    slices = [SeqSlice(0, 1, [i]) for i in range(n)]
+    backend.runner.forward(slices, list(range(n)), list(range(n)))
+    assert not calls
+    backend.runner.forward(slices[: fd.MAX_BATCH], list(range(fd.MAX_BATCH)), list(range(fd.MAX_BATCH)))
+    assert len(calls) == 1
+
+
 def test_odd_dimensions(tmp_path, monkeypatch):
     """Hidden 40, head_dim 10, intermediate 52, vocab 131: every vector loop has a scalar tail. Non-zero
     q/k/v biases (HF initialises them to zero, which would hide a dropped bias)."""

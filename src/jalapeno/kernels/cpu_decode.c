@@ -95,33 +95,68 @@ static float dot(const float *a, const float *b, int64_t n) {
     return s;
 }
 
-/* y[r - r0] = W[r, :] . x for rows r0..r1-1 (4 rows at a time share each load of x) */
-static void gemv_rows(const float *W, const float *x, float *y, int64_t in, int64_t r0, int64_t r1) {
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        const float *w0 = W + r * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
-        v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-        int64_t i = 0;
-        for (; i + 8 <= in; i += 8) {
-            v8f xv = load8(x + i);
-            a0 += load8(w0 + i) * xv;
-            a1 += load8(w1 + i) * xv;
-            a2 += load8(w2 + i) * xv;
-            a3 += load8(w3 + i) * xv;
-        }
-        float s0 = hsum8(a0), s1 = hsum8(a1), s2 = hsum8(a2), s3 = hsum8(a3);
-        for (; i < in; i++) {
-            s0 += w0[i] * x[i];
-            s1 += w1[i] * x[i];
-            s2 += w2[i] * x[i];
-            s3 += w3[i] * x[i];
-        }
-        y[r - r0] = s0;
-        y[r - r0 + 1] = s1;
-        y[r - r0 + 2] = s2;
-        y[r - r0 + 3] = s3;
+/* Y[b * ldy + r] (=, or += when acc) W[r, :] . X[b, :] for weight rows r0..r1-1 and the B rows of X
+ * ([B, in], row stride ldx). Each weight row is read from memory once: B == 1 takes 4 weight rows per pass (they
+ * share each load of x); otherwise each weight row is multiplied by tiles of 8, 4 and 1 rows of X while it
+ * sits in L1. */
+static inline void store(float *y, float s, int acc) { *y = acc ? *y + s : s; }
+
+#define ROW_TILE(T)                                                                                         \
+    static inline void row_tile##T(const float *w, const float *X, float *Y, int64_t in, int64_t ldy,      \
+                                   int64_t ldx, int64_t r, int64_t b0, int acc) {                                         \
+        v8f a[T];                                                                                           \
+        for (int b = 0; b < T; b++) a[b] = (v8f){0};                                                        \
+        int64_t i = 0;                                                                                      \
+        for (; i + 8 <= in; i += 8) {                                                                       \
+            v8f wv = load8(w + i);                                                                          \
+            for (int b = 0; b < T; b++) a[b] += wv * load8(X + (b0 + b) * ldx + i);                          \
+        }                                                                                                   \
+        for (int b = 0; b < T; b++) {                                                                       \
+            float s = hsum8(a[b]);                                                                          \
+            for (int64_t k = i; k < in; k++) s += w[k] * X[(b0 + b) * ldx + k];                              \
+            store(Y + (b0 + b) * ldy + r, s, acc);                                                          \
+        }                                                                                                   \
     }
-    for (; r < r1; r++) y[r - r0] = dot(W + r * in, x, in);
+ROW_TILE(8)
+ROW_TILE(4)
+ROW_TILE(1)
+
+static void gemm_rows(const float *W, const float *X, float *Y, int64_t B, int64_t in, int64_t ldx, int64_t ldy,
+                      int64_t r0, int64_t r1, int acc) {
+    int64_t r = r0;
+    if (B == 1) {
+        const float *x = X;
+        for (; r + 4 <= r1; r += 4) {
+            const float *w0 = W + r * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
+            v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            int64_t i = 0;
+            for (; i + 8 <= in; i += 8) {
+                v8f xv = load8(x + i);
+                a0 += load8(w0 + i) * xv;
+                a1 += load8(w1 + i) * xv;
+                a2 += load8(w2 + i) * xv;
+                a3 += load8(w3 + i) * xv;
+            }
+            float s0 = hsum8(a0), s1 = hsum8(a1), s2 = hsum8(a2), s3 = hsum8(a3);
+            for (; i < in; i++) {
+                s0 += w0[i] * x[i];
+                s1 += w1[i] * x[i];
+                s2 += w2[i] * x[i];
+                s3 += w3[i] * x[i];
+            }
+            store(Y + r, s0, acc);
+            store(Y + r + 1, s1, acc);
+            store(Y + r + 2, s2, acc);
+            store(Y + r + 3, s3, acc);
+        }
+    }
+    for (; r < r1; r++) {
+        const float *w = W + r * in;
+        int64_t b = 0;
+        for (; b + 8 <= B; b += 8) row_tile8(w, X, Y, in, ldy, ldx, r, b, acc);
+        for (; b + 4 <= B; b += 4) row_tile4(w, X, Y, in, ldy, ldx, r, b, acc);
+        for (; b < B; b++) row_tile1(w, X, Y, in, ldy, ldx, r, b, acc);
+    }
 }
 
 /* this thread's share [*r0, *r1) of n rows, in multiples of 4 rows */
@@ -181,21 +216,23 @@ static void attend(const float *q, const float *k_cache, const float *v_cache, c
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
-/* Returns 0 on success, 1 if scratch memory could not be allocated (nothing is written then). */
-int jal_decode_step(const jal_model *m, float *h, const float *cos_, const float *sin_, const int32_t *table,
-                    int64_t ctx, float *logits, int nthreads) {
+/* B sequences, one new token each: h [B, H] (embedded tokens in, final hidden states out), cos/sin [B, d],
+ * tables [B, max_blocks] (each sequence's block table, padded), ctx [B] (tokens in each sequence's cache
+ * after this step, the new one included), logits [B, V] out.
+ * Returns 0 on success, 1 if scratch memory could not be allocated (nothing is written then). */
+int jal_decode_step(const jal_model *m, int64_t B, float *h, const float *cos_, const float *sin_,
+                    const int32_t *tables, int64_t max_blocks, const int64_t *ctx, float *logits, int nthreads) {
     const int64_t H = m->hidden, nh = m->n_heads, nkv = m->n_kv, d = m->head_dim, I = m->inter;
-    const int64_t bs = m->block_size, nqkv = (nh + 2 * nkv) * d, pos = ctx - 1;
-    const int64_t slot = (int64_t)table[pos / bs] * bs + pos % bs;
-    const int64_t group = nh / nkv;
+    const int64_t bs = m->block_size, nqkv = (nh + 2 * nkv) * d, group = nh / nkv;
     if (nthreads < 1) nthreads = 1;
-    int64_t wide = H > I ? H : I;
-    /* shared: qkv, attention out, gate/up activations; per thread: normed input, a row buffer, scores */
-    size_t shared_n = (size_t)(nqkv + nh * d + I);
-    size_t per_thread = (size_t)(H + wide + ctx + 8);
+    int64_t max_ctx = 1;
+    for (int64_t b = 0; b < B; b++) max_ctx = ctx[b] > max_ctx ? ctx[b] : max_ctx;
+    /* shared: q/k/v rows, attention outputs, gate/up rows; per thread: the normed inputs, attention scores */
+    size_t shared_n = (size_t)(B * (nqkv + nh * d + 2 * I));
+    size_t per_thread = (size_t)(B * H + max_ctx + 8);
     float *buf = (float *)malloc(sizeof(float) * (shared_n + per_thread * (size_t)nthreads));
     if (!buf) return 1;
-    float *qkv = buf, *att = qkv + nqkv, *act = att + nh * d;
+    float *qkv = buf, *att = qkv + B * nqkv, *gu = att + B * nh * d;
     barrier_t bar = {0, 0, nthreads};
 
 #ifdef _OPENMP
@@ -212,54 +249,61 @@ int jal_decode_step(const jal_model *m, float *h, const float *cos_, const float
 #ifdef _OPENMP
 #pragma omp barrier
 #endif
-        float *xn = buf + shared_n + per_thread * (size_t)tid;
-        float *tmp = xn + H, *scores = tmp + wide;
+        float *xn = buf + shared_n + per_thread * (size_t)tid; /* [B, H] */
+        float *scores = xn + B * H;
         int64_t r0, r1;
         for (int64_t l = 0; l < m->n_layers; l++) {
             const jal_layer *L = m->layers + l;
-            /* attention block */
-            rmsnorm(h, L->in_norm, xn, H, L->eps);
+            /* attention block: every thread normalises all B rows (cheap) so the GEMM needs no extra barrier */
+            for (int64_t b = 0; b < B; b++) rmsnorm(h + b * H, L->in_norm, xn + b * H, H, L->eps);
             share(nqkv, tid, nt, &r0, &r1);
-            gemv_rows(L->qkv_w, xn, qkv + r0, H, r0, r1);
+            gemm_rows(L->qkv_w, xn, qkv, B, H, H, nqkv, r0, r1, 0);
             if (L->qkv_b)
-                for (int64_t r = r0; r < r1; r++) qkv[r] += L->qkv_b[r];
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t r = r0; r < r1; r++) qkv[b * nqkv + r] += L->qkv_b[r];
             barrier_wait(&bar, &sense);
-            for (int64_t hd = tid; hd < nh + nkv; hd += nt) { /* q heads then k heads */
-                float *x = qkv + hd * d;
+            for (int64_t job = tid; job < B * (nh + nkv); job += nt) { /* (sequence, q head | k head) */
+                int64_t b = job / (nh + nkv), hd = job % (nh + nkv);
+                float *x = qkv + b * nqkv + hd * d;
                 const float *nw = hd < nh ? L->q_norm : L->k_norm;
                 if (nw) rmsnorm(x, nw, x, d, L->qk_eps);
-                rope(x, cos_, sin_, d);
+                rope(x, cos_ + b * d, sin_ + b * d, d);
                 if (hd >= nh) {
-                    int64_t g = hd - nh;
+                    int64_t g = hd - nh, pos = ctx[b] - 1;
+                    int64_t slot = (int64_t)tables[b * max_blocks + pos / bs] * bs + pos % bs;
                     memcpy(L->k_cache + (slot * nkv + g) * d, x, sizeof(float) * d);
-                    memcpy(L->v_cache + (slot * nkv + g) * d, qkv + (nh + nkv + g) * d, sizeof(float) * d);
+                    memcpy(L->v_cache + (slot * nkv + g) * d, qkv + b * nqkv + (nh + nkv + g) * d, sizeof(float) * d);
                 }
             }
             barrier_wait(&bar, &sense);
-            for (int64_t hd = tid; hd < nh; hd += nt)
-                attend(qkv + hd * d, L->k_cache, L->v_cache, table, ctx, bs, nkv, hd / group, d, L->scale, scores,
-                       att + hd * d);
+            for (int64_t job = tid; job < B * nh; job += nt) { /* (sequence, q head) */
+                int64_t b = job / nh, hd = job % nh;
+                attend(qkv + b * nqkv + hd * d, L->k_cache, L->v_cache, tables + b * max_blocks, ctx[b], bs, nkv,
+                       hd / group, d, L->scale, scores, att + (b * nh + hd) * d);
+            }
             barrier_wait(&bar, &sense);
             share(H, tid, nt, &r0, &r1);
-            gemv_rows(L->o_w, att, tmp, nh * d, r0, r1);
-            for (int64_t r = r0; r < r1; r++) h[r] += L->o_b ? tmp[r - r0] + L->o_b[r] : tmp[r - r0];
+            gemm_rows(L->o_w, att, h, B, nh * d, nh * d, H, r0, r1, 1); /* residual: h += o_proj(att) */
+            if (L->o_b)
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t r = r0; r < r1; r++) h[b * H + r] += L->o_b[r];
             barrier_wait(&bar, &sense);
-            /* MLP block: this thread's gate rows, then the same up rows, streamed whole */
-            rmsnorm(h, L->post_norm, xn, H, L->eps);
+            /* MLP block: this thread's gate rows and the same up rows, so SiLU(gate) * up needs no barrier */
+            for (int64_t b = 0; b < B; b++) rmsnorm(h + b * H, L->post_norm, xn + b * H, H, L->eps);
             share(I, tid, nt, &r0, &r1);
-            gemv_rows(L->gu_w, xn, act + r0, H, r0, r1);
-            gemv_rows(L->gu_w + I * H, xn, tmp, H, r0, r1);
-            for (int64_t r = r0; r < r1; r++) act[r] = silu(act[r]) * tmp[r - r0];
+            gemm_rows(L->gu_w, xn, gu, B, H, H, 2 * I, r0, r1, 0);
+            gemm_rows(L->gu_w, xn, gu, B, H, H, 2 * I, I + r0, I + r1, 0); /* up rows */
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t r = r0; r < r1; r++) gu[b * 2 * I + r] = silu(gu[b * 2 * I + r]) * gu[b * 2 * I + I + r];
             barrier_wait(&bar, &sense);
-            share(H, tid, nt, &r0, &r1);
-            gemv_rows(L->down_w, act, tmp, I, r0, r1);
-            for (int64_t r = r0; r < r1; r++) h[r] += tmp[r - r0];
+            share(H, tid, nt, &r0, &r1); /* residual: h += down_proj(act), act = gu's first I of each row */
+            gemm_rows(L->down_w, gu, h, B, I, 2 * I, H, r0, r1, 1);
             barrier_wait(&bar, &sense);
         }
         /* final norm and LM head */
-        rmsnorm(h, m->final_norm, xn, H, m->final_eps);
+        for (int64_t b = 0; b < B; b++) rmsnorm(h + b * H, m->final_norm, xn + b * H, H, m->final_eps);
         share(m->vocab, tid, nt, &r0, &r1);
-        gemv_rows(m->lm_head, xn, logits + r0, H, r0, r1);
+        gemm_rows(m->lm_head, xn, logits, B, H, H, m->vocab, r0, r1, 0);
     }
     free(buf);
     return 0;

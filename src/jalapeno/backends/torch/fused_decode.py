@@ -1,16 +1,18 @@
-"""Fused one-token CPU decode step for dense GQA decoders (Llama / SmolLM2 / Mistral / Qwen2 / Qwen3).
+"""Fused CPU decode step for dense GQA decoders (Llama / SmolLM2 / Mistral / Qwen2 / Qwen3).
 
-At batch 1 a decode step reads every weight once, so its speed is memory bandwidth; run as ~30 PyTorch ops
-per layer it reached only 38-51 % of the copy-bandwidth roofline on a 2-core AVX2 machine (docs/performance.md).
-:func:`fused_decode_step` instead makes one call into ``jalapeno/kernels/cpu_decode.c``: the whole step (every
-layer, final norm and LM head) in one OpenMP region, each GEMV split by rows over all threads.
+A decode step of a few sequences reads every weight once, so its speed is memory bandwidth; run as ~30
+PyTorch ops per layer it reached only 38-51 % of the copy-bandwidth roofline at batch 1 on a 2-core AVX2
+machine (docs/performance.md). :func:`fused_decode_step` instead makes one call into
+``jalapeno/kernels/cpu_decode.c``: the whole step (every layer, final norm and LM head, for every sequence
+in it) in one OpenMP region, each weight matrix's rows split over all threads.
 
 It is an optimisation of :meth:`CausalLM.forward` and nothing else: same weights (the model's own tensors, the
 ``batched`` row-major layout), same paged KV cache, same block table, same outputs to float32 rounding
 (tests/torch/test_fused_decode.py compares it with the PyTorch path and with ``transformers``). A step uses it
-only when everything matches what the kernel implements (:func:`plan_for`): CPU, float32, one sequence feeding
-one token, every layer a plain dense GQA block without sliding window or sinks, float weights fused and
-row-major. Anything else, or a machine without a C compiler, runs the PyTorch path.
+only when everything matches what the kernel implements (:func:`plan_for`): CPU, float32, every sequence
+feeding one token (at most :data:`MAX_BATCH` of them), every layer a plain dense GQA block without sliding
+window or sinks, float weights fused and row-major. Anything else (prefill and mixed steps included), or a
+machine without a C compiler, runs the PyTorch path.
 """
 
 from __future__ import annotations
@@ -201,8 +203,8 @@ def plan_for(model: nn.Module, kv_caches: list[tuple[torch.Tensor, ...]], block_
         return None
     fn = lib.jal_decode_step
     fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.POINTER(_Model), _f, _f, _f, ctypes.POINTER(ctypes.c_int32), ctypes.c_int64, _f,
-                   ctypes.c_int]
+    fn.argtypes = [ctypes.POINTER(_Model), ctypes.c_int64, _f, _f, _f, ctypes.POINTER(ctypes.c_int32),
+                   ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), _f, ctypes.c_int]
     arr = (_Layer * len(layers))()
     for i, (layer, ts) in enumerate(zip(layers, per_layer)):
         attn = layer.self_attn
@@ -216,29 +218,42 @@ def plan_for(model: nn.Module, kv_caches: list[tuple[torch.Tensor, ...]], block_
     return plan
 
 
-def eligible_step(model: nn.Module, input_ids: torch.Tensor, meta: StepMetadata, logits_index: torch.Tensor) -> bool:
-    """One sequence feeding one token on CPU in float32, and the fused kernel not switched off."""
+#: most sequences one fused step takes. Its GEMM reads each weight row once and multiplies it by every
+#: sequence's row while it sits in L1: bandwidth-bound steps (few sequences) gain most, 2.3-2.9x at 4-8
+#: sequences on the 2-core AVX2 VM; from ~32 sequences the step is compute-bound and MKL/oneDNN's blocked
+#: GEMMs are as fast or faster, so larger decode batches take the PyTorch path (docs/performance.md)
+MAX_BATCH = 24
+
+
+def eligible_step(model: nn.Module, input_ids: torch.Tensor, meta: StepMetadata) -> bool:
+    """A pure decode step (every sequence feeds one token) of at most :data:`MAX_BATCH` sequences on CPU, and
+    the fused kernel not switched off for this model."""
     return (
-        input_ids.numel() == 1 and len(meta.query_lens) == 1 and logits_index.numel() == 1
-        and input_ids.device.type == "cpu" and getattr(model, "fused_decode", True)
-        and not getattr(model, "_decode_plan_disabled", False)
+        meta.max_q == 1 and input_ids.numel() <= MAX_BATCH and input_ids.device.type == "cpu"
+        and getattr(model, "fused_decode", True) and not getattr(model, "_decode_plan_disabled", False)
     )
 
 
 def fused_decode_step(
-    plan: DecodePlan, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: StepMetadata, threads: int
+    plan: DecodePlan, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: StepMetadata,
+    logits_index: torch.Tensor, threads: int,
 ) -> torch.Tensor:
-    """Run the step for the embedded token ``x [1, H]`` (overwritten with the final hidden state); returns
-    float32 logits ``[1, vocab]``."""
-    h = x.reshape(-1).contiguous().clone()
-    cos = cos.reshape(-1).contiguous()
-    sin = sin.reshape(-1).contiguous()
-    table = meta.block_tables[0].contiguous()
-    logits = torch.empty(1, plan.vocab, dtype=torch.float32)
+    """Run the step for the embedded tokens ``x [B, H]`` (one per sequence, in ``meta``'s order); returns
+    float32 logits ``[len(logits_index), vocab]`` for the rows in ``logits_index``."""
+    b = x.shape[0]
+    h = x.contiguous().clone()
+    cos = cos.reshape(b, -1).contiguous()
+    sin = sin.reshape(b, -1).contiguous()
+    tables = meta.block_tables.contiguous()
+    ctx = meta.context_lens.contiguous()
+    logits = torch.empty(b, plan.vocab, dtype=torch.float32)
     rc = plan.fn(
-        ctypes.byref(plan.model), _ptr(h), _ptr(cos), _ptr(sin),
-        ctypes.cast(table.data_ptr(), ctypes.POINTER(ctypes.c_int32)), meta.contexts[0], _ptr(logits), threads,
+        ctypes.byref(plan.model), b, _ptr(h), _ptr(cos), _ptr(sin),
+        ctypes.cast(tables.data_ptr(), ctypes.POINTER(ctypes.c_int32)), tables.shape[1],
+        ctypes.cast(ctx.data_ptr(), ctypes.POINTER(ctypes.c_int64)), _ptr(logits), threads,
     )
     if rc != 0:
         raise MemoryError("fused CPU decode step could not allocate its scratch buffers")
-    return logits
+    if logits_index.numel() == b and (b == 1 or bool((logits_index == torch.arange(b)).all())):
+        return logits
+    return logits.index_select(0, logits_index)

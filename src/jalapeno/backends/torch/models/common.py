@@ -193,10 +193,11 @@ class CausalLM(nn.Module):
         """Run one step over ``input_ids [T]``; returns float32 logits ``[len(logits_index), vocab]``."""
         x = self.model.embed_tokens(input_ids)
         cos, sin = rope_cos_sin(meta.positions, self.inv_freq, self.rope_attention_factor, x.dtype)
-        if eligible_step(self, input_ids, meta, logits_index):
+        if eligible_step(self, input_ids, meta):
             plan = plan_for(self, kv_caches, meta.block_size)
-            if plan is not None:  # one token of one sequence: the whole step in one C call (fused_decode.py)
-                return fused_decode_step(plan, x, cos, sin, meta, max(gemv_thread_count(), torch.get_num_threads()))
+            if plan is not None:  # a pure decode step on CPU: the whole step in one C call (fused_decode.py)
+                threads = max(gemv_thread_count(), torch.get_num_threads())
+                return fused_decode_step(plan, x, cos, sin, meta, logits_index, threads)
         for layer, cache in zip(self.model.layers, kv_caches):
             x = layer(x, cos, sin, meta, cache)
         x = self.model.norm(x[logits_index])

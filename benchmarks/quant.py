@@ -255,7 +255,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     sections = []
     load = f", load average {os.getloadavg()[0]:.1f} at start" if hasattr(os, "getloadavg") else ""
-    cpu_name = f"CPU ({platform.machine()}, {torch.get_num_threads()} threads{load}; every path is PyTorch)"
+    cpu_name = f"CPU ({platform.machine()}, {torch.get_num_threads()} threads{load}; quantized and bf16 paths are PyTorch, float32 decode runs the fused C kernel)"
     if args.skip_matmul:
         kept = _existing_section(DOC, "CPU\n")
         if kept:

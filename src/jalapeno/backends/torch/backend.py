@@ -50,10 +50,11 @@ class TorchBackend(Backend):
     when the engine calls :meth:`num_kv_blocks` (with its block size), and reused by later engines.
     ``quantize`` ("fp8" | "mxfp4") quantizes the float linear layers at load time (docs/quantization.md);
     block-scaled checkpoints (DeepSeek FP8, GPT-OSS MXFP4) stay quantized without it.
-    ``weight_layout``: "batched" (default) stores float CPU weights row-major, fastest for batched decode;
-    "single" stores the tall ones input-major, ~25% faster one-sequence decode (latency-bound serving) and
-    slower batches (:mod:`jalapeno.backends.torch.linear`). With ``loaded=``, the shared model is re-laid out
-    in place.
+    ``weight_layout``: "batched" (default) stores float CPU weights row-major; decode steps of dense GQA models
+    then run the fused C kernel (:mod:`jalapeno.backends.torch.fused_decode`, 2-3x the PyTorch ops at 1-8
+    sequences). "single" stores the tall ones input-major: ~25% faster one-sequence decode through PyTorch ops,
+    for models the kernel does not cover, and slower batches (:mod:`jalapeno.backends.torch.linear`). With
+    ``loaded=``, the shared model is re-laid out in place.
     """
 
     def __init__(

@@ -14,7 +14,8 @@ No single layout wins both regimes (docs/performance.md): input-major tall matri
 threads). So the layout is a load-time choice, :data:`WEIGHT_LAYOUTS`:
 
 * ``"batched"`` (default): row-major weights, as loaded; oneDNN for 2-64 rows.
-* ``"single"``: the tall float ``nn.Linear`` weights are stored input-major **in place of** the row-major copy
+* ``"single"``: (for models the fused CPU decode kernel does not cover; it reads row-major weights, see
+  :mod:`jalapeno.backends.torch.fused_decode`) the tall float ``nn.Linear`` weights are stored input-major **in place of** the row-major copy
   (no memory is duplicated): ``module.weight`` stays a ``[out, in]`` tensor with the Hugging Face name and
   values, only its strides say the storage is transposed (``stride == (1, out)``), so ``state_dict``,
   ``nn.Linear.forward`` and weight readers keep working.

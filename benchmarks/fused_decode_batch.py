@@ -24,7 +24,7 @@ from engine_cpu import jalapeno_run  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batches", default="1,4,8,12,16,24,32,64")
+    ap.add_argument("--batches", default="1,4,8,12,16,24,32,48,64")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--decode-tokens", type=int, default=32)
     args = ap.parse_args()

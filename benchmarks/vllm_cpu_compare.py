@@ -27,7 +27,10 @@ Method:
   generator); decode tok/s = batch * (N - 1) / (wall(N new tokens) - wall(1 new token)); prefill tok/s =
   ``--prefill-len`` / wall(1 new token) for one long prompt. Each side is warmed up on each batch first.
 * noise: the machine is shared, so for every measurement the two sides alternate (ours, then vLLM) ``--repeat``
-  times and the best of each is kept; the load average is recorded before and after.
+  times and the best of each is kept; the load average is recorded before and after. Each side's measurement
+  starts after ``--settle`` idle seconds: after every request vLLM's model worker keeps busy-polling its
+  shared-memory message queue for 1 s (one full core; vLLM's ``SpinCondition``), which would otherwise be
+  charged to our side on a 2-core machine.
 * threads: ours ``torch.set_num_threads(--threads)``; vLLM's model worker gets one OpenMP thread per core in
   ``--vllm-bind`` (vLLM's own engine-core/front-end processes run beside it, as vLLM ships).
 * agreement: one prompt is decoded greedily by both sides; the length of the common token prefix is reported
@@ -224,6 +227,9 @@ def main() -> None:
     ap.add_argument("--vllm-env", action="append", default=[], metavar="KEY=VALUE",
                     help="extra environment for the vLLM process (e.g. OMP_WAIT_POLICY=PASSIVE, LD_PRELOAD=...)")
     ap.add_argument("--model-dir", default=DEFAULT_MODEL_DIR, help="HF export of our weights (created if missing)")
+    ap.add_argument("--settle", type=float, default=1.5,
+                    help="seconds idle before each side's measurement: after a request vLLM's model worker "
+                         "busy-polls its shared-memory queue for 1 s (a full core), which must not land on our side")
     ap.add_argument("--agree-tokens", type=int, default=32)
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
@@ -276,7 +282,9 @@ def main() -> None:
             worker.run(prompts, 2)
             ours_runs, ref_runs = [], []
             for _ in range(reps):
+                time.sleep(args.settle)
                 ours_runs.append(engine_cpu.jalapeno_run(backend, prompts, args.decode_tokens))
+                time.sleep(args.settle)
                 ref_runs.append(vllm_run(worker, prompts, args.decode_tokens))
             ours, ref = best(ours_runs), best(ref_runs)
             rows.append({"batch": b, "path": "fused" if b <= MAX_BATCH else "torch-ops",
@@ -289,7 +297,9 @@ def main() -> None:
         engine_cpu._engine_wall(backend, [long[:64]], 1)
         worker.run([long[:64]], 1)
         for _ in range(reps):
+            time.sleep(args.settle)
             ours_pf.append(len(long) / engine_cpu._engine_wall(backend, [long], 1))
+            time.sleep(args.settle)
             vllm_pf.append(len(long) / worker.run([long], 1)["wall"])
         load_after = os.getloadavg()
     finally:
@@ -304,7 +314,7 @@ def main() -> None:
         "vllm": {"version": info["vllm"], "torch": info["torch"], "load_s": info["load_s"], "env": info["env"],
                  "llm_kwargs": info["llm_kwargs"], "log": log_path},
         "model_dir": str(model_dir),
-        "decode_tokens": args.decode_tokens, "prompt_len": args.prompt_len,
+        "decode_tokens": args.decode_tokens, "prompt_len": args.prompt_len, "settle_s": args.settle,
         "decode": rows,
         "prefill": {"tokens": args.prefill_len, "jalapeno_tok_s": max(ours_pf), "vllm_tok_s": max(vllm_pf),
                     "ratio": max(ours_pf) / max(vllm_pf), "jalapeno_runs_tok_s": [round(x, 1) for x in ours_pf],

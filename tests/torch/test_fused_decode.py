@@ -132,7 +132,7 @@ def test_odd_dimensions(tmp_path, monkeypatch):
             for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
                 proj.bias.normal_(0, 0.5)
     hf.save_pretrained(tmp_path)
-    backend = TorchBackend(tmp_path, num_blocks=16)
+    backend = TorchBackend(tmp_path, num_blocks=24)
     backend.num_kv_blocks(4)
     prompt = torch.randint(0, 131, (18,), generator=torch.Generator().manual_seed(1)).tolist()
     calls = _counting(monkeypatch)
@@ -141,6 +141,23 @@ def test_odd_dimensions(tmp_path, monkeypatch):
     with torch.no_grad():
         ref = hf(torch.tensor([prompt])).logits[0, -1:]
     torch.testing.assert_close(fused, ref, atol=1e-4, rtol=1e-4)
+    # 11 sequences (the kernel's pairs-of-rows path, odd row counts, a remainder of 3 sequences)
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(0, 131, (int(n),), generator=g).tolist() for n in torch.randint(2, 9, (11,), generator=g)]
+    slices = []
+    for i, p in enumerate(prompts):
+        table = [2 * i, 2 * i + 1]  # block size 4: up to 8 tokens in two blocks of its own
+        backend.runner.forward([SeqSlice(0, len(p) - 1, table)], p[:-1], [len(p) - 2])
+        slices.append(SeqSlice(len(p) - 1, 1, table))
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out = backend.runner.forward(slices, [p[-1] for p in prompts], list(range(len(prompts))))
+    finally:
+        torch.set_num_threads(old)
+    for i, p in enumerate(prompts):
+        with torch.no_grad():
+            torch.testing.assert_close(out[i], hf(torch.tensor([p])).logits[0, -1], atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("family", DENSE)

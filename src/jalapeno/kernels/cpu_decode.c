@@ -97,8 +97,8 @@ static float dot(const float *a, const float *b, int64_t n) {
 
 /* Y[b * ldy + r] (=, or += when acc) W[r, :] . X[b, :] for weight rows r0..r1-1 and the B rows of X
  * ([B, in], row stride ldx). Each weight row is read from memory once: B == 1 takes 4 weight rows per pass (they
- * share each load of x); otherwise each weight row is multiplied by tiles of 8, 4 and 1 rows of X while it
- * sits in L1. */
+ * share each load of x); up to 8 rows of X, each weight row is multiplied by tiles of 8, 4 and 1 rows of X
+ * while it sits in L1; from 20 rows of X on, pairs of weight rows by tiles of 4 (rows2_tile4). */
 static inline void store(float *y, float s, int acc) { *y = acc ? *y + s : s; }
 
 #define ROW_TILE(T)                                                                                         \
@@ -121,9 +121,57 @@ ROW_TILE(8)
 ROW_TILE(4)
 ROW_TILE(1)
 
+/* two weight rows times four X rows: 8 accumulators, 6 loads per 8 FMAs (each x load serves two weight rows),
+ * which keeps more sequences' worth of X traffic off L2 than one row times eight (measured 1.2-1.5x faster
+ * from 16 sequences on; slower at 8, where the step is still bandwidth-bound) */
+static inline void rows2_tile4(const float *w0, const float *w1, const float *X, float *Y, int64_t in, int64_t ldx,
+                               int64_t ldy, int64_t r, int64_t b0, int acc) {
+    const float *x0 = X + b0 * ldx, *x1 = x0 + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx;
+    v8f a00 = {0}, a01 = {0}, a02 = {0}, a03 = {0}, a10 = {0}, a11 = {0}, a12 = {0}, a13 = {0};
+    int64_t i = 0;
+    for (; i + 8 <= in; i += 8) {
+        v8f u = load8(w0 + i), v = load8(w1 + i);
+        v8f p = load8(x0 + i), q = load8(x1 + i), s = load8(x2 + i), t = load8(x3 + i);
+        a00 += u * p;
+        a01 += u * q;
+        a02 += u * s;
+        a03 += u * t;
+        a10 += v * p;
+        a11 += v * q;
+        a12 += v * s;
+        a13 += v * t;
+    }
+    float o[8] = {hsum8(a00), hsum8(a01), hsum8(a02), hsum8(a03), hsum8(a10), hsum8(a11), hsum8(a12), hsum8(a13)};
+    for (; i < in; i++) {
+        o[0] += w0[i] * x0[i];
+        o[1] += w0[i] * x1[i];
+        o[2] += w0[i] * x2[i];
+        o[3] += w0[i] * x3[i];
+        o[4] += w1[i] * x0[i];
+        o[5] += w1[i] * x1[i];
+        o[6] += w1[i] * x2[i];
+        o[7] += w1[i] * x3[i];
+    }
+    for (int j = 0; j < 4; j++) {
+        store(Y + (b0 + j) * ldy + r, o[j], acc);
+        store(Y + (b0 + j) * ldy + r + 1, o[4 + j], acc);
+    }
+}
+
 static void gemm_rows(const float *W, const float *X, float *Y, int64_t B, int64_t in, int64_t ldx, int64_t ldy,
                       int64_t r0, int64_t r1, int acc) {
     int64_t r = r0;
+    if (B >= 20) {
+        for (; r + 2 <= r1; r += 2) {
+            const float *w0 = W + r * in, *w1 = w0 + in;
+            int64_t b = 0;
+            for (; b + 4 <= B; b += 4) rows2_tile4(w0, w1, X, Y, in, ldx, ldy, r, b, acc);
+            for (; b < B; b++) {
+                row_tile1(w0, X, Y, in, ldy, ldx, r, b, acc);
+                row_tile1(w1, X, Y, in, ldy, ldx, r + 1, b, acc);
+            }
+        }
+    }
     if (B == 1) {
         const float *x = X;
         for (; r + 4 <= r1; r += 4) {

@@ -219,10 +219,10 @@ def plan_for(model: nn.Module, kv_caches: list[tuple[torch.Tensor, ...]], block_
 
 
 #: most sequences one fused step takes. Its GEMM reads each weight row once and multiplies it by every
-#: sequence's row while it sits in L1: bandwidth-bound steps (few sequences) gain most, 2.3-2.9x at 4-8
-#: sequences on the 2-core AVX2 VM; from ~32 sequences the step is compute-bound and MKL/oneDNN's blocked
-#: GEMMs are as fast or faster, so larger decode batches take the PyTorch path (docs/performance.md)
-MAX_BATCH = 24
+#: sequence's row while it sits in L1: bandwidth-bound steps (few sequences) gain most, 2.3-3x at 1-8
+#: sequences on the 2-core AVX2 VM; from ~8 sequences the step is compute-bound, and at ~48 MKL/oneDNN's
+#: blocked GEMMs are as fast, so larger decode batches take the PyTorch path (docs/performance.md)
+MAX_BATCH = 32
 
 
 def eligible_step(model: nn.Module, input_ids: torch.Tensor, meta: StepMetadata) -> bool:

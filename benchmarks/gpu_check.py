@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -35,22 +34,14 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "torch"))  # torch_helpers: the tiny HF models of every family
+sys.path.insert(0, str(ROOT / "benchmarks"))  # quant.py: the CUDA-event timer
 
 
 def cuda_time(fn, reps: int = 20) -> float:
-    """Median seconds of ``fn()`` on the current stream (3 warm-ups)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = []
-    for _ in range(reps):
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b) / 1e3)
-    return statistics.median(out)
+    """Median seconds of ``fn()`` on the current stream (CUDA events; quant.py's timer)."""
+    from quant import _time_cuda
+
+    return _time_cuda(fn, reps)
 
 
 # --- 1. paged decode ---------------------------------------------------------------------------------------

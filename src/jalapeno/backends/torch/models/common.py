@@ -171,8 +171,8 @@ class CausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         inv_freq, self.rope_attention_factor = rope_frequencies(cfg.rope, rope_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
-        #: run one-sequence, one-token CPU steps through the fused C kernel where it applies (fused_decode.py);
-        #: False forces the PyTorch path (tests and benchmarks compare the two)
+        #: run pure decode steps on CPU (every sequence feeds one token) through the fused C kernel where it
+        #: applies (fused_decode.py); False forces the PyTorch path (tests and benchmarks compare the two)
         self.fused_decode = True
 
     def fuse(self, input_major_layout: bool = False) -> None:

@@ -34,7 +34,13 @@ class KernelUnavailable(RuntimeError):
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("JALAPENO_CACHE", Path.home() / ".cache" / "jalapeno")) / "kernels"
+    env = os.environ.get("JALAPENO_CACHE")
+    if env:
+        return Path(env) / "kernels"
+    try:
+        return Path.home() / ".cache" / "jalapeno" / "kernels"
+    except RuntimeError:  # no home directory (some service accounts): a per-machine temp folder
+        return Path(tempfile.gettempdir()) / "jalapeno-kernels"
 
 
 def find_compiler() -> str | None:

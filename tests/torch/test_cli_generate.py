@@ -7,19 +7,11 @@ import json
 
 import pytest
 
-from jalapeno.cli import main
 
-from torch_helpers import hf_greedy
+from torch_helpers import hf_greedy, run_generate
 
 
-def _run(args, capsys):
-    code = 0
-    try:
-        main(["generate", *args])
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+_run = run_generate
 
 
 @pytest.mark.parametrize("layout", ["auto", "batched", "single"])

@@ -16,7 +16,6 @@ from torch import nn
 from jalapeno.backends.torch.attention import SeqSlice
 from jalapeno.backends.torch.backend import TorchBackend
 from jalapeno.backends.torch.loader import load_model
-from jalapeno.cli import main
 from jalapeno.quant import (
     Fp8BlockLinear,
     Mxfp4Linear,
@@ -28,7 +27,7 @@ from jalapeno.quant import (
     stored_bytes,
 )
 
-from torch_helpers import build_hf, hf_greedy
+from torch_helpers import build_hf, hf_greedy, run_generate
 
 PROMPT = [5, 17, 99, 3, 64, 23]
 QUANTIZERS = {
@@ -37,15 +36,7 @@ QUANTIZERS = {
 }
 
 
-def _run(args, capsys):
-    capsys.readouterr()  # drop what fixtures printed (e.g. save_pretrained's progress bar)
-    code = 0
-    try:
-        main(["generate", *args])
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code or 0, out.out, out.err
+_run = run_generate
 
 
 def _fake_quantized(hf: nn.Module, fmt: str) -> nn.Module:

@@ -104,3 +104,17 @@ def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
     mask = torch.ones_like(ids)  # explicit: HF would otherwise treat pad-id tokens in the prompt as padding
     out = model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, eos_token_id=None)
     return out[0, len(prompt) :].tolist()
+
+
+def run_generate(args: list[str], capsys) -> tuple[int, str, str]:
+    """``jalapeno generate ARGS`` in-process: (exit code, stdout, stderr), fixtures' earlier output dropped."""
+    from jalapeno.cli import main
+
+    capsys.readouterr()  # drop what fixtures printed (e.g. save_pretrained's progress bar)
+    code = 0
+    try:
+        main(["generate", *args])
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code or 0, out.out, out.err

@@ -1,7 +1,8 @@
 """Hardware described as data: the pydantic schema of one chip's YAML file.
 
 Every number is a :class:`Fact`: a value together with the source it was read from and its status
-(``vendor-peak``, ``announced``, ``measured``, ``third-party``, ``seed``, ``inferred`` or ``unknown``).
+(``vendor-peak``, ``announced``, ``measured``, ``third-party``, ``seed``, ``inferred``, ``fitted`` (by
+``jalapeno calibrate`` from measurements), ``designed`` (by ``jalapeno design``) or ``unknown``).
 Units are fixed by field name: TFLOPS (dense, 1e12 FLOP/s), GB (1e9 B), TB/s (1e12 B/s), GB/s (1e9 B/s),
 microseconds, watts, USD per chip-hour. Network bandwidths are **per chip, per direction** (unidirectional).
 
@@ -14,7 +15,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Status = Literal["vendor-peak", "announced", "measured", "third-party", "seed", "inferred", "unknown"]
+Status = Literal[
+    "vendor-peak", "announced", "measured", "third-party", "seed", "inferred", "fitted", "designed", "unknown"
+]
 
 #: Compute dtypes a chip may execute natively. ``fp4`` covers MXFP4/NVFP4 tensor-core rates.
 ComputeDtype = Literal["bf16", "fp16", "fp8", "fp4", "int8", "int4"]
@@ -123,6 +126,42 @@ class Energy(_Strict):
     source: str = "defaults"
 
 
+class Calibration(_Strict):
+    """How a chip's serving parameters (its ``efficiency`` block) were obtained: the confidence label that
+    ``simulate``, sweeps, ``recommend`` and the report show next to every answer.
+
+    * ``calibrated``: fitted on ``points`` published (or the user's own) measured serving points of this chip;
+      ``median_error_pct`` is the median |error| on points held out of that fit (``metric`` names which).
+    * ``transferred``: taken from the calibration of ``transferred_from`` (a chip of the same family/stack).
+    * ``uncalibrated``: vendor peaks and kernel-level fractions only; no serving measurement checked it.
+    """
+
+    status: Literal["calibrated", "transferred", "uncalibrated"] = "uncalibrated"
+    points: int = Field(default=0, ge=0)
+    median_error_pct: float | None = Field(default=None, ge=0)
+    metric: str = "output_tput_per_gpu"
+    transferred_from: str | None = None
+    source: str = ""
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Calibration":
+        if self.status == "transferred" and not self.transferred_from:
+            raise ValueError("calibration status 'transferred' needs transferred_from (the chip it came from)")
+        if self.status == "calibrated" and self.points < 1:
+            raise ValueError("calibration status 'calibrated' needs points >= 1 (how many measurements were fitted)")
+        return self
+
+    def label(self) -> str:
+        """One short human label, e.g. 'calibrated (212 pts, 9.8% median error)'."""
+        if self.status == "calibrated":
+            err = f", {self.median_error_pct:.1f}% median error" if self.median_error_pct is not None else ""
+            return f"calibrated ({self.points} pts{err})"
+        if self.status == "transferred":
+            return f"transferred from {self.transferred_from}"
+        return "uncalibrated"
+
+
 class Price(_Strict):
     usd_per_hour: Fact  # per chip-hour
 
@@ -144,6 +183,8 @@ class ChipSpec(_Strict):
     power: Power
     price: Price | None = None
     efficiency: Efficiency = Field(default_factory=Efficiency)
+    #: how ``efficiency``'s serving parameters were obtained (the confidence label of every answer)
+    calibration: Calibration = Field(default_factory=Calibration)
     energy: Energy = Field(default_factory=Energy)
     #: chips sold/deployed together as one unit (8 for HGX, 72 for NVL72, 256 for LPX), for reports
     system_size: int = Field(default=1, ge=1)

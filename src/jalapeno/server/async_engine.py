@@ -2,6 +2,8 @@
 
 Requests and aborts enter through a thread-safe queue and are applied between steps; each step's outputs go
 back to the event loop with one ``loop.call_soon_threadsafe`` per step, into per-request ``asyncio.Queue``s.
+A step that fails because of one request (the backend raises ``SequenceFailed``) aborts that request alone and
+the loop steps again for the rest; any other step failure fails the requests in flight, and the loop goes on.
 
 Pacing (simulated backends): the engine runs on its virtual clock, and the thread releases a step's tokens when
 wall time reaches ``anchor_wall + (virtual − anchor_virtual) × time_scale`` (1.0 = the simulated chip's real
@@ -19,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from jalapeno.engine.interface import SequenceFailed
 from jalapeno.engine.sequence import RequestOutput, SamplingParams, Sequence
 
 log = logging.getLogger("jalapeno.server")
@@ -148,6 +151,11 @@ class AsyncEngine:
                 anchor = (time.perf_counter(), self.engine.clock.now())
             try:
                 outs = self.engine.step()
+            except SequenceFailed as exc:  # one request's fault: abort it alone; the others step again
+                log.warning("request %s failed: %s", exc.seq_id, exc.message)
+                self.engine.abort(exc.seq_id)
+                self._deliver_one(exc.seq_id, EngineError(f"request failed: {exc.message}"), final=True)
+                continue
             except Exception as exc:  # noqa: BLE001 - fail the in-flight requests, keep serving
                 log.exception("engine step failed")
                 self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}")

@@ -14,6 +14,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -47,6 +48,8 @@ class ServerConfig:
     vocab_size: int | None = None
     time_scale: float = 1.0
     owned_by: str = "jalapeno"
+    #: request bodies beyond this many bytes are refused with a 413 before they are read in full
+    max_request_bytes: int = 16 * 2**20
 
 
 @dataclass
@@ -247,12 +250,25 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
                 code="invalid_api_key",
             )
 
+    async def read_body(request: Request) -> bytes:
+        limit = cfg.max_request_bytes
+        too_large = APIError(
+            f"request body exceeds {limit} bytes (the server's --max-request-bytes)",
+            status=413,
+            code="request_too_large",
+        )
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise too_large
+        buf = bytearray()
+        async for chunk in request.stream():
+            buf += chunk
+            if len(buf) > limit:
+                raise too_large
+        return bytes(buf)
+
     async def parse(request: Request, model_cls):
-        raw = await request.body()
-        try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise APIError(f"request body is not valid JSON ({exc})", code="invalid_json") from None
+        data = _load_json(await read_body(request))
         if not isinstance(data, dict):
             raise APIError("request body must be a JSON object", code="invalid_json")
         try:
@@ -270,6 +286,13 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
         return req
 
     def make_prompt(p: str | list[int]) -> _Prompt:
+        """Token ids (or the length) of a prompt; runs in a worker thread (tokenising is slow)."""
+        if isinstance(p, str) and (least := codec.min_prompt_len(p)) >= cfg.max_model_len:
+            raise APIError(
+                f"prompt has at least {least} tokens; the context is {cfg.max_model_len}",
+                param="prompt",
+                code="context_length_exceeded",
+            )
         if isinstance(p, list):
             if cfg.vocab_size is not None and max(p) >= cfg.vocab_size:
                 raise APIError(f"token id {max(p)} is outside the vocabulary (size {cfg.vocab_size})", param="prompt")
@@ -280,6 +303,14 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
                 raise APIError("prompt is empty after tokenisation", param="prompt")
             return _Prompt(ids, len(ids))
         return _Prompt(None, codec.prompt_len(p))
+
+    def chat_prompt(req: ChatCompletionRequest) -> _Prompt:
+        try:
+            msgs = [{"role": m.role, "content": m.text()} for m in req.messages]
+            rendered = codec.chat_prompt(msgs)
+        except ValueError as exc:
+            raise APIError(str(exc), param="messages") from None
+        return make_prompt(rendered)
 
     def sampling_for(req, prompt: _Prompt, max_tokens: int | None) -> tuple[SamplingParams, frozenset[int]]:
         room = cfg.max_model_len - prompt.length
@@ -394,7 +425,7 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
     async def completions(request: Request):
         check_auth(request)
         req: CompletionRequest = await parse(request, CompletionRequest)
-        prompt = make_prompt(req.prompt)  # type: ignore[arg-type]
+        prompt = await asyncio.to_thread(make_prompt, req.prompt)  # type: ignore[arg-type]
         sp, stop_ids = sampling_for(req, prompt, req.max_tokens)
         gen = _Generation(state, prompt, sp, req.stop, stop_ids)  # type: ignore[arg-type]
         return await run(request, gen, req.stream, req.include_usage, chat=False)
@@ -403,12 +434,7 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
     async def chat_completions(request: Request):
         check_auth(request)
         req: ChatCompletionRequest = await parse(request, ChatCompletionRequest)
-        try:
-            msgs = [{"role": m.role, "content": m.text()} for m in req.messages]
-            rendered = codec.chat_prompt(msgs)
-        except ValueError as exc:
-            raise APIError(str(exc), param="messages") from None
-        prompt = make_prompt(rendered)
+        prompt = await asyncio.to_thread(chat_prompt, req)
         sp, stop_ids = sampling_for(req, prompt, req.effective_max_tokens)
         gen = _Generation(state, prompt, sp, req.stop, stop_ids)  # type: ignore[arg-type]
         return await run(request, gen, req.stream, req.include_usage, chat=True)
@@ -443,6 +469,27 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
 
 
 _CLIENT_GONE = object()
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _load_json(raw: bytes) -> Any:
+    """The request body as JSON, or a 400: malformed, nested too deep, or holding a lone UTF-16 surrogate
+    (``"\\ud800"`` is valid JSON but not text: it could never be tokenised nor sent back)."""
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise APIError(f"request body is not valid JSON ({exc})", code="invalid_json") from None
+    except RecursionError:
+        raise APIError("request body is nested too deeply", code="invalid_json") from None
+    if _SURROGATE_ESCAPE.search(raw):  # rare: only then pay for the exact check
+        try:
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise APIError(
+                "request body holds a lone UTF-16 surrogate (\\ud800-\\udfff not in a pair): send valid text",
+                code="invalid_json",
+            ) from None
+    return data
 
 
 async def _watch_disconnect(request: Request, gen: _Generation, every_s: float = 0.25) -> None:

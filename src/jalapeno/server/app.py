@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -50,6 +50,11 @@ class ServerConfig:
     owned_by: str = "jalapeno"
     #: request bodies beyond this many bytes are refused with a 413 before they are read in full
     max_request_bytes: int = 16 * 2**20
+    #: a request body must arrive in full within this many seconds (else 408)
+    body_timeout_s: float = 30.0
+    #: host names the Host header may carry (None: any); `jalapeno serve` passes the bound names, so a page
+    #: that rebinds its own DNS name to 127.0.0.1 cannot reach a keyless server on loopback
+    allowed_hosts: frozenset[str] | None = None
 
 
 @dataclass
@@ -117,6 +122,11 @@ class _Generation:
         if self._q is not None:
             self._q.put_nowait(_CLIENT_GONE)
 
+    def shut_down(self) -> None:
+        """The server is shutting down: end :meth:`batches` with a 503 at its next wait."""
+        if self._q is not None:
+            self._q.put_nowait(_SHUTDOWN)
+
     async def batches(self) -> AsyncIterator[list[_Delta]]:
         """Deltas in batches: everything the engine has delivered by the time the consumer asks (one delta per
         engine step, so a stream still carries one event per step; a slow consumer gets them in one write)."""
@@ -125,6 +135,7 @@ class _Generation:
         self._q = q
         detok = s.codec.detokenizer(self.prompt.ids)
         self._done = False
+        s.live.add(self)
         try:
             while not self.client_gone:
                 items = [await q.get()]
@@ -132,6 +143,10 @@ class _Generation:
                     items.append(q.get_nowait())
                 if self.client_gone:
                     return
+                if _SHUTDOWN in items:
+                    raise APIError(
+                        "the server is shutting down; retry elsewhere", status=503, type="server_error", code="shutdown"
+                    )
                 out: list[_Delta] = []
                 for item in items:
                     d = self._apply(item, sid, detok)
@@ -152,6 +167,7 @@ class _Generation:
                 if out:
                     yield out
         finally:
+            s.live.discard(self)
             if not self._done:
                 s.engine.abort(sid)  # client disconnected / cancelled: free its KV blocks now
 
@@ -197,6 +213,15 @@ class _State:
     codec: Codec
     metrics: ServerMetrics
     eos_ids: tuple[int, ...] = ()
+    #: requests in flight (ended by :meth:`drain` at shutdown)
+    live: set = field(default_factory=set)
+    shutting_down: bool = False
+
+    def drain(self) -> None:
+        """Refuse new requests and end every request in flight with a 'shutting down' error (event loop)."""
+        self.shutting_down = True
+        for gen in list(self.live):
+            gen.shut_down()
 
 
 def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
@@ -213,8 +238,12 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
         finally:
             aeng.stop()
 
-    app = FastAPI(title="Jalapeño OpenAI-compatible server", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="Jalapeño OpenAI-compatible server", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.jalapeno = state
+    if cfg.allowed_hosts is not None:
+        app.add_middleware(_HostCheck, allowed=cfg.allowed_hosts)
 
     def err(e: APIError) -> JSONResponse:
         return JSONResponse(e.body(), status_code=e.status)
@@ -238,6 +267,8 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
         return err(APIError(f"internal error: {type(exc).__name__}", status=500, type="internal_error"))
 
     def check_auth(request: Request) -> None:
+        if state.shutting_down:
+            raise APIError("the server is shutting down; retry elsewhere", status=503, type="server_error", code="shutdown")
         if not cfg.api_key:
             return
         got = request.headers.get("authorization", "")
@@ -261,10 +292,16 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
         if declared.isdigit() and int(declared) > limit:
             raise too_large
         buf = bytearray()
-        async for chunk in request.stream():
-            buf += chunk
-            if len(buf) > limit:
-                raise too_large
+        try:
+            async with asyncio.timeout(cfg.body_timeout_s):
+                async for chunk in request.stream():
+                    buf += chunk
+                    if len(buf) > limit:
+                        raise too_large
+        except TimeoutError:
+            raise APIError(
+                f"request body not received within {cfg.body_timeout_s:g} s", status=408, code="request_timeout"
+            ) from None
         return bytes(buf)
 
     async def parse(request: Request, model_cls):
@@ -469,6 +506,36 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
 
 
 _CLIENT_GONE = object()
+_SHUTDOWN = object()
+
+
+def host_name(host_header: str) -> str:
+    """The name part of a Host header: ``"[::1]:8000"`` → ``"::1"``, ``"Example.com:80"`` → ``"example.com"``."""
+    h = host_header.strip().lower()
+    if h.startswith("["):
+        return h[1 : h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+class _HostCheck:
+    """Pure ASGI middleware: a request whose Host header names no allowed host gets an OpenAI-style 400."""
+
+    def __init__(self, app, allowed: frozenset[str]) -> None:
+        self.app = app
+        self.allowed = frozenset(a.lower() for a in allowed)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            raw = next((v for k, v in scope["headers"] if k == b"host"), b"")
+            name = host_name(raw.decode("latin-1"))
+            if name not in self.allowed:
+                err = APIError(
+                    f"Host '{name}' is not served here (start the server with --allowed-hosts to add it)",
+                    code="invalid_host",
+                )
+                await JSONResponse(err.body(), status_code=400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 

@@ -31,6 +31,20 @@ def serve(
     max_model_len: int | None = typer.Option(None, "--max-model-len", help="Context limit (prompt + output)."),
     block_size: int = typer.Option(16, "--block-size"),
     log_level: str = typer.Option("info", "--log-level"),
+    max_request_bytes: int = typer.Option(
+        16 * 2**20, "--max-request-bytes", help="Refuse request bodies larger than this (413)."
+    ),
+    shutdown_timeout: float = typer.Option(
+        5.0, "--shutdown-timeout", help="On SIGTERM, seconds open requests may finish before they are ended."
+    ),
+    header_timeout: float = typer.Option(10.0, "--header-timeout", help="Close connections whose headers stall."),
+    body_timeout: float = typer.Option(30.0, "--body-timeout", help="408 when a request body stalls this long."),
+    keep_alive_timeout: float = typer.Option(5.0, "--keep-alive-timeout", help="Close idle connections after this."),
+    allowed_hosts: str | None = typer.Option(
+        None,
+        "--allowed-hosts",
+        help="Comma-separated Host names to accept ('*' = any); default: the names of the bound address.",
+    ),
 ) -> None:
     """Serve /v1/completions, /v1/chat/completions, /v1/models, /health and /metrics."""
     from jalapeno.engine.config import EngineConfig
@@ -39,6 +53,17 @@ def serve(
         raise ConfigError(f"--backend must be cpu, cuda or sim (got '{backend}')")
     if not 0 < port < 65536:
         raise ConfigError(f"--port must be in 1..65535 (got {port})")
+    if api_key is not None and not api_key.strip():
+        raise ConfigError("--api-key is empty (which would serve without a key): give a key, or leave it out")
+    for name, v in (
+        ("--max-request-bytes", max_request_bytes),
+        ("--shutdown-timeout", shutdown_timeout),
+        ("--header-timeout", header_timeout),
+        ("--body-timeout", body_timeout),
+        ("--keep-alive-timeout", keep_alive_timeout),
+    ):
+        if not v > 0:
+            raise ConfigError(f"{name} must be > 0 (got {v})")
     ecfg = EngineConfig(
         block_size=block_size,
         max_num_seqs=max_num_seqs,
@@ -72,15 +97,51 @@ def serve(
             max_model_len=max_model_len,
         )
 
-    import uvicorn
+    from dataclasses import replace
 
     from jalapeno.server.app import build_app
+    from jalapeno.server.lifecycle import make_server
 
-    app = build_app(served.engine, served.codec, served.config)
+    scfg = replace(
+        served.config,
+        max_request_bytes=max_request_bytes,
+        body_timeout_s=body_timeout,
+        allowed_hosts=hosts_for(host, allowed_hosts),
+    )
+    app = build_app(served.engine, served.codec, scfg)
     where = f"http://{host}:{port}"
     typer.echo(
         f"serving '{served.config.model_name}' ({backend}) at {where}/v1"
         + (" (API key required)" if served.config.api_key else ""),
         err=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    server = make_server(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        drain=app.state.jalapeno.drain,
+        shutdown_timeout_s=shutdown_timeout,
+        header_timeout_s=header_timeout,
+        keep_alive_s=keep_alive_timeout,
+    )
+    server.run()
+
+
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def hosts_for(bind: str, allowed: str | None) -> frozenset[str] | None:
+    """Host names a request may name: ``--allowed-hosts`` ('*' = any), else the bound address's names (a
+    loopback address: every loopback name; a wildcard address: any, since its names are unknown)."""
+    if allowed is not None:
+        names = frozenset(h.strip().lower() for h in allowed.split(",") if h.strip())
+        if not names:
+            raise ConfigError("--allowed-hosts is empty: name at least one host, or '*' for any")
+        return None if "*" in names else names
+    b = bind.strip().lower().strip("[]")
+    if b in ("0.0.0.0", "::", ""):
+        return None
+    if b in _LOOPBACK or b.startswith("127."):
+        return _LOOPBACK | {b}
+    return frozenset({b})

@@ -148,3 +148,21 @@ def test_non_streamed_request_whose_client_leaves_is_aborted(slow_server):
     st = served.engine.stats
     assert st.running == 0 and st.waiting == 0 and st.kv_blocks_used == 0
     assert st.tokens_generated < 200 * 2000 / 4 + 3000  # stopped long before 3000 tokens
+
+
+def test_timing_samples_are_streamed_not_kept(make_sim_server):
+    """Per-token timing samples go into /metrics' histogram each step; the engine keeps none of them (memory
+    must not grow with every token served). Gaps counted: every token after a request's first."""
+    served, srv = make_sim_server(0.0)
+    lengths = [3 + (i * 5) % 20 for i in range(12)]
+
+    async def main():
+        async with httpx.AsyncClient(timeout=60) as client:
+            return await asyncio.gather(*(_stream(client, srv.url, n, i) for i, n in enumerate(lengths)))
+
+    asyncio.run(main())
+    vals, _ = served.engine.itl_samples()
+    assert vals.size == 0
+    text = httpx.get(srv.url + "/metrics").text
+    count = float(re.search(r"^jalapeno_inter_token_latency_seconds_count (\S+)$", text, re.M).group(1))
+    assert count == sum(n - 1 for n in lengths)

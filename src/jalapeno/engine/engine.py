@@ -372,6 +372,16 @@ class Engine:
             cnts.append(np.full(len(gaps), w, dtype=np.int64))
         return np.concatenate(vals), np.concatenate(cnts)
 
+    def take_itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`itl_samples`, then forget them: a long-running server drains them every step into streaming
+        statistics, so memory does not grow with every token served."""
+        with self._lock:
+            out = self.itl_samples()
+            self._itl_v.clear()
+            self._itl_c.clear()
+            self._itl_arrays.clear()
+        return out
+
     def run(self, workload: "Workload") -> "SimResult":
         """Drive ``workload`` (a :class:`jalapeno.workload.Workload`) to completion on this engine's clock."""
         from jalapeno.engine.driver import run_workload

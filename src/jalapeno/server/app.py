@@ -229,6 +229,7 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
     with the app's lifespan."""
     aeng = AsyncEngine(engine, time_scale=cfg.time_scale)
     state = _State(cfg, aeng, codec, ServerMetrics(aeng.stats), tuple(codec.eos_token_ids))
+    aeng.on_itl = state.metrics.observe_itl
 
     @asynccontextmanager
     async def lifespan(_app):

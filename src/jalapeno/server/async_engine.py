@@ -19,7 +19,10 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from jalapeno.engine.interface import SequenceFailed
 from jalapeno.engine.sequence import RequestOutput, SamplingParams, Sequence
@@ -57,6 +60,8 @@ class AsyncEngine:
         self._lock = threading.Lock()
         self._stats: dict = {}
         self.steps = 0
+        #: called on the engine thread with each step's inter-token gaps (s) and their counts
+        self.on_itl: Callable[[np.ndarray, np.ndarray], None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -168,6 +173,9 @@ class AsyncEngine:
                     self._stop.wait(delay)
             self._refresh_stats()
             self._deliver(outs)
+            vals, counts = self.engine.take_itl_samples()  # bounded memory: streamed into statistics
+            if self.on_itl is not None and len(vals):
+                self.on_itl(vals, counts)
 
     def _fail_all(self, msg: str) -> None:
         with self._lock:

@@ -49,8 +49,11 @@ class _Handle:
 class AsyncEngine:
     """Thread owner of an engine. ``submit`` (from asyncio) returns a queue of :class:`RequestOutput`."""
 
-    def __init__(self, engine: Any, *, time_scale: float = 1.0) -> None:
+    def __init__(self, engine: Any, *, time_scale: float = 1.0, max_backlog: int = 4096) -> None:
         self.engine = engine
+        #: back-pressure: a request whose consumer has left this many step outputs unread (a client that does
+        #: not read its stream) is aborted, so the server never buffers a whole output for it
+        self.max_backlog = max_backlog
         self.paced = bool(engine.backend.is_simulated) and time_scale > 0
         self.time_scale = time_scale
         self._cmds: queue.SimpleQueue = queue.SimpleQueue()
@@ -195,6 +198,7 @@ class AsyncEngine:
 
     def _deliver(self, outs: list[RequestOutput]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+        stalled: list[int | str] = []
         with self._lock:
             for o in outs:
                 h = self._handles.get(o.seq_id)
@@ -202,7 +206,14 @@ class AsyncEngine:
                     continue  # aborted meanwhile
                 if o.finished:
                     del self._handles[o.seq_id]
+                elif h.queue.qsize() >= self.max_backlog:  # len() of a deque: safe to read from this thread
+                    del self._handles[o.seq_id]
+                    stalled.append(o.seq_id)
+                    o = EngineError(f"the client left {self.max_backlog} steps of output unread; request aborted")
                 by_loop.setdefault(h.loop, []).append((h.queue, o))
+        for sid in stalled:
+            log.warning("request %s aborted: its client is not reading", sid)
+            self.engine.abort(sid)
         for loop, items in by_loop.items():
             try:
                 loop.call_soon_threadsafe(_put_all, items)

@@ -25,6 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help text is plain: "[r·L, L]" must not be read as a rich style tag
 )
 
 # Packages that contribute commands, in help order. A package listed here must define
@@ -87,16 +88,22 @@ def _ensure_registered(argv: list[str] | None) -> None:
         _register(COMMAND_PACKAGES)
 
 
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
-) -> None:
-    """Jalapeño: chip twin and serving simulator, inference engine, and InferenceX-compatible bench."""
-    if version:
+def _print_version(value: bool) -> None:
+    """Eager option callback: runs while parsing, before click asks for a command."""
+    if value:
         from jalapeno import __version__
 
         typer.echo(f"jalapeno {__version__}")
         raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", is_eager=True, callback=_print_version
+    ),
+) -> None:
+    """Jalapeño: chip twin and serving simulator, inference engine, and InferenceX-compatible bench."""
 
 
 def err_console() -> "Console":
@@ -117,7 +124,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="jalapeno")
     except JalapenoError as exc:
-        err_console().print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True, markup=True)
+        from rich.markup import escape
+
+        err_console().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True, markup=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console().print("interrupted")

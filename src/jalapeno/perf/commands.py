@@ -142,4 +142,4 @@ def _print_table(cm, bd, kv_cap, phase, batch, context, plot) -> None:
         f"kv_capacity_tokens {cap}"
     )
     if plot is not None:
-        c.print(f"roofline chart written to {plot}")
+        c.print(f"roofline chart written to {plot}", markup=False)

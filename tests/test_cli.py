@@ -33,3 +33,22 @@ def test_square_brackets_survive_error_lines(capsys, tmp_path, monkeypatch):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "'jalapeno[ray]'" in err and "[bold]not a style[/bold]" in err
+
+
+@pytest.mark.parametrize(
+    "hide, argv",
+    [
+        ("torch", ["generate", "--prompt", "hi"]),
+        ("fastapi", ["serve", "--backend", "sim", "--hardware", "h100", "--model", "llama-3.1-8b"]),
+    ],
+)
+def test_missing_extra_is_one_line_naming_it(hide, argv):
+    """A fresh interpreter where the extra's module cannot be imported (as after `pip install -e .` alone)."""
+    import subprocess
+    import sys
+
+    code = f"import sys; sys.modules[{hide!r}] = None; from jalapeno.cli import main; main({argv!r})"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert "pip install 'jalapeno[torch,server]'" in p.stderr and f"'{hide}'" in p.stderr

@@ -106,6 +106,35 @@ def _root(
     """Jalapeño: chip twin and serving simulator, inference engine, and InferenceX-compatible bench."""
 
 
+#: top-level modules of the optional extras -> the extra that installs them
+EXTRA_OF_MODULE = {
+    "torch": "torch",
+    "transformers": "torch",
+    "safetensors": "torch",
+    "gguf": "torch",
+    "fastapi": "server",
+    "uvicorn": "server",
+    "starlette": "server",
+    "prometheus_client": "server",
+    "ray": "ray",
+    "pynvml": "gpu",
+}
+
+
+def missing_extra_message(exc: ModuleNotFoundError) -> str | None:
+    """One line naming the extra to install when ``exc`` is a missing optional dependency, else None."""
+    root = (exc.name or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(root)
+    if extra is None:
+        return None
+    msg = f"this command needs '{root}', which is not installed: pip install 'jalapeno[{extra}]'"
+    if extra in ("torch", "server"):
+        msg = f"this command needs '{root}', which is not installed: pip install 'jalapeno[torch,server]'"
+    if extra == "torch":
+        msg += " (CPU-only machine: first pip install torch --index-url https://download.pytorch.org/whl/cpu)"
+    return msg
+
+
 def err_console() -> "Console":
     """A rich console on stderr for error lines (rich is imported only when an error is printed: start-up time
     is part of the simulator's speed budget)."""
@@ -128,6 +157,14 @@ def main(argv: list[str] | None = None) -> None:
 
         err_console().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True, markup=True)
         sys.exit(exc.exit_code)
+    except ModuleNotFoundError as exc:
+        msg = missing_extra_message(exc)
+        if msg is None:
+            raise
+        from rich.markup import escape
+
+        err_console().print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     except KeyboardInterrupt:
         err_console().print("interrupted")
         sys.exit(130)

@@ -184,3 +184,25 @@ def test_empty_api_key_is_refused(key, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--backend", "sim", "--hardware", "h100", "--model", MODEL, "--api-key", key])
     assert exc.value.code == 2 and "--api-key" in capsys.readouterr().err
+
+
+def test_readme_sim_example_serves_without_model():
+    """README: `jalapeno serve --backend sim --hardware jalapeno` (no --model) serves the default model."""
+    port = _free_port()
+    code = "import sys; from jalapeno.cli import main; main(sys.argv[1:])"
+    args = ["serve", "--backend", "sim", "--hardware", "jalapeno", "--port", str(port), "--log-level", "warning"]
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)
+                break
+            except httpx.HTTPError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
+                time.sleep(0.1)
+        assert r.json()["data"][0]["id"] == "llama-3.1-8b"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()

@@ -6,6 +6,9 @@ import typer
 
 from jalapeno.errors import ConfigError
 
+#: what `serve --backend sim` serves without --model
+DEFAULT_SIM_MODEL = "llama-3.1-8b"
+
 
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve)
@@ -14,7 +17,10 @@ def register(app: typer.Typer) -> None:
 def serve(
     backend: str = typer.Option("cpu", "--backend", help="cpu | cuda (PyTorch, real weights) | sim (simulated chip)."),
     model: str | None = typer.Option(
-        None, "--model", help="cpu/cuda: model folder or .gguf (default SmolLM2-135M-Instruct); sim: catalogue model."
+        None,
+        "--model",
+        help=f"cpu/cuda: model folder or .gguf (default SmolLM2-135M-Instruct); sim: catalogue model (default "
+        f"{DEFAULT_SIM_MODEL}).",
     ),
     hardware: str | None = typer.Option(None, "--hardware", help="sim: chip from the catalogue (e.g. h200)."),
     tp: int = typer.Option(1, "--tp", help="sim: tensor-parallel chips."),
@@ -73,13 +79,11 @@ def serve(
     from jalapeno.server import build
 
     if backend == "sim":
-        if not hardware or not model:
-            raise ConfigError(
-                "--backend sim needs --hardware CHIP and --model CATALOGUE_MODEL (e.g. h200 llama-3.1-8b)"
-            )
+        if not hardware:
+            raise ConfigError("--backend sim needs --hardware CHIP (e.g. h200; `jalapeno hardware list`)")
         served = build.build_sim(
             hardware,
-            model,
+            model or DEFAULT_SIM_MODEL,
             tp=tp,
             precision=precision,
             time_scale=time_scale,

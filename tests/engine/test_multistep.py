@@ -3,11 +3,12 @@
 import math
 
 import pytest
-from engine_fakes import FakeCostModel
+from jalapeno.testing.engine_fakes import FakeCostModel
 
-from jalapeno.backends.sim import SimBackend
+from jalapeno.sim.backend import SimBackend
 from jalapeno.engine import Engine, EngineConfig
 from jalapeno.workload import Workload, inferencex_workload
+from jalapeno.sim.client import run_workload
 
 
 def run(wl, max_steps, kv_tokens=1 << 20, cfg=None):
@@ -15,7 +16,7 @@ def run(wl, max_steps, kv_tokens=1 << 20, cfg=None):
     b = SimBackend(cm, keep_trace=True)
     b.max_multi_step = max_steps
     e = Engine(b, cfg or EngineConfig(max_num_seqs=32, max_num_batched_tokens=2048, block_size=16))
-    r = e.run(wl)
+    r = run_workload(e, wl)
     return r, r.metrics(num_chips=8), b, e
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import torch
-from torch_helpers import hf_greedy
+from jalapeno.testing.torch_models import hf_greedy
 
 from jalapeno.backends.torch import backend as backend_mod
 from jalapeno.backends.torch.backend import TorchBackend

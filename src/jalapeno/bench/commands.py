@@ -72,8 +72,8 @@ def bench(
 
     from jalapeno.bench.client import EndpointConfig
     from jalapeno.bench.dataset import WorkloadSpec, build_requests, load_tokenizer
-    from jalapeno.bench.metrics import SLO
     from jalapeno.bench.runner import BenchFailed, LoadSpec, arrival_offsets, run_benchmark
+    from jalapeno.metrics import SLO
     from jalapeno.bench.summary import print_comparison, print_summary
 
     console = Console()

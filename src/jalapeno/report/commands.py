@@ -25,10 +25,12 @@ def sweep_cmd(
     price: List[str] = typer.Option([], "--price", help="override a chip's price, CHIP=USD per chip-hour (repeatable)"),
     pue: float = typer.Option(1.2, "--pue", help="power usage effectiveness for tokens per MW"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="delete results of a different spec already in DIR"),
 ) -> None:
     """Run a grid of simulations (models × chips × layouts × workloads × concurrencies) into DIR/results.parquet.
 
-    Re-running resumes: points already in DIR are skipped. Ctrl-C keeps finished points.
+    Re-running the same spec resumes: points already in DIR are skipped. Ctrl-C keeps finished points. A
+    different spec into a DIR that holds results is refused unless --overwrite.
     """
     from jalapeno.report.economics import parse_prices
     from jalapeno.report.spec import load_sweep
@@ -41,7 +43,9 @@ def sweep_cmd(
     prices = parse_prices(price)
     spec = load_sweep(spec_file)
     try:
-        summary = run_spec(spec, out, workers=workers, ray=ray, prices=prices, pue=pue, progress=not quiet)
+        summary = run_spec(
+            spec, out, workers=workers, ray=ray, prices=prices, pue=pue, progress=not quiet, overwrite=overwrite
+        )
     except KeyboardInterrupt:
         from jalapeno.report.store import ResultStore
 

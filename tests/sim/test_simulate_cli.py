@@ -109,3 +109,29 @@ def test_scenario_column_typo_fails_the_file(tmp_path, capsys):
         main(["simulate", "--scenarios", str(src), "--output", str(tmp_path / "o.csv")])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "hardwre" in err and "hardware" in err
+
+
+def test_power_is_named_predicted_and_dollars_per_mtok_follow_the_price(capsys):
+    """Hand check: $/Mtok = chips × catalogue $/chip-hour / (output tokens/s × 3600 / 1e6)."""
+    from jalapeno.hardware import get_chip
+
+    m = run_json(capsys, *SMALL, "--tp", "2", "--concurrency", "8")
+    assert m["power_measured"] is False and m["power_source"] == "predicted" and m["avg_power_w"] > 0
+    price = float(get_chip("h100").price.usd_per_hour.value)
+    assert m["hourly_cost_usd"] == pytest.approx(2 * price)
+    assert m["usd_per_mtok"] == pytest.approx(2 * price / (m["output_throughput"] * 3600 / 1e6))
+    with pytest.raises(SystemExit):
+        main(["simulate", *SMALL, "--concurrency", "8"])
+        raise SystemExit(0)
+    out = capsys.readouterr().out
+    assert "$ per million output tokens" in out and "predicted" in out
+
+
+@pytest.mark.parametrize("extra", [["--isl", "131000", "--osl", "200"], ["--chain-calls", "3", "--isl", "60000"]])
+def test_requests_beyond_the_context_are_refused(capsys, extra):
+    """llama-3.1-8b's context is 131072 tokens: 131000 + 200 does not fit; nor does a 3-call chain of ~60k."""
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", "--model", "llama-3.1-8b", "--hardware", "h100", "--concurrency", "2",
+              "--num-prompts", "2", "--random-range-ratio", "1.0", "--osl", "64", *extra])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "context of 131072" in err

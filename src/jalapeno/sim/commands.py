@@ -25,8 +25,10 @@ _SUMMARY = (
     ("median_itl_ms", "median ITL (ms)", "{:.2f}"),
     ("median_e2el_ms", "median E2E latency (ms)", "{:,.0f}"),
     ("mean_chain_e2el_ms", "mean chain E2E latency (ms)", "{:,.0f}"),
-    ("avg_power_w", "average power, all chips (W)", "{:,.0f}"),
-    ("output_tokens_per_joule", "output tokens per joule", "{:.3f}"),
+    ("avg_power_w", "average power, all chips (W, predicted)", "{:,.0f}"),
+    ("output_tokens_per_joule", "output tokens per joule (predicted)", "{:.3f}"),
+    ("hourly_cost_usd", "cost of the chips ($/hour)", "{:,.2f}"),
+    ("usd_per_mtok", "$ per million output tokens", "{:,.3f}"),
     ("request_goodput", "goodput (requests/s meeting SLOs)", "{:.3f}"),
 )
 
@@ -53,7 +55,30 @@ def _print_summary(sc, m: dict) -> None:
         t.add_row(label, fmt.format(v))
     s = m.get("sim", {})
     t.add_row("simulated steps / preemptions", f"{s.get('steps', 0):,} / {s.get('preemptions', 0):,}")
-    Console().print(t)
+    con = Console()
+    con.print(t)
+    if m.get("economics_note"):
+        con.print(f"economics: {m['economics_note']}", markup=False, highlight=False)
+
+
+def _economics(sc, m: dict) -> dict:
+    """$/hour of the chips and $ per million output tokens (the report's economics: catalogue prices, SLO
+    compliance when --goodput is given); ``economics_note`` says why a number is missing."""
+    from jalapeno.report.economics import chip_group, economics
+
+    if sc.disaggregated:
+        groups = [
+            chip_group(sc.prefill_hardware or sc.hardware, (sc.prefill_workers or 1) * (sc.prefill_tp or sc.tp)),
+            chip_group(sc.decode_hardware or sc.hardware, (sc.decode_workers or 1) * (sc.decode_tp or sc.tp)),
+        ]
+    else:
+        groups = [chip_group(sc.hardware, int(m["num_chips"]))]
+    eco = economics(m, groups)
+    return {
+        "hourly_cost_usd": eco.hourly_cost_usd,
+        "usd_per_mtok": eco.usd_per_mtok,
+        "economics_note": "; ".join(eco.notes) or None,
+    }
 
 
 def register(app: typer.Typer) -> None:
@@ -135,6 +160,7 @@ def register(app: typer.Typer) -> None:
             hardware_dir=[str(d) for d in hardware_dir or []], framework=framework,
         )
         m = run_scenario(sc)
+        m.update(_economics(sc, m))
         if as_json:
             typer.echo(json.dumps(m, indent=2))
         else:

@@ -207,6 +207,21 @@ def _workload(sc: Scenario):
     )
 
 
+def _check_context(wl, ctx: int, name: str) -> None:
+    """Refuse a workload whose longest call (prompt + output; a chain's last call carries the whole chain)
+    does not fit the model's context, as a real server would refuse the request."""
+    import numpy as np
+
+    n = wl.chain_calls
+    totals = (wl.input_lens + wl.output_lens).reshape(-1, n).sum(axis=1) if n > 1 else wl.input_lens + wl.output_lens
+    longest = int(np.max(totals)) if totals.size else 0
+    if longest > ctx:
+        raise ConfigError(
+            f"the longest request has {longest} tokens (prompt + output), beyond {name}'s context of {ctx}: "
+            "lower --isl/--osl (or the trace's lengths)"
+        )
+
+
 def _kv_link(cm_p, cm_d):
     def side(cm) -> tuple[float, float]:
         chip = cm.chip
@@ -227,6 +242,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False):
     _validate(sc)
     arch = load_model(sc.model)
     wl = _workload(sc)
+    _check_context(wl, int(arch.max_position_embeddings), arch.name)
     slo = SLO.parse(sc.goodput) if sc.goodput else None
 
     def spec_for(cm):

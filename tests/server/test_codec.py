@@ -88,4 +88,4 @@ def test_stop_strings_stream_equals_whole_text_cut(text, stops, cuts):
 def test_min_prompt_len_is_a_lower_bound(byte_bpe, text):
     """The early too-long check never rejects what tokenisation would accept."""
     codec = TokenizerCodec(byte_bpe)
-    assert codec.min_prompt_len(text) <= len(codec.encode(text))
+    assert codec.min_prompt_len(text, 10) <= len(codec.encode(text))

@@ -88,7 +88,7 @@ class _Counting(PlaceholderCodec):
         self.full += 1
         return super().prompt_len(text)
 
-    def min_prompt_len(self, text: str) -> int:
+    def min_prompt_len(self, text: str, limit: int) -> int:
         return len(text.encode()) // 8
 
 

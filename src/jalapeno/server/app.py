@@ -325,7 +325,7 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
 
     def make_prompt(p: str | list[int]) -> _Prompt:
         """Token ids (or the length) of a prompt; runs in a worker thread (tokenising is slow)."""
-        if isinstance(p, str) and (least := codec.min_prompt_len(p)) >= cfg.max_model_len:
+        if isinstance(p, str) and (least := codec.min_prompt_len(p, cfg.max_model_len)) >= cfg.max_model_len:
             raise APIError(
                 f"prompt has at least {least} tokens; the context is {cfg.max_model_len}",
                 param="prompt",

@@ -28,9 +28,9 @@ class Codec(Protocol):
 
     def prompt_len(self, text: str) -> int: ...
 
-    def min_prompt_len(self, text: str) -> int:
-        """A cheap lower bound on ``prompt_len(text)`` (rejects a prompt too long for the context before
-        tokenising all of it)."""
+    def min_prompt_len(self, text: str, limit: int) -> int:
+        """A cheap lower bound on ``prompt_len(text)``, exact when below ``limit`` or not (rejects a prompt too
+        long for the context before tokenising all of it)."""
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str | list[int]: ...
 
@@ -63,8 +63,8 @@ class PlaceholderCodec:
     def prompt_len(self, text: str) -> int:
         return max(1, len(text.split()))
 
-    def min_prompt_len(self, text: str) -> int:
-        return 0  # counting words is as cheap as any bound
+    def min_prompt_len(self, text: str, limit: int) -> int:
+        return len(text.split(None, limit))  # at most limit + 1 words: stops early on a huge prompt
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str:
         # a minimal template: one "<role>:" word per message plus its content words
@@ -126,7 +126,7 @@ class TokenizerCodec:
     def prompt_len(self, text: str) -> int:
         return len(self.encode(text))
 
-    def min_prompt_len(self, text: str) -> int:
+    def min_prompt_len(self, text: str, limit: int) -> int:
         """UTF-8 bytes / the longest token's bytes: no token stands for more bytes than its vocabulary string
         takes in UTF-8 (byte-level BPE and SentencePiece strings spell each byte with one or more bytes)."""
         if self._max_token_bytes is None:

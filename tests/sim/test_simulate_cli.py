@@ -135,3 +135,21 @@ def test_requests_beyond_the_context_are_refused(capsys, extra):
               "--num-prompts", "2", "--random-range-ratio", "1.0", "--osl", "64", *extra])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "context of 131072" in err
+
+
+def test_max_num_batched_tokens_sizes_the_memory_check(capsys):
+    """Groq LP30 (0.5 GB SRAM per chip): Llama-3.1-8B on tp=32 pp=2 leaves no KV room with the default 8192-token
+    activation reserve, as the error says; with --max-num-batched-tokens 512 (the error's own advice) it fits,
+    with the KV capacity of the cost model's memory plan for that budget."""
+    from jalapeno.sim import cost_model_for
+
+    args = ["--model", "llama-3.1-8b", "--hardware", "groq-lp30", "--tp", "32", "--pp", "2", "--concurrency", "4",
+            "--num-prompts", "4", "--isl", "128", "--osl", "8"]
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", *args])
+    assert e.value.code == 2 and "--max-num-batched-tokens" in capsys.readouterr().err
+    # (--max-num-seqs 4: the budget is raised to max_num_seqs when smaller, and the default is 1024)
+    m = run_json(capsys, *args, "--max-num-batched-tokens", "512", "--max-num-seqs", "4")
+    assert m["completed"] == 4
+    plan = cost_model_for("llama-3.1-8b", "groq-lp30", tp=32, pp=2).memory_plan(512)
+    assert m["sim"]["kv_capacity_tokens_per_replica"] == plan.kv_capacity_tokens // 16 * 16

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from jalapeno.errors import CapacityError, ConfigError
+from jalapeno.fmt import num as _num
 
 
 def _shape(phase: str, batch: int, context: int, window: int | None):
@@ -25,17 +26,6 @@ def _op_dict(o) -> dict:
         "net_bytes": o.net_bytes, "time_s": o.time_s, "bound": o.bound, "share": o.share,
         "arithmetic_intensity": o.intensity if o.total_bytes else None,
     }
-
-
-def _num(x: float, digits: int = 3) -> str:
-    """``x`` with about ``digits`` significant digits and never an exponent (human tables)."""
-    import math
-
-    if x == 0 or not math.isfinite(x):
-        return f"{x:g}"
-    decimals = min(6, max(0, digits - 1 - math.floor(math.log10(abs(x)))))
-    text = f"{x:,.{decimals}f}"
-    return text if float(text.replace(",", "")) != 0 else f"<{10 ** -decimals:.{decimals}f}"
 
 
 def _si(x: float, unit: str = "") -> str:

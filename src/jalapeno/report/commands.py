@@ -124,7 +124,9 @@ def _print_recommendation(rec, top: int = 10) -> None:  # noqa: ANN001 - Recomme
 
 
 def _g(v: float | None) -> str:
-    return "–" if v is None else f"{v:.4g}"
+    from jalapeno.fmt import num
+
+    return "–" if v is None else num(v, 4)
 
 
 def report_cmd(

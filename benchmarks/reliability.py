@@ -342,17 +342,19 @@ def part_soak(n: int = 5000, in_flight: int = 64, max_tokens: int = 32) -> dict:
         async def one(c, sem, i, e2e, errs):
             async with sem:
                 t0 = time.perf_counter()
+                why = ""
                 try:
                     r = await c.post(srv.url + "/v1/completions", json={
                         "model": MODEL, "prompt": f"soak {i} " + "w " * (i % 64), "max_tokens": max_tokens,
                         "ignore_eos": True})
                     ok = r.status_code == 200 and r.json()["usage"]["completion_tokens"] == max_tokens
-                except httpx.HTTPError:
-                    ok = False
+                    why = f"HTTP {r.status_code}"
+                except httpx.HTTPError as exc:
+                    ok, why = False, f"{type(exc).__name__}: {exc}"[:120]
                 if ok:
                     e2e.append(time.perf_counter() - t0)
                 else:
-                    errs.append(i)
+                    errs.append(why)
 
         async def run(k, offset):
             sem = asyncio.Semaphore(in_flight)
@@ -370,6 +372,7 @@ def part_soak(n: int = 5000, in_flight: int = 64, max_tokens: int = 32) -> dict:
     finally:
         srv.stop()
     return {"requests": n, "in_flight": in_flight, "tokens": n * max_tokens, "errors": len(errs),
+            "error_kinds": sorted(set(errs)),
             "seconds": elapsed, "p50_e2e_ms": float(np.percentile(e2e, 50) * 1000),
             "p99_e2e_ms": float(np.percentile(e2e, 99) * 1000), "rss_before_mb": rss0, "rss_after_mb": rss1}
 

@@ -3,6 +3,7 @@ section "Chips without serving calibration").
 
     python benchmarks/nongpu_check.py            # predict every check with the catalogue as it is
     python benchmarks/nongpu_check.py --fit      # also print the per-layer latency each FIT row implies
+    python benchmarks/nongpu_check.py --write    # and rewrite the section in docs/fidelity.md (nongpu_check.md)
 
 Each check simulates one request stream (closed loop at concurrency 1, ISL 1024 / OSL 512, the engine's token
 budget 256 tokens so small-SRAM chips can hold the model) with ``jalapeno simulate``'s code path and compares the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from pathlib import Path
 
 from jalapeno.engine.simulate import Scenario, run_scenario
 from jalapeno.errors import JalapenoError
@@ -96,28 +98,52 @@ def fitted_layer_overhead_us(c: Check, tok_s: float) -> float:
     return (1.0 / float(c.published) - tpot0) / layers * 1e6
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--fit", action="store_true", help="print the per-layer latency each fit row implies")
-    args = ap.parse_args()
-    print("| chip | confidence | model | layout | published tok/s/user | predicted | pred / pub | "
-          "share of memory roofline | role | what was published (source) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+def table_lines(fit: bool = False) -> list[str]:
+    """The markdown table of every check (``fit``: also the per-layer latency each fit row implies)."""
+    out = ["| chip | confidence | model | layout | published tok/s/user | predicted | pred / pub | "
+           "share of memory roofline | role | what was published (source) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for c in CHECKS:
+        lay = f"tp{c.tp}" + (f" pp{c.pp}" if c.pp > 1 else "") + (f" {c.precision}" if c.precision != "native" else "")
         try:
             tok_s = predict(c)
         except JalapenoError as exc:
-            print(f"| {c.chip} | – | {c.model} | tp{c.tp} pp{c.pp} | – | {exc} | | | {c.role} | |")
+            out.append(f"| {c.chip} | – | {c.model} | {lay} | – | {exc} | | | {c.role} | |")
             continue
-        lay = f"tp{c.tp}" + (f" pp{c.pp}" if c.pp > 1 else "") + (f" {c.precision}" if c.precision != "native" else "")
         ratio = f"{tok_s / c.published:.2f}" if c.published else "–"
         pub = f"{c.published:,.0f}" if c.published else "none published"
         src = f"{c.what} ({c.source})" if c.source else "–"
         label = get_chip(c.chip).calibration.label()
-        print(f"| {c.chip} | {label} | {c.model} | {lay} ({c.tp * c.pp} chips) | {pub} | {tok_s:,.0f} | {ratio} | "
-              f"{roofline_share(c, tok_s):.0%} | {c.role} | {src} |")
-        if args.fit and c.role == "fit":
-            print(f"    fit: layer_overhead_us = {fitted_layer_overhead_us(c, tok_s):.2f}")
+        out.append(f"| {c.chip} | {label} | {c.model} | {lay} ({c.tp * c.pp} chip{'s' if c.tp * c.pp > 1 else ''}) | {pub} | {tok_s:,.0f} | {ratio} | "
+                   f"{roofline_share(c, tok_s):.0%} | {c.role} | {src} |")
+        if fit and c.role == "fit":
+            out.append(f"    fit: layer_overhead_us = {fitted_layer_overhead_us(c, tok_s):.2f}")
+    return out
+
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "fidelity.md"
+#: the section this script owns in docs/fidelity.md (the last one; benchmarks/fidelity.py keeps it)
+HEADING = "## Chips without serving calibration"
+
+
+def write_section(table: list[str]) -> None:
+    """Replace (or append) the section from :data:`HEADING` to the end of docs/fidelity.md."""
+    text = DOC.read_text(encoding="utf-8")
+    head = text.split(HEADING)[0].rstrip("\n")
+    template = (Path(__file__).with_name("nongpu_check.md")).read_text(encoding="utf-8")
+    DOC.write_text(head + "\n\n" + template.replace("{table}", "\n".join(table)), encoding="utf-8")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fit", action="store_true", help="print the per-layer latency each fit row implies")
+    ap.add_argument("--write", action="store_true", help=f"write the table into docs/fidelity.md ({HEADING})")
+    args = ap.parse_args()
+    lines = table_lines(fit=args.fit)
+    print("\n".join(lines))
+    if args.write:
+        write_section([x for x in lines if x.startswith("|")])
+        print(f"wrote {DOC}")
 
 
 if __name__ == "__main__":

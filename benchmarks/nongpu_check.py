@@ -114,8 +114,9 @@ def table_lines(fit: bool = False) -> list[str]:
         pub = f"{c.published:,.0f}" if c.published else "none published"
         src = f"{c.what} ({c.source})" if c.source else "–"
         label = get_chip(c.chip).calibration.label()
-        out.append(f"| {c.chip} | {label} | {c.model} | {lay} ({c.tp * c.pp} chip{'s' if c.tp * c.pp > 1 else ''}) | {pub} | {tok_s:,.0f} | {ratio} | "
-                   f"{roofline_share(c, tok_s):.0%} | {c.role} | {src} |")
+        n = c.tp * c.pp
+        out.append(f"| {c.chip} | {label} | {c.model} | {lay} ({n} chip{'s' if n > 1 else ''}) | {pub} | {tok_s:,.0f} | "
+                   f"{ratio} | {roofline_share(c, tok_s):.0%} | {c.role} | {src} |")
         if fit and c.role == "fit":
             out.append(f"    fit: layer_overhead_us = {fitted_layer_overhead_us(c, tok_s):.2f}")
     return out

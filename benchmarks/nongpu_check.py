@@ -21,7 +21,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from jalapeno.engine.simulate import Scenario, run_scenario
+from jalapeno.sim.scenario import Scenario, run_scenario
 from jalapeno.errors import JalapenoError
 from jalapeno.hardware import get_chip
 from jalapeno.models import load_model
@@ -81,7 +81,7 @@ def predict(c: Check) -> float:
 def roofline_share(c: Check, tok_s: float) -> float:
     """Share of the memory roofline the prediction reaches: (weight bytes per chip / achievable-free peak
     bandwidth of the level holding them) / TPOT."""
-    from jalapeno.engine.simulate import _cost_model
+    from jalapeno.sim.scenario import _cost_model
 
     cm = _cost_model(scenario(c), load_model(c.model), c.chip, c.tp, c.ep, False)
     plan = cm.memory_plan(max_batch_tokens=256)

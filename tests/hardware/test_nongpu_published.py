@@ -4,7 +4,7 @@ are copied here with their sources; benchmarks/nongpu_check.py prints the full t
 
 import pytest
 
-from jalapeno.engine.simulate import Scenario, run_scenario
+from jalapeno.sim.scenario import Scenario, run_scenario
 from jalapeno.hardware import get_chip
 
 TECHPOWERUP = "https://techpowerup.com/news-tags/Processor?page=3"  # Groq LPU news item, [S20] of hardware-facts.md

@@ -6,13 +6,13 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-import report_fakes
 from jalapeno.cli import main
 from jalapeno.hardware import get_chip
 from jalapeno.report.html import write_report
 from jalapeno.report.recommend import confidence_warnings, rank, recommend
 from jalapeno.report.spec import parse_sweep
 from jalapeno.report.sweep import run_spec
+from jalapeno.testing import report_fakes
 
 
 def test_sweep_parquet_and_report_carry_the_confidence(tmp_path):

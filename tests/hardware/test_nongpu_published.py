@@ -34,3 +34,14 @@ def test_single_stream_within_2x_of_the_published_figure(chip, model, tp, pp, we
     # the fix is the one named parameter, in the chip YAML, with the figure as its source
     eff = get_chip(chip).efficiency
     assert eff.layer_overhead_us > 0 and source in eff.source and "FITTED" in eff.source
+
+
+def test_the_engine_token_budget_sets_the_activation_reserve():
+    # 230 MB of SRAM per Groq chip: 8,192 tokens of activations (~0.36 GB at tp8) leave no room for KV, 256 do
+    from jalapeno.errors import CapacityError
+
+    small = single_stream("groq-lpu", "llama-3.1-8b", 8, 16, "native")
+    assert small["sim"]["kv_capacity_tokens_per_replica"] > 1024
+    with pytest.raises(CapacityError, match="leave no room for the KV cache"):
+        run_scenario(Scenario(model="llama-3.1-8b", hardware="groq-lpu", tp=8, pp=16, isl=1024, osl=512,
+                              concurrency=1, num_prompts=2, max_num_seqs=1, max_num_batched_tokens=8192))

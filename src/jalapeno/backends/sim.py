@@ -86,13 +86,16 @@ class SimBackend(Backend):
 
     max_multi_step = 1 << 30
 
-    def __init__(self, cost_model: CostModelLike, spec: SpecDecode | None = None, keep_trace: bool = False) -> None:
+    def __init__(self, cost_model: CostModelLike, spec: SpecDecode | None = None, keep_trace: bool = False,
+                 state_seqs: int | None = None) -> None:
         self.cm = cost_model
+        #: sequences whose linear-attention state the memory plan reserves (the engine's max_num_seqs)
+        self.state_seqs = state_seqs
         self.spec = spec
         self.k = spec.num_tokens if spec else 0
         self._e_num = int(round(spec.expected_tokens * _ONE)) if spec else _ONE
         self._acc: dict[int | str, int] = {}
-        self.window: int | None = getattr(cost_model.model, "sliding_window", None) or None
+        self.window: int | None = getattr(cost_model.model, "attention_window", None) or None
         self.num_layers: int = max(1, int(getattr(cost_model.model, "num_layers", 1)))
         self._plan = None
         self.trace: list[dict] | None = [] if keep_trace else None
@@ -103,7 +106,10 @@ class SimBackend(Backend):
 
     def memory_plan(self):
         if self._plan is None:
-            self._plan = self.cm.memory_plan()
+            if self.state_seqs and getattr(self.cm.model, "num_linear_layers", 0):
+                self._plan = self.cm.memory_plan(max_seqs=self.state_seqs)  # type: ignore[call-arg]
+            else:
+                self._plan = self.cm.memory_plan()
         return self._plan
 
     @property

@@ -229,7 +229,7 @@ def _engines(sc: Scenario, cm, n: int, spec, k: int, max_seqs: int):
         max_num_batched_tokens=max(sc.max_num_batched_tokens, max_seqs * (1 + k)),
         num_speculative_tokens=k,
     )
-    return [Engine(SimBackend(cm, spec=spec), cfg) for _ in range(n)]
+    return [Engine(SimBackend(cm, spec=spec, state_seqs=max_seqs), cfg) for _ in range(n)]
 
 
 def _kv_link(cm_p, cm_d):

@@ -122,3 +122,28 @@ def test_dsa_without_mla_is_refused():
     raw = json.loads(_entries()["qwen3-32b"][1])["config"]
     with pytest.raises(ConfigError, match="index_topk"):
         arch_from_config(dict(raw, index_topk=2048, index_n_heads=8, index_head_dim=64))
+
+
+def test_models_show_json_reports_state_and_indexer(capsys):
+    from jalapeno.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["models", "show", "qwen3.5-397b-a17b", "--json"])
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    assert e.value.code == 0, out.err
+    rec = json.loads(out.out)
+    assert rec["linear_attention_layers"] == 45 and rec["kv_layers"] == 15
+    assert rec["state_bytes_per_sequence"] == 45 * 4_268_032
+    assert "aiconfigurator-core/0.12.0" in rec["provenance"]["sources"][0]
+    assert rec["arch"]["layer_types"][:4] == ["linear", "linear", "linear", "full"]
+
+
+@pytest.mark.parametrize("name", ["minimax-m2.5", "qwen3.5-397b-a17b", "glm-5"])
+def test_torch_engine_refuses_the_new_families(name):
+    pytest.importorskip("torch")
+    from jalapeno.backends.torch.config import ModelConfig
+
+    raw = json.loads(_entries()[name][1])["config"]
+    with pytest.raises(ConfigError, match="not supported by the torch backend"):
+        ModelConfig.from_hf(raw)

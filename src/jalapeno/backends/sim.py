@@ -95,7 +95,9 @@ class SimBackend(Backend):
         self.k = spec.num_tokens if spec else 0
         self._e_num = int(round(spec.expected_tokens * _ONE)) if spec else _ONE
         self._acc: dict[int | str, int] = {}
-        self.window: int | None = getattr(cost_model.model, "attention_window", None) or None
+        model = cost_model.model  # the keys one query may read: sliding window or DSA top-k (fakes: sliding only)
+        window = getattr(model, "attention_window", None) or getattr(model, "sliding_window", None)
+        self.window: int | None = window or None
         self.num_layers: int = max(1, int(getattr(cost_model.model, "num_layers", 1)))
         self._plan = None
         self.trace: list[dict] | None = [] if keep_trace else None

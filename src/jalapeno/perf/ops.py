@@ -200,7 +200,7 @@ def _linear_attention_ops(m: ModelArch, d: Dims, layer_op, lin_ids, wb: float, d
     layer_op("linear_out_proj", lin_ids, dt_w, 2 * p_o * tok, p_o * wb, p_o * wb, act=tok * (vdim + h) * a)
 
 
-def _indexer_op(m: ModelArch, layer_op, ids, tok, wb: float, dt_w: str, a: float) -> None:
+def _indexer_op(m: ModelArch, layer_op, ids, sp: int, wb: float, dt_w: str, a: float) -> None:
     """DSA lightning indexer, replicated on every tensor-parallel rank (vLLM builds it from replicated
     linears): q from the q latent (wq_b), one shared key per token (wk + LayerNorm), per-head weights
     (weights_proj); it scores EVERY previous key (2 FLOPs per head-dim per head per (query, key) pair, FLOPs
@@ -208,7 +208,7 @@ def _indexer_op(m: ModelArch, layer_op, ids, tok, wb: float, dt_w: str, a: float
     h, ih, idim = m.hidden_size, m.index_n_heads, m.index_head_dim
     p_w = (m.q_lora_rank or h) * ih * idim + h * idim  # wq_b, wk (quantized with the attention)
     p_o = (h * ih + 2 * idim) * 2.0  # weights_proj and the key LayerNorm stay 16-bit
-    sp = 1.0 / tok[IDX["T"]]  # the attention batch split (dp-attention)
+    tok = vec(T=1.0 / sp)  # sp: the attention batch split (dp-attention)
     flops = 2 * (p_w + h * ih) * tok + 2 * ih * idim * vec(P=1.0 / sp, Cr=1.0 / sp)
     ib = m.indexer_bytes_per_token_layer
     kv = ib * vec(K=1.0 / sp, C=1.0 / sp, T=1.0 / sp)  # read every cached key, write the new ones
@@ -310,7 +310,7 @@ def build_ops(
         act = vec(T=1.0 / sp) * d.q_heads * (qk + vd) * a + vec(**{K_att: 1.0 / sp}) * d.q_heads * (nope + vd) * a
         layer_op("attention", all_layers, dt_att, flops, 0.0, 0.0, kv=kv, act=act)
         if m.index_topk:
-            _indexer_op(m, layer_op, all_layers, tok_att, wb, dt_w, a)
+            _indexer_op(m, layer_op, all_layers, sp, wb, dt_w, a)
         p_o = d.q_heads * vd * h
         layer_op("o_proj", all_layers, dt_w, 2 * p_o * tok_att, p_o * wb, p_o * wb,
                  act=tok_att * (d.q_heads * vd + h) * a)

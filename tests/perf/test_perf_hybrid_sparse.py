@@ -169,3 +169,15 @@ def test_simulate_new_models(capsys, model, par):
     m = json.loads(out.out)
     assert m["completed"] == 16 and m["num_chips"] == 8
     assert 0 < m["median_tpot_ms"] < 100 and m["median_ttft_ms"] > 0
+
+
+def test_disaggregated_transfer_carries_the_linear_attention_state():
+    from jalapeno.engine.cluster import KVLink
+    from jalapeno.engine.simulate import _kv_link
+
+    cm = CostModel(load_model("qwen3.5-397b-a17b"), H200, Parallelism(tp=8, ep=8))
+    link = _kv_link(cm, cm)
+    assert link.bytes_per_token == 8 * Q_FULL * 2 * 256 * 2
+    assert link.state_bytes == pytest.approx(Q_LIN * STATE)  # 192 MB per request, whatever the prompt length
+    bare = KVLink(link.latency_s, link.bytes_per_s, link.bytes_per_token)
+    assert link.transfer_s(1000) - bare.transfer_s(1000) == pytest.approx(Q_LIN * STATE / link.bytes_per_s)

@@ -172,8 +172,8 @@ def test_simulate_new_models(capsys, model, par):
 
 
 def test_disaggregated_transfer_carries_the_linear_attention_state():
-    from jalapeno.engine.cluster import KVLink
-    from jalapeno.engine.simulate import _kv_link
+    from jalapeno.sim.cluster import KVLink
+    from jalapeno.sim.scenario import _kv_link
 
     cm = CostModel(load_model("qwen3.5-397b-a17b"), H200, Parallelism(tp=8, ep=8))
     link = _kv_link(cm, cm)

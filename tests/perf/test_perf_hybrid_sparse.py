@@ -181,3 +181,21 @@ def test_disaggregated_transfer_carries_the_linear_attention_state():
     assert link.state_bytes == pytest.approx(Q_LIN * STATE)  # 192 MB per request, whatever the prompt length
     bare = KVLink(link.latency_s, link.bytes_per_s, link.bytes_per_token)
     assert link.transfer_s(1000) - bare.transfer_s(1000) == pytest.approx(Q_LIN * STATE / link.bytes_per_s)
+
+
+def test_roofline_cli_caps_dsa_attention_at_top_k(capsys):
+    def attention_flops(context):
+        with pytest.raises(SystemExit) as e:
+            main(["roofline", "--model", "glm-5-fp8", "--hardware", "h200", "--tp", "8", "--ep", "8", "--phase",
+                  "decode", "--batch", "8", "--context", str(context), "--json"])
+            raise SystemExit(0)
+        out = capsys.readouterr()
+        assert e.value.code == 0, out.err
+        ops = {o["name"]: o for o in json.loads(out.out)["ops"]}
+        return ops["attention"]["flops"], ops["indexer"]["flops"]
+
+    att_10k, idx_10k = attention_flops(10_000)
+    att_40k, idx_40k = attention_flops(40_000)
+    assert att_40k == pytest.approx(att_10k)  # both read the 2048 top-k keys
+    # the indexer's scores grow with the context (8 sequences x 30,000 more keys, on each of the 8 ranks)
+    assert idx_40k - idx_10k == pytest.approx(8 * G_L * 8 * 30_000 * 2 * IH * IDIM, rel=1e-9)

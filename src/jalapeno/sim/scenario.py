@@ -216,7 +216,9 @@ def _kv_link(cm_p, cm_d):
         return float(link.bandwidth_gbps) * 1e9 * eff * holders, float(link.latency_us) * 1e-6
 
     (bw_p, lat_p), (bw_d, lat_d) = side(cm_p), side(cm_d)
-    return KVLink(max(lat_p, lat_d), min(bw_p, bw_d), float(cm_p.memory_plan().kv_bytes_per_token))
+    plan = cm_p.memory_plan()
+    return KVLink(max(lat_p, lat_d), min(bw_p, bw_d), float(plan.kv_bytes_per_token),
+                  float(plan.state_bytes_per_sequence))
 
 
 def run_scenario(sc: Scenario, *, return_result: bool = False):

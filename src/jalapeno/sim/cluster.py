@@ -29,14 +29,16 @@ from jalapeno.workload import Workload
 @dataclass(frozen=True)
 class KVLink:
     """The network between the pools: seconds = ``latency_s + bytes / bytes_per_s``; ``bytes_per_token`` is
-    the KV one prompt token occupies (all layers, all chips holding it)."""
+    the KV one prompt token occupies (all layers, all chips holding it); ``state_bytes`` the linear-attention
+    state each request carries whatever its length (0 without linear attention)."""
 
     latency_s: float
     bytes_per_s: float
     bytes_per_token: float
+    state_bytes: float = 0.0
 
     def transfer_s(self, tokens: int) -> float:
-        return self.latency_s + tokens * self.bytes_per_token / self.bytes_per_s
+        return self.latency_s + (tokens * self.bytes_per_token + self.state_bytes) / self.bytes_per_s
 
 
 def _bound(e: Engine) -> float:

@@ -45,7 +45,9 @@ def serve(
     ),
     header_timeout: float = typer.Option(10.0, "--header-timeout", help="Close connections whose headers stall."),
     body_timeout: float = typer.Option(30.0, "--body-timeout", help="408 when a request body stalls this long."),
-    keep_alive_timeout: float = typer.Option(5.0, "--keep-alive-timeout", help="Close idle connections after this."),
+    keep_alive_timeout: float = typer.Option(
+        30.0, "--keep-alive-timeout", help="Close idle connections after this (above clients' own 5-15 s idle expiry)."
+    ),
     allowed_hosts: str | None = typer.Option(
         None,
         "--allowed-hosts",

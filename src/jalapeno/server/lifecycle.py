@@ -101,7 +101,7 @@ def make_server(
     drain: Callable[[], None],
     shutdown_timeout_s: float = 5.0,
     header_timeout_s: float = 10.0,
-    keep_alive_s: float = 5.0,
+    keep_alive_s: float = 30.0,
 ) -> GracefulServer:
     config = uvicorn.Config(
         app,

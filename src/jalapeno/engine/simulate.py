@@ -65,6 +65,8 @@ class Scenario:
     #: serving-framework profile (jalapeno.perf.frameworks: vllm | sglang | trt-llm): its per-request front-end
     #: latency replaces the chip's generic ``efficiency.request_overhead_ms``; None keeps the chip's
     framework: str | None = None
+    #: power cap in watts: clocks lowered until the modelled power fits (jalapeno.hardware.power_cap); None = rated
+    power_cap_w: float | None = None
 
     @property
     def disaggregated(self) -> bool:
@@ -147,6 +149,8 @@ def _validate(sc: Scenario) -> None:
         raise ConfigError("give --concurrency N (closed loop) or --request-rate R (open loop)")
     if sc.request_rate is not None and not sc.request_rate > 0:
         raise ConfigError(f"--request-rate must be > 0 requests/s (got {sc.request_rate})")
+    if sc.power_cap_w is not None and not sc.power_cap_w > 0:
+        raise ConfigError(f"--power-cap-w must be > 0 watts (got {sc.power_cap_w})")
     if sc.spec_decode is not None and sc.spec_decode not in ("mtp", "draft", "ngram"):
         raise ConfigError(f"--spec-decode {sc.spec_decode!r} must be mtp, draft or ngram")
 
@@ -169,6 +173,10 @@ def _cost_model(sc: Scenario, arch, hardware: str, tp: int, ep: int, dp_attentio
     from jalapeno.perf import CostModel, Parallelism, Precision
 
     chip = get_chip(hardware, sc.hardware_dir) if sc.hardware_dir else get_chip(hardware)
+    if sc.power_cap_w is not None:
+        from jalapeno.hardware.power_cap import apply_power_cap
+
+        chip = apply_power_cap(chip, sc.power_cap_w)
     if ep > 1 and not arch.num_experts:
         raise ConfigError(f"--ep {ep} but {arch.name} is a dense model (no experts); use --ep 1")
     eff = None

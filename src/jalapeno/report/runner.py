@@ -56,7 +56,7 @@ def point_scenario(point: dict):
         model=point["model"], precision=point.get("weights") or "native", kv_dtype=point.get("kv") or "bf16",
         isl=int(point["isl"]), osl=int(point["osl"]), concurrency=int(point["concurrency"]),
         num_prompts=point.get("num_prompts"), goodput=goodput, seed=int(point.get("seed") or 0),
-        framework=point.get("framework") or None, **spec,
+        framework=point.get("framework") or None, power_cap_w=_opt_float(point.get("power_cap_w")), **spec,
     )
     if point.get("mode") == "disaggregated":
         return Scenario(
@@ -69,6 +69,14 @@ def point_scenario(point: dict):
         hardware=point["hardware"], tp=int(point["tp"]), ep=int(point["ep"]), pp=int(point["pp"]),
         dp=int(point["dp"]), dp_attention=bool(point["dp_attention"]), **common,
     )
+
+
+def _opt_float(v: object) -> float | None:
+    """A float, or None for None/NaN (parquet gives NaN for a missing float)."""
+    if v is None:
+        return None
+    f = float(v)  # type: ignore[arg-type]
+    return None if f != f else f
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -4,9 +4,8 @@ through the simulator, the CLI and sweep points."""
 import json
 
 import pytest
-from typer.testing import CliRunner
 
-from jalapeno.cli import app
+from jalapeno.cli import main
 from jalapeno.errors import ConfigError
 from jalapeno.hardware import get_chip
 from jalapeno.hardware.power_cap import apply_power_cap, clock_fraction, power_at_clock
@@ -56,15 +55,22 @@ def test_capped_gpu_runs_slower_and_draws_less_power():
     assert capped["avg_power_w"] <= 350 + 1e-6 < full["avg_power_w"]
 
 
-def test_simulate_cli_flag_and_error_exit():
-    r = CliRunner().invoke(app, ["simulate", "-m", "llama-3.1-8b", "-H", "jalapeno", "--tp", "8", "--concurrency", "4",
-                                 "--num-prompts", "8", "--osl", "64", "--power-cap-w", "550", "--json"])
-    assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["output_throughput"] > 0
-    r = CliRunner().invoke(app, ["simulate", "-m", "llama-3.1-8b", "-H", "jalapeno", "--concurrency", "4",
-                                 "--power-cap-w", "100"])
-    assert r.exit_code == 2
-    assert "static power 140 W" in r.output and "Traceback" not in r.output
+def _main(capsys, *args):
+    with pytest.raises(SystemExit) as e:  # main() exits only on errors; the raise below marks success
+        main(["simulate", *args])
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return e.value.code, out.out, out.err
+
+
+def test_simulate_cli_flag_and_error_exit(capsys):
+    code, out, err = _main(capsys, "-m", "llama-3.1-8b", "-H", "jalapeno", "--tp", "8", "--concurrency", "4",
+                           "--num-prompts", "8", "--osl", "64", "--power-cap-w", "550", "--json")
+    assert code == 0, err
+    assert json.loads(out)["output_throughput"] > 0
+    code, out, err = _main(capsys, "-m", "llama-3.1-8b", "-H", "jalapeno", "--concurrency", "4", "--power-cap-w", "100")
+    assert code == 2
+    assert "static power 140 W" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_sweep_point_carries_the_cap_into_scenario_and_economics():

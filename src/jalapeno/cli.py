@@ -39,6 +39,7 @@ COMMAND_PACKAGES = [
     "server",
     "bench",
     "report",
+    "design",
 ]
 
 
@@ -56,6 +57,7 @@ COMMAND_OWNERS = {
     "recommend": "report",
     "report": "report",
     "demo": "demo",
+    "design": "design",
 }
 
 

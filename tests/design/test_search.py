@@ -37,12 +37,14 @@ def test_interactive_low_batch_moves_weights_into_sram_across_chips(tmp_path):
     res = _run(tmp_path, INTERACTIVE, "inter")
     ok = [r for r in res["rows"] if r["status"] == "ok"]
     assert ok
-    # every design meeting a 2.2 ms p90 TPOT keeps the weights in SRAM (no HBM stacks) on several chips
-    for r in ok:
-        assert r["knobs"]["stacks"] == 0 and r["knobs"]["sram_mb"] > 0
-        assert r["workloads"]["interactive"]["chips"] > 1
-    hbm = [r for r in res["rows"] if r["knobs"]["stacks"] > 0]
-    assert hbm and all(r["status"] == "misses-slo" for r in hbm)
+    # no HBM-only design meets a 2.2 ms p90 TPOT: every one that does holds weights in SRAM
+    assert all(r["knobs"]["sram_mb"] > 0 for r in ok)
+    hbm_only = [r for r in res["rows"] if r["knobs"]["stacks"] > 0 and r["knobs"]["sram_mb"] == 0]
+    assert hbm_only and all(r["status"] == "misses-slo" for r in hbm_only)
+    # the most interactive designs are SRAM-only, the weights spread over >= 8 chips
+    top = max(r["interactivity"] for r in ok)
+    best = [r for r in ok if r["interactivity"] >= 0.99 * top]
+    assert all(r["knobs"]["stacks"] == 0 and r["workloads"]["interactive"]["chips"] >= 8 for r in best)
     # outputs: chip YAMLs of the front, designs.json, the HTML page
     out = tmp_path / "inter"
     front = res["fronts"]["interactivity"]

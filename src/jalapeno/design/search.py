@@ -96,7 +96,7 @@ def score_workload(key: str, chip_dir: str, chip, wl: DesignWorkload, spec: Desi
         for conc in wl.concurrencies:
             sc = _scenario(model=wl.model, hardware=key, tp=tp, pp=pp, precision=spec.precision.weights,
                            kv_dtype=spec.precision.kv, isl=wl.isl, osl=wl.osl, concurrency=conc,
-                           num_prompts=spec.num_prompts or max(8, 2 * conc),
+                           num_prompts=max(spec.num_prompts, conc) if spec.num_prompts else max(8, 2 * conc),
                            goodput=[f"ttft:{wl.slo.ttft_ms}", f"tpot:{wl.slo.tpot_ms}"], hardware_dir=[chip_dir])
             try:
                 m = _simulate(sc)

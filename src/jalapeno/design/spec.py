@@ -74,7 +74,8 @@ class DesignSpec(_Strict):
     description: str = ""
     workloads: list[DesignWorkload] = Field(min_length=1)
     precision: Precision = Precision()
-    #: requests per point: None = max(8, 2 x concurrency) (recommend's small sweeps); fewer = faster
+    #: requests per point: max(num_prompts, concurrency) (one full wave at least); None = max(8, 2 x concurrency)
+    #: (recommend's small sweeps). Fewer requests = faster; benchmarks/design_ranking.py shows the ranking holds
     num_prompts: int | None = Field(default=None, ge=1)
     fixed: dict[str, Any] = Field(default_factory=dict)
     grid: dict[str, list[Any]] = Field(default_factory=dict)

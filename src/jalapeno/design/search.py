@@ -57,9 +57,10 @@ def limit_problem(k: DesignKnobs, ph: PhysicalDesign, spec: DesignSpec) -> str |
     return None
 
 
-def layouts(arch, chip, weights: str, max_chips: int) -> list[tuple[int, int]]:
+def layouts(arch, chip, weights: str, max_chips: int, extra: Iterable[int] = ()) -> list[tuple[int, int]]:
     """(tp, pp) layouts: the fewest power-of-two chips whose resident memory holds the weights with 15% left
-    for KV and activations, and twice that; TP up to the largest power of two dividing the heads, then PP."""
+    for KV and activations, twice that, and the ``extra`` counts above it; TP up to the largest power of two
+    dividing the heads, then PP."""
     need = arch.weight_bytes({"fp4": "mxfp4"}.get(weights, weights))
     have = sum(float(lv.capacity_gb.value or 0) for lv in chip.memory if lv.resident) * 1e9 * 0.85
     n = 1
@@ -69,10 +70,10 @@ def layouts(arch, chip, weights: str, max_chips: int) -> list[tuple[int, int]]:
     while arch.num_heads % (tp_max * 2) == 0:
         tp_max *= 2
     out = []
-    for chips in (n, 2 * n):
+    for chips in sorted({n, 2 * n, *(c for c in extra if c > 2 * n)}):
         tp = min(chips, tp_max)
         pp = chips // tp
-        if chips <= max_chips and pp <= arch.num_layers:
+        if chips <= max_chips and pp <= arch.num_layers and tp * pp == chips:
             out.append((tp, pp))
     return out
 
@@ -92,7 +93,7 @@ def score_workload(key: str, chip_dir: str, chip, wl: DesignWorkload, spec: Desi
     arch = load_model(wl.model)
     price, tdp = float(chip.price.usd_per_hour.value), float(chip.power.tdp_w.value)
     rows, errors = [], []
-    for tp, pp in layouts(arch, chip, spec.precision.weights, spec.limits.max_chips):
+    for tp, pp in layouts(arch, chip, spec.precision.weights, spec.limits.max_chips, wl.chips):
         for conc in wl.concurrencies:
             sc = _scenario(model=wl.model, hardware=key, tp=tp, pp=pp, precision=spec.precision.weights,
                            kv_dtype=spec.precision.kv, isl=wl.isl, osl=wl.osl, concurrency=conc,

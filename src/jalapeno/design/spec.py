@@ -48,6 +48,8 @@ class DesignWorkload(_Strict):
     concurrencies: list[int] = Field(min_length=1)
     slo: SLO
     weight: float = Field(default=1.0, gt=0)
+    #: chip counts per replica to try besides the fewest that hold the weights and twice that (e.g. [8, 64])
+    chips: list[int] = Field(default_factory=list)
 
 
 class Precision(_Strict):

@@ -93,3 +93,48 @@ def test_differential_evolution_scores_and_stores_designs(tmp_path):
     assert len(res["rows"]) >= 4
     assert all(r["knobs"]["stacks"] == 0 and 200 <= r["knobs"]["sram_mb"] <= 2000 for r in res["rows"])
     assert res["fronts"]["interactivity"]
+
+
+class _FakeRay:
+    """A synchronous stand-in for the ray module (the real one takes ~30-50 s to start on a loaded 2-core box;
+    tests/report/test_sweep.py starts a real local instance for the shared _run_ray)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def is_initialized(self):
+        return False
+
+    def init(self, **kw):
+        pass
+
+    def shutdown(self):
+        pass
+
+    def remote(self, fn):
+        outer = self
+
+        class _R:
+            def remote(self, *a):
+                outer.calls += 1
+                return fn(*a)
+
+        return _R()
+
+    def wait(self, refs, num_returns=1):
+        return refs[:1], refs[1:]
+
+    def get(self, ref):
+        return ref
+
+
+def test_ray_path_runs_each_design_as_a_task(tmp_path, monkeypatch):
+    import sys
+
+    fake = _FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    text = INTERACTIVE.replace("sram_mb: [0, 500, 2000], stacks: [0, 8]", "sram_mb: [2000], stacks: [0]")
+    local = _run(tmp_path, text, "local")
+    remote = _run(tmp_path, text, "ray", ray="auto")
+    assert fake.calls == 2
+    assert [r["usd_per_mtok"] for r in remote["rows"]] == pytest.approx([r["usd_per_mtok"] for r in local["rows"]])

@@ -173,11 +173,30 @@ def write_chip_yaml(chip, path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
+def _apply(fn: Callable[[dict], dict], knobs: dict) -> dict:
+    return fn(knobs)
+
+
 def score_many(designs: Iterable[dict], spec: DesignSpec, out_dir: str | Path, workers: int = 1,
-               progress: Callable[[dict], None] | None = None) -> list[dict]:
-    """Score designs on a local process pool (``workers`` 1 = in this process); rows in input order."""
+               progress: Callable[[dict], None] | None = None, ray: str | None = None) -> list[dict]:
+    """Score designs on a local process pool (``workers`` 1 = in this process) or as Ray tasks (``ray`` =
+    "auto" or a cluster address, as ``sweep --ray``); rows in input order."""
     designs = list(designs)
     sj, od = spec.model_dump_json(), str(out_dir)
+    if ray:
+        import functools
+
+        from jalapeno.report.runner import _run_ray
+
+        got: dict[str, dict] = {}
+
+        def sink(row: dict) -> None:
+            got[json.dumps(row["knobs"], sort_keys=True, default=str)] = row
+            if progress:
+                progress(row)
+
+        _run_ray(designs, ray, functools.partial(score_design, spec_json=sj, out_dir=od), sink, task=_apply)
+        return [got[json.dumps(d, sort_keys=True, default=str)] for d in designs]
     if workers <= 1 or len(designs) <= 1:
         rows = []
         for d in designs:
@@ -202,7 +221,8 @@ def objective(row: dict, interactivity_weight: float = 0.0) -> float:
     return math.log(row["usd_per_mtok"]) - interactivity_weight * math.log(row["interactivity"])
 
 
-def de_search(spec: DesignSpec, out_dir: str | Path, workers: int = 1, interactivity_weight: float = 0.0) -> list[dict]:
+def de_search(spec: DesignSpec, out_dir: str | Path, workers: int = 1, interactivity_weight: float = 0.0,
+              ray: str | None = None) -> list[dict]:
     """scipy ``differential_evolution`` over ``spec.ranges`` (integer knobs rounded), every evaluation a scored
     (and stored) design. Returns every row it scored."""
     from scipy.optimize import differential_evolution
@@ -220,7 +240,7 @@ def de_search(spec: DesignSpec, out_dir: str | Path, workers: int = 1, interacti
 
     def f_vec(xs):  # DE's vectorized mode: columns are candidates -> one pool pass per generation
         batch = [to_knobs(xs[:, j]) for j in range(xs.shape[1])]
-        got = score_many(batch, spec, out_dir, workers)
+        got = score_many(batch, spec, out_dir, workers, ray=ray)
         rows.extend(got)
         return [objective(r, interactivity_weight) for r in got]
 

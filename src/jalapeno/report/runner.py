@@ -212,7 +212,9 @@ def _run_local(points: list[dict], workers: int, point_fn: PointFn, sink: Callab
     ex.shutdown(wait=True)
 
 
-def _run_ray(points: list[dict], address: str, point_fn: PointFn, sink: Callable[[dict], None]) -> None:
+def _run_ray(points: list[dict], address: str, point_fn: PointFn, sink: Callable[[dict], None],
+             task: Callable[[PointFn, dict], dict] = execute) -> None:
+    """Run ``task(point_fn, point)`` for every point as Ray tasks (``jalapeno design`` passes its own task)."""
     try:
         import ray
     except ImportError:
@@ -231,8 +233,8 @@ def _run_ray(points: list[dict], address: str, point_fn: PointFn, sink: Callable
                 raise ConfigError(f"--ray {address}: cannot connect to a Ray cluster ({exc}); use --ray auto for a local one") from None
         started = True
     try:
-        task = ray.remote(execute)
-        refs = [task.remote(point_fn, p) for p in points]
+        remote = ray.remote(task)
+        refs = [remote.remote(point_fn, p) for p in points]
         while refs:
             done, refs = ray.wait(refs, num_returns=1)
             sink(ray.get(done[0]))

@@ -45,7 +45,7 @@ def test_cap_under_static_power_is_one_clear_error():
 
 
 def test_capped_gpu_runs_slower_and_draws_less_power():
-    from jalapeno.engine.simulate import Scenario, run_scenario
+    from jalapeno.sim.scenario import Scenario, run_scenario
 
     base = dict(model="llama-3.1-8b", hardware="h100", concurrency=64, num_prompts=64, isl=512, osl=128)
     full = run_scenario(Scenario(**base))

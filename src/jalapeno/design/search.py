@@ -30,14 +30,14 @@ OK, LIMIT, MISS, BAD = "ok", "limit", "misses-slo", "invalid"
 
 
 def _simulate(sc):
-    """The one call into the serving simulator (moves with ``jalapeno.engine.simulate``)."""
-    from jalapeno.engine.simulate import flat, run_scenario
+    """The one call into the serving simulator (:func:`jalapeno.sim.scenario.run_scenario`)."""
+    from jalapeno.sim.scenario import flat, run_scenario
 
     return flat(run_scenario(sc))
 
 
 def _scenario(**kw):
-    from jalapeno.engine.simulate import Scenario
+    from jalapeno.sim.scenario import Scenario
 
     return Scenario(**kw)
 

@@ -138,3 +138,11 @@ def test_ray_path_runs_each_design_as_a_task(tmp_path, monkeypatch):
     remote = _run(tmp_path, text, "ray", ray="auto")
     assert fake.calls == 2
     assert [r["usd_per_mtok"] for r in remote["rows"]] == pytest.approx([r["usd_per_mtok"] for r in local["rows"]])
+
+
+def test_unknown_knob_value_is_a_spec_error():
+    from jalapeno.design.spec import parse_design_spec
+    from jalapeno.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"fixed.node: 'n2': Input should be"):
+        parse_design_spec(INTERACTIVE.replace("fixed: {node: n3,", "fixed: {node: n2,"))

@@ -50,7 +50,7 @@ LOGIC_DENSITY_REL_N5: dict[str, Fact] = {
     "n3": _f(1.6, "inferred", f"inferred: TSMC N3 ~300 MTr/mm² vs N5 130-230 (~180) ({SILICONEXPERT}) -> ~1.6x"),
     "n4": _f(1.06, "inferred", "inferred: TSMC N4 is an N5 optical shrink with ~6% smaller die area"),
     "n5": _f(1.0, "inferred", "reference node"),
-    "n7": _f(1 / 1.8, "announced", ANANDTECH_D0.replace("16028", "16028"), "TSMC: N5 'up to 80% logic density gain over N7'"),
+    "n7": _f(1 / 1.8, "announced", ANANDTECH_D0, "TSMC: N5 'up to 80% logic density gain over N7'"),
     "n14": _f(1 / 1.8 / 3.3, "inferred", f"inferred: 7 nm 90-102 MTr/mm² ({SILICONEXPERT}) vs 14/16 nm ~28-30 -> N7 ~3.3x"),
 }
 

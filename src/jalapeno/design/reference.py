@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jalapeno.design import coefficients as K
-from jalapeno.design.physical import DesignKnobs, PhysicalDesign, area_parts, evaluate, power_terms, split_dies
+from jalapeno.design.physical import DesignKnobs, PhysicalDesign, area_parts, evaluate, memory_totals, power_terms
 
 
 @dataclass(frozen=True)
@@ -72,9 +72,8 @@ def fit_coefficients(rows: tuple[Published, ...] = PUBLISHED, train: tuple[str, 
     a_x, a_y = [], []
     for r in tr:
         k = r.knobs
-        compute, sram, io = area_parts(k)
-        unit = compute / K.c("compute_mm2_per_fp8_tflops_n5") if K.c("compute_mm2_per_fp8_tflops_n5") else \
-            k.fp8_tflops / float(K.LOGIC_DENSITY_REL_N5[k.node].value or 1)
+        _, sram, io = area_parts(k)
+        unit = k.fp8_tflops / float(K.LOGIC_DENSITY_REL_N5[k.node].value or 1)  # mm² per unit of the coefficient
         over = (1 + K.c("d2d_fraction")) if (r.area_mm2 or 0) > K.c("reticle_mm2") else 1.0
         a_x.append(unit * over)
         a_y.append((r.area_mm2 or 0) - (sram + io) * over)
@@ -96,8 +95,6 @@ def _sram_tbps(k: DesignKnobs) -> float:
 
 
 def _mem_tbps(k: DesignKnobs) -> float:
-    from jalapeno.design.physical import memory_totals
-
     return memory_totals(k)[1]
 
 
@@ -117,4 +114,4 @@ def error_table(rows: tuple[Published, ...] = PUBLISHED) -> list[dict]:
     return out
 
 
-__all__ = ["PUBLISHED", "TRAIN", "Published", "error_table", "fit_coefficients", "split_dies"]
+__all__ = ["PUBLISHED", "TRAIN", "Published", "error_table", "fit_coefficients"]

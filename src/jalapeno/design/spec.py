@@ -121,7 +121,24 @@ def parse_design_spec(text: str, path: str = "<design>") -> DesignSpec:
     bad = set(spec.fixed) - set(DesignKnobs.model_fields)
     if bad:
         raise SpecError(f"{path}: fixed.{sorted(bad)[0]}: not a design knob; see docs/design.md")
+    for where, name, value in [("fixed", n, v) for n, v in spec.fixed.items()] + \
+            [("grid", n, v) for n, vs in spec.grid.items() for v in vs]:
+        _check_value(path, where, name, value)
     return spec
+
+
+def _check_value(path: str, where: str, name: str, value: Any) -> None:
+    """A knob value's type/choice (e.g. node: n2) is a spec error naming it; range errors (ConfigError) are
+    left to each design, which records them."""
+    from jalapeno.design.physical import DesignKnobs
+
+    try:
+        DesignKnobs.model_validate({"sram_mb": 1, "stacks": 1, name: value})
+    except ValidationError as exc:
+        e = exc.errors(include_url=False)[0]
+        raise SpecError(f"{path}: {where}.{name}: {value!r}: {e['msg']} (schema: docs/design.md)") from None
+    except ConfigError:
+        pass
 
 
 def load_design_spec(path: str | Path) -> DesignSpec:

@@ -20,7 +20,7 @@ def _knob_cells(r: dict) -> list[str]:
 KNOB_HEAD = ["design", "node", "FP8 TFLOPS", "SRAM MB", "memory", "area mm²", "peak W", "unit $"]
 
 
-def _plot(rows: Sequence[dict], front: Sequence[dict], x: str, xlabel: str) -> str:
+def _plot(rows: Sequence[dict], front: Sequence[dict], x: str, xlabel: str, title: str) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,6 +35,7 @@ def _plot(rows: Sequence[dict], front: Sequence[dict], x: str, xlabel: str) -> s
     ax.set_xlabel(xlabel)
     ax.set_ylabel("$/Mtok at SLA (geo-mean)")
     ax.set_yscale("log")
+    ax.set_title(title, fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     buf = io.BytesIO()
@@ -63,7 +64,7 @@ def render(spec, rows: Sequence[dict], fronts: dict[str, list[dict]], errors: Se
         front = fronts.get(name, [])
         parts.append(f"<h2>Pareto front: $/Mtok vs {_e(label)}</h2>")
         if front:
-            parts.append(f'<img alt="front {name}" src="data:image/png;base64,{_plot(rows, front, x, label)}">')
+            parts.append(f'<img alt="front {name}" src="data:image/png;base64,{_plot(rows, front, x, label, f"{spec.name}: modelled (physical model + serving simulator), scored on {meta.get('machine', '')}")}">')
             parts.append(_table(KNOB_HEAD + ["$/Mtok", "tok/s/user", "tok/J", "layouts"],
                                 [_knob_cells(r) + [_e(_fmt(r["usd_per_mtok"])), _e(_fmt(r["interactivity"])),
                                                    _e(_fmt(r["tokens_per_joule"])),

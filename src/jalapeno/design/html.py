@@ -47,6 +47,7 @@ def _plot(rows: Sequence[dict], front: Sequence[dict], x: str, xlabel: str, titl
 
 def render(spec, rows: Sequence[dict], fronts: dict[str, list[dict]], errors: Sequence[dict], meta: dict) -> str:
     title = f"Jalapeño chip design — {spec.name}"
+    plot_title = f"{spec.name}: modelled (physical model + serving simulator), scored on {meta.get('machine', '')}"
     ok = [r for r in rows if r.get("status") == "ok"]
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{CSS}</style></head><body>",
@@ -64,7 +65,7 @@ def render(spec, rows: Sequence[dict], fronts: dict[str, list[dict]], errors: Se
         front = fronts.get(name, [])
         parts.append(f"<h2>Pareto front: $/Mtok vs {_e(label)}</h2>")
         if front:
-            parts.append(f'<img alt="front {name}" src="data:image/png;base64,{_plot(rows, front, x, label, f"{spec.name}: modelled (physical model + serving simulator), scored on {meta.get('machine', '')}")}">')
+            parts.append(f'<img alt="front {name}" src="data:image/png;base64,{_plot(rows, front, x, label, plot_title)}">')
             parts.append(_table(KNOB_HEAD + ["$/Mtok", "tok/s/user", "tok/J", "layouts"],
                                 [_knob_cells(r) + [_e(_fmt(r["usd_per_mtok"])), _e(_fmt(r["interactivity"])),
                                                    _e(_fmt(r["tokens_per_joule"])),

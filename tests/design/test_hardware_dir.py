@@ -12,7 +12,7 @@ from jalapeno.hardware.catalog import ENV_VAR
 
 @pytest.fixture
 def chip_dir(tmp_path, monkeypatch):
-    monkeypatch.delenv(ENV_VAR, raising=False)  # restored after the test (the CLI adds to it in-process)
+    monkeypatch.setenv(ENV_VAR, "")  # recorded, so the value the CLI adds in-process is undone after the test
     d = tmp_path / "chips"
     d.mkdir()
     write_chip_yaml(to_chipspec(DesignKnobs(key="d-test", fp8_tflops=1500, sram_mb=500, stacks=6)), d / "d-test.yaml")
@@ -47,7 +47,7 @@ def test_recommend_accepts_a_designed_chip(chip_dir, capsys):
 
 
 def test_missing_hardware_dir_is_one_line(tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setenv(ENV_VAR, "")
     with pytest.raises(SystemExit) as e:
         main(["recommend", "-m", "llama-3.1-8b", "--preset", "batch-throughput", "--hardware-dir", str(tmp_path / "nope")])
     assert e.value.code == 2

@@ -146,3 +146,15 @@ def test_unknown_knob_value_is_a_spec_error():
 
     with pytest.raises(SpecError, match=r"fixed.node: 'n2': Input should be"):
         parse_design_spec(INTERACTIVE.replace("fixed: {node: n3,", "fixed: {node: n2,"))
+
+
+def test_cli_bad_knob_exits_2_with_one_line(tmp_path, capsys):
+    from jalapeno.cli import main
+
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(INTERACTIVE.replace("sram_mb: [0, 500, 2000]", "sram_mb: [-5]").replace("stacks: [0, 8]", "stacks: [0]"))
+    with pytest.raises(SystemExit) as e:
+        main(["design", str(spec), "--out", str(tmp_path / "o"), "--workers", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "sram_mb = -5.0 is outside its physical range" in err and "Traceback" not in err

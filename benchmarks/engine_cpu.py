@@ -158,7 +158,8 @@ def main() -> None:
 
     from jalapeno.backends.torch.backend import TorchBackend
     from jalapeno.backends.torch.fused_decode import MAX_BATCH
-    from jalapeno.backends.torch.models.common import set_weight_layout
+    from jalapeno.backends.torch.models.layers import set_weight_layout
+    from jalapeno.backends.torch.runner import PYTORCH_ONLY, DecodePolicy
 
     backend = TorchBackend(None, kv_cache_gb=1.0, max_multi_step=args.max_multi_step)
     hf = build_hf_reference(backend.loaded)
@@ -184,7 +185,7 @@ def main() -> None:
             variants = [("fused" if b <= MAX_BATCH and args.layout == "batched" else "torch-ops", args.layout, True)]
         for path, layout, fused in variants:
             set_weight_layout(backend.model, layout)
-            backend.model.fused_decode = fused
+            backend.set_decode_policy(DecodePolicy() if fused else PYTORCH_ONLY)
             jalapeno_run(backend, prompts[:1], 2)  # warm-up in this layout (builds the kernel's plan)
             ours_runs, ref_runs = [], []
             for _ in range(reps):
@@ -198,7 +199,7 @@ def main() -> None:
                          "jalapeno_step_ms": ours["decode_step_ms"], "hf_step_ms": ref["decode_step_ms"],
                          "jalapeno_runs_tok_s": [round(r["decode_tok_s"], 2) for r in ours_runs],
                          "hf_runs_tok_s": [round(r["decode_tok_s"], 2) for r in ref_runs]})
-        backend.model.fused_decode = True
+        backend.set_decode_policy(DecodePolicy())
     roof_tok_s = bw / wbytes
     read_bw = measure_read_bandwidth()
     set_weight_layout(backend.model, "batched" if args.layout == "auto" else args.layout)

@@ -20,7 +20,7 @@ import torch
 
 from jalapeno.backends.torch.config import ModelConfig
 from jalapeno.backends.torch.models import build_model
-from jalapeno.backends.torch.models.common import CausalLM, set_weight_layout
+from jalapeno.backends.torch.models.layers import CausalLM, set_weight_layout
 from jalapeno.backends.torch.models.gpt_oss import mxfp4_state_name, swap_in_mxfp4_experts
 from jalapeno.errors import ConfigError, JalapenoError, UnknownNameError
 from jalapeno.quant.checkpoint import swap_in_fp8_linears
@@ -125,7 +125,7 @@ def materialize(
     ``quantize`` ("fp8" | "mxfp4"): afterwards, replace the remaining float linears with
     :func:`~jalapeno.quant.quantize_linears` (``lm_head`` and MoE routers stay float; embeddings are not linears).
     q/k/v and gate/up are fused into single GEMMs only where all parts are float, stored in ``weight_layout``
-    (:func:`~jalapeno.backends.torch.models.common.set_weight_layout`).
+    (:func:`~jalapeno.backends.torch.models.layers.set_weight_layout`).
     """
     with torch.device("meta"):
         model = build_model(cfg)

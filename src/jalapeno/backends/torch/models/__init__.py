@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from jalapeno.backends.torch.config import ModelConfig
-from jalapeno.backends.torch.models.common import CausalLM
+from jalapeno.backends.torch.models.layers import CausalLM
 
 
 def build_model(cfg: ModelConfig) -> CausalLM:

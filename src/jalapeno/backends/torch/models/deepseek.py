@@ -20,7 +20,7 @@ from torch import nn
 
 from jalapeno.backends.torch.attention import StepMetadata, paged_attention, write_kv
 from jalapeno.backends.torch.config import ModelConfig
-from jalapeno.backends.torch.models.common import CausalLM, DecoderLayer, GatedMLP, RMSNorm
+from jalapeno.backends.torch.models.layers import CausalLM, DecoderLayer, GatedMLP, RMSNorm
 from jalapeno.backends.torch.models.moe import dispatch_experts
 from jalapeno.backends.torch.rope import apply_rope, yarn_mscale
 from jalapeno.quant.modules import linear_weight

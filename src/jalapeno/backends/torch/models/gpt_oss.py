@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from jalapeno.backends.torch.config import ModelConfig
-from jalapeno.backends.torch.models.common import CausalLM, DecoderLayer
+from jalapeno.backends.torch.models.layers import CausalLM, DecoderLayer
 from jalapeno.backends.torch.models.llama import Attention
 from jalapeno.quant.modules import Mxfp4Experts
 

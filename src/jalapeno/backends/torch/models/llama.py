@@ -12,7 +12,7 @@ from torch import nn
 from jalapeno.backends.torch.attention import StepMetadata, paged_attention, write_kv
 from jalapeno.backends.torch.config import ModelConfig
 from jalapeno.backends.torch.linear import linear, relayout, run_linear
-from jalapeno.backends.torch.models.common import (
+from jalapeno.backends.torch.models.layers import (
     CausalLM,
     DecoderLayer,
     GatedMLP,

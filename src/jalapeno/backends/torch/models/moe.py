@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from jalapeno.backends.torch.config import ModelConfig
-from jalapeno.backends.torch.models.common import CausalLM, DecoderLayer, GatedMLP
+from jalapeno.backends.torch.models.layers import CausalLM, DecoderLayer, GatedMLP
 from jalapeno.backends.torch.models.llama import Attention
 
 

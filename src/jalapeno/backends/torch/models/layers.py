@@ -1,9 +1,12 @@
-"""Building blocks shared by every model family: RMSNorm, the gated MLP, and the causal-LM shell.
+"""Layers shared by every model family: RMSNorm, fused linears, the gated MLP, the decoder block and the
+causal-LM shell.
 
 Every model maps Hugging Face parameter names one to one (``model.layers.3.self_attn.q_proj.weight``...), so
 weights load with a plain ``load_state_dict``. A model's ``forward`` takes the flat tokens of one engine step,
 the step's :class:`StepMetadata` and the per-layer KV caches, and returns logits only for the rows in
-``logits_index`` (the last fed token of each sequence that samples).
+``logits_index`` (the last fed token of each sequence that samples). How a step runs (this forward or the
+fused CPU decode kernel) is the model runner's choice (:mod:`jalapeno.backends.torch.runner`); the model
+knows nothing of it.
 """
 
 from __future__ import annotations
@@ -14,10 +17,8 @@ from torch import nn
 
 from jalapeno.backends.torch.attention import StepMetadata
 from jalapeno.backends.torch.config import ModelConfig
-from jalapeno.backends.torch.fused_decode import eligible_step, fused_decode_step, plan_for
 from jalapeno.backends.torch.linear import (
     WEIGHT_LAYOUTS,
-    gemv_thread_count,
     input_major,
     linear,
     relayout,
@@ -171,9 +172,6 @@ class CausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         inv_freq, self.rope_attention_factor = rope_frequencies(cfg.rope, rope_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
-        #: run pure decode steps on CPU (every sequence feeds one token) through the fused C kernel where it
-        #: applies (fused_decode.py); False forces the PyTorch path (tests and benchmarks compare the two)
-        self.fused_decode = True
 
     def fuse(self, input_major_layout: bool = False) -> None:
         """After loading: the LM head (and the embedding tied to it) in the weight layout of
@@ -183,6 +181,15 @@ class CausalLM(nn.Module):
         if self.config.tie_word_embeddings and type(self.lm_head) is nn.Linear:
             self.model.embed_tokens.weight = self.lm_head.weight
 
+    def embed(
+        self, input_ids: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The step's input: token embeddings ``x [T, H]`` and the rotary tables ``cos, sin`` every layer
+        shares (also what the fused decode kernel takes)."""
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = rope_cos_sin(positions, self.inv_freq, self.rope_attention_factor, x.dtype)
+        return x, cos, sin
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -191,13 +198,7 @@ class CausalLM(nn.Module):
         logits_index: torch.Tensor,
     ) -> torch.Tensor:
         """Run one step over ``input_ids [T]``; returns float32 logits ``[len(logits_index), vocab]``."""
-        x = self.model.embed_tokens(input_ids)
-        cos, sin = rope_cos_sin(meta.positions, self.inv_freq, self.rope_attention_factor, x.dtype)
-        if eligible_step(self, input_ids, meta):
-            plan = plan_for(self, kv_caches, meta.block_size)
-            if plan is not None:  # a pure decode step on CPU: the whole step in one C call (fused_decode.py)
-                threads = max(gemv_thread_count(), torch.get_num_threads())
-                return fused_decode_step(plan, x, cos, sin, meta, logits_index, threads)
+        x, cos, sin = self.embed(input_ids, meta.positions)
         for layer, cache in zip(self.model.layers, kv_caches):
             x = layer(x, cos, sin, meta, cache)
         x = self.model.norm(x[logits_index])

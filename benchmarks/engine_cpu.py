@@ -23,6 +23,7 @@ same thread count:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -124,13 +125,14 @@ def build_hf_reference(loaded):
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.initialization import no_init_weights
 
-    c = loaded.config
+    c = loaded.config  # ModelArch
+    rope = {k: v for k, v in dataclasses.asdict(c.rope_scaling).items() if v is not None and k != "truncate"}
     cfg = LlamaConfig(
         vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-        num_hidden_layers=c.num_hidden_layers, num_attention_heads=c.num_attention_heads,
-        num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps,
+        num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads,
+        num_key_value_heads=c.num_kv_heads, head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps,
         max_position_embeddings=c.max_position_embeddings, tie_word_embeddings=c.tie_word_embeddings,
-        rope_parameters=dict(c.rope),
+        rope_parameters={**rope, "rope_theta": c.rope_theta},
     )
     with no_init_weights():
         model = LlamaForCausalLM(cfg)

@@ -112,7 +112,8 @@ class TorchBackend(Backend):
         return n
 
     def _budget_blocks(self, block_size: int) -> int:
-        per_block = block_size * self.config.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8)
+        per_elem = torch.finfo(self.dtype).bits // 8
+        per_block = block_size * self.config.kv_elems_per_token_layer() * self.config.num_layers * per_elem
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
             budget = free * self.gpu_memory_fraction

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 import torch
 
 from jalapeno.backends.torch.attention import SeqSlice, StepMetadata
-from jalapeno.backends.torch.config import ModelConfig
 from jalapeno.backends.torch.fused_decode import MAX_BATCH, DecodePlan, fused_decode_step, plan_for
 from jalapeno.backends.torch.linear import gemv_thread_count, gemv_threads
 from jalapeno.backends.torch.models.layers import CausalLM
 from jalapeno.errors import ConfigError
 from jalapeno.kernels.cpu_build import KernelUnavailable
+from jalapeno.models.arch import ModelArch
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +54,18 @@ PYTORCH_ONLY = DecodePolicy(fused_max_batch=0)
 
 
 def allocate_kv_cache(
-    cfg: ModelConfig, num_blocks: int, block_size: int, device: str | torch.device, dtype: torch.dtype
+    cfg: ModelArch, num_blocks: int, block_size: int, device: str | torch.device, dtype: torch.dtype
 ) -> list[tuple[torch.Tensor, ...]]:
-    """Per layer: (K, V) of ``[num_blocks, block_size, kv_heads, head_dim]``, or (latent,) for MLA."""
-    shape = (num_blocks, block_size, cfg.kv_cache_heads, cfg.kv_cache_head_dim)
+    """Per layer: (K, V) of ``[num_blocks, block_size, kv_heads, head_dim]``, or for MLA one latent
+    ``[num_blocks, block_size, 1, kv_lora_rank + qk_rope_head_dim]`` (the compressed KV and the shared rope key).
+    Every layer holds every block (sliding layers too), so the elements per token and layer are
+    :meth:`ModelArch.kv_elems_per_token_layer`."""
+    if cfg.attention == "mla":
+        shape, tensors = (num_blocks, block_size, 1, cfg.kv_lora_rank + cfg.qk_rope_head_dim), 1
+    else:
+        shape, tensors = (num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim), 2
     return [
-        tuple(torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.kv_cache_tensors))
-        for _ in range(cfg.num_hidden_layers)
+        tuple(torch.zeros(shape, device=device, dtype=dtype) for _ in range(tensors)) for _ in range(cfg.num_layers)
     ]
 
 
@@ -98,7 +103,7 @@ class ModelRunner:
         policy: DecodePolicy | None = None,
     ) -> None:
         self.model = model
-        self.cfg: ModelConfig = model.config
+        self.cfg: ModelArch = model.config
         self.device = torch.device(device)
         self.block_size = block_size
         self.num_blocks = num_blocks

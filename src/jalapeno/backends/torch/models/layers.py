@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from jalapeno.backends.torch.attention import StepMetadata
-from jalapeno.backends.torch.config import ModelConfig
 from jalapeno.backends.torch.linear import (
     WEIGHT_LAYOUTS,
     input_major,
@@ -27,6 +26,7 @@ from jalapeno.backends.torch.linear import (
 )
 from jalapeno.backends.torch.rope import rope_cos_sin, rope_frequencies
 from jalapeno.errors import ConfigError
+from jalapeno.models.arch import ModelArch
 
 
 class RMSNorm(nn.Module):
@@ -137,7 +137,7 @@ class GatedMLP(nn.Module):
 class DecoderLayer(nn.Module):
     """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``. ``mlp_name`` keeps HF naming."""
 
-    def __init__(self, cfg: ModelConfig, attn: nn.Module, mlp: nn.Module, mlp_name: str = "mlp") -> None:
+    def __init__(self, cfg: ModelArch, attn: nn.Module, mlp: nn.Module, mlp_name: str = "mlp") -> None:
         super().__init__()
         self.self_attn = attn
         self.mlp_name = mlp_name
@@ -153,7 +153,7 @@ class DecoderLayer(nn.Module):
 class Backbone(nn.Module):
     """``model.*``: embeddings, decoder layers, final norm."""
 
-    def __init__(self, cfg: ModelConfig, layers: list[nn.Module]) -> None:
+    def __init__(self, cfg: ModelArch, layers: list[nn.Module]) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(layers)
@@ -163,14 +163,14 @@ class Backbone(nn.Module):
 class CausalLM(nn.Module):
     """The causal-LM shell every family uses: ``model`` (a :class:`Backbone`) and ``lm_head``."""
 
-    def __init__(self, cfg: ModelConfig, layers: list[nn.Module], rope_dim: int) -> None:
+    def __init__(self, cfg: ModelArch, layers: list[nn.Module], rope_dim: int) -> None:
         super().__init__()
         self.config = cfg
         self.model = Backbone(cfg, layers)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        inv_freq, self.rope_attention_factor = rope_frequencies(cfg.rope, rope_dim)
+        inv_freq, self.rope_attention_factor = rope_frequencies(cfg.rope_theta, cfg.rope_scaling, rope_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def fuse(self, input_major_layout: bool = False) -> None:

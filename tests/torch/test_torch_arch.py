@@ -18,8 +18,7 @@ from jalapeno.backends.torch.loader import load_model
 from jalapeno.engine import EngineConfig, SamplingParams
 from jalapeno.errors import ConfigError
 from jalapeno.models import arch_from_config
-
-from torch_helpers import BASE, FAMILIES, hf_greedy
+from jalapeno.testing.torch_models import BASE, FAMILIES, hf_greedy
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

@@ -35,3 +35,43 @@ def test_the_import_walker_sees_function_level_imports(tmp_path):
     src = tmp_path / "m.py"
     src.write_text("def f():\n    from jalapeno.backends.torch import fused_decode\n")
     assert (2, "jalapeno.backends.torch.fused_decode") in _imports(src)
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(TORCH.parent.parent.parent).with_suffix("")  # from src/
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _graph() -> dict[str, set[str]]:
+    """Explicit imports between the torch backend's own modules (``from P import m`` counts as importing the
+    module ``P.m`` when that is one)."""
+    files = {_module_name(f): f for f in TORCH.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for mod, path in files.items():
+        edges = set()
+        for _, name in _imports(path):
+            while name and name not in files:
+                name = name.rpartition(".")[0]
+            if name and name != mod:
+                edges.add(name)
+        graph[mod] = edges
+    return graph
+
+
+def test_no_import_cycle_in_the_torch_backend():
+    graph = _graph()
+    assert "jalapeno.backends.torch.runner" in graph["jalapeno.backends.torch.backend"]
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            assert state.get(nxt) != 1, " -> ".join(path + [node, nxt])
+            if nxt not in state:
+                visit(nxt, path + [node])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])

@@ -4,8 +4,9 @@
 
 Same process, same weights (row-major "batched" layout), the two paths alternating (the runner's
 ``DecodePolicy``: kernel on/off), each measured as in benchmarks/engine_cpu.py: decode = wall(N new tokens) -
-wall(1 new token) through the shared Engine. By default the kernel takes batches up to ``fused_decode.MAX_BATCH``;
-the script sets the policy's crossover past the largest batch so the crossover can be seen. Prints decode tok/s per batch and path (docs/performance.md).
+wall(1 new token) through the shared Engine. By default the kernel takes batches up to
+``fused_decode.MAX_BATCH``; the script sets the policy's crossover past the largest batch so the crossover can
+be seen. Prints decode tok/s per batch and path (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -53,9 +53,9 @@ class TorchBackend(Backend):
     ``weight_layout``: "batched" (default) stores float CPU weights row-major; decode steps of dense GQA models
     then run the fused C kernel (:mod:`jalapeno.backends.torch.fused_decode`, 2-3x the PyTorch ops at 1-8
     sequences) up to ``decode_policy``'s crossover (:class:`~jalapeno.backends.torch.runner.DecodePolicy`,
-    default 32 sequences). "single" stores the tall ones input-major: ~25% faster one-sequence decode through PyTorch ops,
-    for models the kernel does not cover, and slower batches (:mod:`jalapeno.backends.torch.linear`). With
-    ``loaded=``, the shared model is re-laid out in place.
+    default 32 sequences). "single" stores the tall ones input-major: ~25% faster one-sequence decode through
+    PyTorch ops, for models the kernel does not cover, and slower batches (:mod:`jalapeno.backends.torch.linear`).
+    With ``loaded=``, the shared model is re-laid out in place.
     """
 
     def __init__(

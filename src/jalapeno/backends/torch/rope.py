@@ -1,8 +1,9 @@
 """Rotary position embeddings: default, linear, Llama-3 and YaRN frequency schedules.
 
 ``inv_freq`` (radians per position, one per rotated pair) and an ``attention_factor`` that scales cos/sin are
-computed once from the model's ``rope_theta`` and :class:`~jalapeno.models.arch.RopeScaling`; per step :func:`rope_cos_sin` turns positions into cos/sin tables that every
-layer shares, and :func:`apply_rope` rotates q or k.
+computed once from the model's ``rope_theta`` and :class:`~jalapeno.models.arch.RopeScaling`; per step
+:func:`rope_cos_sin` turns positions into cos/sin tables that every layer shares, and :func:`apply_rope`
+rotates q or k.
 """
 
 from __future__ import annotations

@@ -42,7 +42,9 @@ class DecodePolicy:
 
     def __post_init__(self) -> None:
         if self.fused_max_batch < 0:
-            raise ConfigError(f"fused_max_batch must be >= 0 (0 switches the fused kernel off), got {self.fused_max_batch}")
+            raise ConfigError(
+                f"fused_max_batch must be >= 0 (0 switches the fused kernel off), got {self.fused_max_batch}"
+            )
 
     def wants_fused(self, device: torch.device, num_tokens: int, max_q: int) -> bool:
         """A pure decode step (every sequence feeds one token) on CPU of at most ``fused_max_batch`` tokens."""

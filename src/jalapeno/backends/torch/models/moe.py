@@ -57,7 +57,7 @@ class SoftmaxTopKMoE(nn.Module):
 def build(cfg: ModelArch) -> CausalLM:
     layers = []
     for i in range(cfg.num_layers):
-        if cfg.model_type == "mixtral":
+        if cfg.family == "mixtral":
             experts = [MixtralExpert(cfg.hidden_size, cfg.intermediate_size) for _ in range(cfg.num_experts)]
             layers.append(DecoderLayer(cfg, Attention(cfg, i), SoftmaxTopKMoE(cfg, experts, True), "block_sparse_moe"))
             continue

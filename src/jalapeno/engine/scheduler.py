@@ -25,13 +25,25 @@ only the rest of the batch. Decisions are exactly those of the per-sequence walk
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Sequence as Seq
 
 from jalapeno.engine.block_manager import BlockManager
 from jalapeno.engine.config import EngineConfig
-from jalapeno.engine.interface import ScheduledBatch, SeqChunk
+from jalapeno.engine.interface import ScheduledBatch, SeqChunk, StepResult
 from jalapeno.engine.lockstep import DecodeGroup
-from jalapeno.engine.sequence import FinishReason, Sequence, SeqStatus
+from jalapeno.engine.sequence import FinishReason, RequestOutput, Sequence, SeqStatus
+from jalapeno.engine.timing import LatencyRecorder, StepTiming
+
+
+@dataclass
+class StepUpdate:
+    """What applying one batch's results changed: the sequences that finished (already out of ``running``),
+    tokens generated, prompt tokens computed."""
+
+    finished: list[Sequence] = field(default_factory=list)
+    generated: int = 0
+    prefilled: int = 0
 
 
 class Scheduler:
@@ -364,3 +376,186 @@ class Scheduler:
         if group is not None and group.members:
             self.bm.take(group.blocks_for(extra, group_slacks))
             group.ahead += extra
+
+    # --- applying a step's results (vLLM v1 ``update_from_output``, nano-vllm ``Scheduler.postprocess``) ------
+    def update_from_output(
+        self,
+        batch: ScheduledBatch,
+        result: StepResult,
+        timing: StepTiming,
+        latency: LatencyRecorder,
+        outputs: list[RequestOutput] | None = None,
+    ) -> StepUpdate:
+        """Apply what the backend returned for ``batch`` (``timing``: when its tokens came): advance each
+        sequence's counters (and token ids), record inter-token gaps in ``latency``, finish sequences that hit
+        a stop token, ``max_tokens`` or ``max_model_len``, give back blocks reserved for rejected draft tokens
+        or cut-off steps, and let decodes join the lockstep group. ``outputs``: append one
+        :class:`RequestOutput` per sampled chunk (the per-request path; ``None`` for the simulator)."""
+        counts = result.token_counts
+        if counts is None:
+            counts = [len(t) for t in result.tokens]
+        tokens = result.tokens if result.tokens else None
+        nd = batch.num_decodes
+        trim = self.config.num_speculative_tokens > 0 or timing.num_steps < batch.num_steps
+        up = StepUpdate()
+        common = 0  # sequences whose previous token came at t0 (their first gap is t_first - t0)
+        first = self.num_grouped
+        if first:
+            common += self._advance_group(first, timing, trim, up)
+        fast = nd and tokens is None and outputs is None and not self.bm.prefix_caching
+        if fast:
+            common += self._count_decodes(batch.chunks[first:nd], counts[first:nd], timing, trim, up, latency)
+            first = nd
+        common += self._apply_chunks(batch, first, counts, tokens, timing, trim, up, latency, outputs)
+        if common:
+            latency.add(timing.t_first - timing.t0, common)
+        running = self.running
+        for seq in up.finished:
+            running.remove(seq)
+        if fast and self.group is not None:
+            self._regroup(batch.chunks, nd)
+        return up
+
+    def _advance_group(self, members: int, timing: StepTiming, trim: bool, up: StepUpdate) -> int:
+        """The lockstep group (the batch's head): each member gained one token per step and sampled at t0.
+        Returns how many sampled at t0 (all of them)."""
+        group = self.group
+        assert group is not None and not self.config.num_speculative_tokens
+        up.generated += members * timing.num_steps
+        t_last = timing.t_last
+        for seq in group.advance(timing.num_steps, t_last):
+            seq.finish_s = t_last
+            self.finish(seq, "length")
+            up.finished.append(seq)
+        if trim:
+            self.bm.give(group.trim())
+        return members
+
+    def _count_decodes(
+        self, chunks: list[SeqChunk], counts: Seq[int], timing: StepTiming, trim: bool, up: StepUpdate,
+        latency: LatencyRecorder,
+    ) -> int:
+        """The simulator's fast path over decode chunks outside the group: counters only, no token ids.
+        Returns how many sampled at t0."""
+        t0, t_first, t_last = timing.t0, timing.t_first, timing.t_last
+        bm = self.bm
+        bs = bm.block_size
+        max_len = self.config.max_model_len
+        itl_v, itl_c = latency.values, latency.counts
+        finished = up.finished
+        generated = common = 0
+        for c, new in zip(chunks, counts):
+            seq = c.seq
+            out = seq.num_output_tokens + new
+            mt = seq.max_tokens
+            if out > mt:
+                new -= out - mt
+                out = mt
+            seq.num_output_tokens = out
+            plen = seq.prompt_len
+            comp = seq.num_computed_tokens = plen + out - 1
+            generated += new
+            last = seq.last_token_s
+            if last == t0:
+                common += 1
+            else:
+                itl_v.append(t_first - last)
+                itl_c.append(1)
+            seq.last_token_s = t_last
+            if out == mt or plen + out >= max_len:
+                seq.finish_s = t_last
+                self.finish(seq, "length")
+                finished.append(seq)
+                continue
+            if trim and seq.num_blocks * bs >= comp + bs:  # holds a block beyond its computed tokens
+                bm.trim(seq, comp)
+        up.generated += generated
+        return common
+
+    def _apply_chunks(
+        self, batch: ScheduledBatch, first: int, counts: Seq[int], tokens: list[list[int]] | None,
+        timing: StepTiming, trim: bool, up: StepUpdate, latency: LatencyRecorder,
+        outputs: list[RequestOutput] | None,
+    ) -> int:
+        """The general path over ``batch.chunks[first:]``: prefill chunks, token ids, stop tokens, outputs.
+        Returns how many sampled at t0."""
+        t0, t_first, t_last = timing.t0, timing.t_first, timing.t_last
+        chunks = batch.chunks
+        nd = batch.num_decodes
+        bm = self.bm
+        prefix = bm.prefix_caching
+        max_len = self.config.max_model_len
+        common = 0
+        for i in range(first, len(chunks)):
+            c = chunks[i]
+            seq = c.seq
+            out = seq.num_output_tokens
+            if i >= nd:
+                up.prefilled += c.num_tokens
+            new = counts[i]
+            if not new:  # a prefill chunk that does not end the prompt
+                seq.num_computed_tokens = c.start + c.num_tokens
+                if prefix:
+                    bm.register_full_blocks(seq)
+                continue
+            new = min(new, seq.max_tokens - out)
+            reason: FinishReason | None = None
+            new_ids: list[int] = []
+            if tokens is not None and seq.output_token_ids is not None:
+                new_ids, new, reason = _take_until_stop(seq, tokens[i][:new], new)
+                seq.output_token_ids.extend(new_ids)
+            seq.num_output_tokens = out = out + new
+            seq.num_computed_tokens = seq.prompt_len + out - 1  # all but the newest token are in the cache
+            if prefix:
+                bm.register_full_blocks(seq)
+            up.generated += new
+            last = seq.last_token_s
+            if last == t0:
+                common += 1
+            elif last is None:
+                seq.first_token_s = t_first
+            else:
+                latency.add(t_first - last)
+            seq.last_token_s = t_last
+            if reason is None and (out >= seq.max_tokens or (max_len is not None and seq.prompt_len + out >= max_len)):
+                reason = "length"
+            if reason is not None:
+                seq.finish_s = t_last
+                self.finish(seq, reason)
+                up.finished.append(seq)
+            elif trim:
+                # drop blocks reserved for rejected draft tokens or for steps cut off at an arrival
+                bm.trim(seq, seq.num_computed_tokens)
+            if outputs is not None:
+                done = reason is not None
+                outputs.append(RequestOutput(seq.seq_id, new_ids, new, done, seq.finish_reason if done else None,
+                                             out, seq.prompt_len))
+        return common
+
+    def _regroup(self, chunks: list[SeqChunk], nd: int) -> None:
+        """The decodes behind the group join it, in running order, once they hold exactly the blocks of their
+        computed tokens (a prompt that just finished may hold one more: it joins a step later)."""
+        group = self.group
+        assert group is not None
+        running = self.running
+        bs = self.bm.block_size
+        max_len = self.config.max_model_len
+        for c in chunks[self.num_grouped : nd]:
+            seq = c.seq
+            if seq.status is SeqStatus.FINISHED:
+                continue
+            n = len(group)
+            if running[n] is not seq or seq.num_blocks != -(-seq.num_computed_tokens // bs):
+                break
+            group.join(seq, min(seq.max_tokens, max_len - seq.prompt_len))
+
+
+def _take_until_stop(seq: Sequence, ids: list[int], new: int) -> tuple[list[int], int, FinishReason | None]:
+    """The first ``new`` sampled ids of ``seq``, cut after its first stop token (unless ``ignore_eos``)."""
+    new_ids = list(ids)
+    sp = seq.sampling
+    if sp.stop_token_ids and not sp.ignore_eos:
+        for j, tok in enumerate(new_ids):
+            if tok in sp.stop_token_ids:
+                return new_ids[: j + 1], j + 1, "stop"
+    return new_ids, new, None

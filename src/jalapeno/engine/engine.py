@@ -16,13 +16,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass
-from itertools import accumulate
 
 import numpy as np
 
 from jalapeno.engine.block_manager import BlockManager
 from jalapeno.engine.config import EngineConfig
-from jalapeno.engine.interface import Backend, Clock, ScheduledBatch, StepResult, VirtualClock, WallClock
+from jalapeno.engine.batch import ScheduledBatch, StepResult
+from jalapeno.engine.interface import Backend, Clock, VirtualClock, WallClock
 from jalapeno.engine.scheduler import Scheduler
 from jalapeno.engine.sequence import RequestOutput, SamplingParams, Sequence
 from jalapeno.engine.timing import LatencyRecorder, StepTiming
@@ -62,7 +62,7 @@ class Engine:
             num_blocks,
             config.block_size,
             enable_prefix_caching=config.enable_prefix_caching,
-            track_ids=not backend.is_simulated,
+            track_ids=not backend.capabilities.length_only,
         )
         # no sequence may outgrow the KV cache (else, alone and preempted, it could never be readmitted):
         # like vLLM, cap max_model_len at the cache's capacity (less the speculative look-ahead)
@@ -70,8 +70,7 @@ class Engine:
         if config.max_model_len is None or config.max_model_len > cap:
             self.config = config = dataclasses.replace(config, max_model_len=cap)
         self.scheduler = Scheduler(config, self.block_manager, on_free=backend.free_sequence)
-        self.clock: Clock = clock or (VirtualClock() if backend.is_simulated else WallClock())
-        self._virtual = isinstance(self.clock, VirtualClock)
+        self.clock: Clock = clock or (VirtualClock() if backend.capabilities.virtual_time else WallClock())
         self._max_steps = max(1, int(backend.max_multi_step))
         self._lock = threading.RLock()
         self._seqs: dict[int | str, Sequence] = {}
@@ -190,21 +189,11 @@ class Engine:
 
     def _advance_clock(self, batch: ScheduledBatch, result: StepResult, t0: float) -> StepTiming:
         """Move the clock over the step(s) ``result`` reports; a multi-step batch's gaps go to the recorder."""
-        clock = self.clock
         durations = result.step_durations or (result.duration_s,)
-        n_steps = len(durations)
-        if not self._virtual:
-            clock.advance(result.duration_s)
-            t_first = t_last = clock.now()
-        elif n_steps == 1:
-            clock.advance(durations[0])
-            t_first = t_last = clock.now()
-        else:  # step ends summed one by one, exactly as clock.advance would
-            times = list(accumulate(durations, initial=t0))
-            t_first, t_last = times[1], times[-1]
-            clock.wait_until(t_last)
-            self.latency.add_steps(times, len(batch.chunks))
-        return StepTiming(t0, t_first, t_last, n_steps)
+        t_first, t_last, step_ends = self.clock.advance_steps(durations)
+        if step_ends is not None:
+            self.latency.add_steps(step_ends, len(batch.chunks))
+        return StepTiming(t0, t_first, t_last, len(durations))
 
     def _apply(
         self, batch: ScheduledBatch, result: StepResult, t0: float, outputs: list[RequestOutput] | None

@@ -30,7 +30,7 @@ from typing import Callable, Sequence as Seq
 
 from jalapeno.engine.block_manager import BlockManager
 from jalapeno.engine.config import EngineConfig
-from jalapeno.engine.interface import ScheduledBatch, SeqChunk, StepResult
+from jalapeno.engine.batch import ScheduledBatch, SeqChunk, StepResult
 from jalapeno.engine.lockstep import DecodeGroup
 from jalapeno.engine.sequence import FinishReason, RequestOutput, Sequence, SeqStatus
 from jalapeno.engine.timing import LatencyRecorder, StepTiming

@@ -23,7 +23,8 @@ from typing import Any, Literal, Protocol, Sequence as Seq
 
 import numpy as np
 
-from jalapeno.engine.interface import Backend, ScheduledBatch, StepResult
+from jalapeno.engine.batch import ScheduledBatch, StepResult
+from jalapeno.engine.interface import Backend, Capabilities
 from jalapeno.errors import ConfigError
 from jalapeno.perf.shape import StepShape, _pairs
 
@@ -82,9 +83,10 @@ class SpecDecode:
 
 
 class SimBackend(Backend):
-    """Backend that prices steps with a cost model on a virtual clock (``is_simulated``)."""
+    """Backend that prices steps with a cost model on a virtual clock, over length-only sequences."""
 
     max_multi_step = 1 << 30
+    capabilities = Capabilities(virtual_time=True, length_only=True)
 
     def __init__(self, cost_model: CostModelLike, spec: SpecDecode | None = None, keep_trace: bool = False) -> None:
         self.cm = cost_model
@@ -96,10 +98,6 @@ class SimBackend(Backend):
         self.num_layers: int = max(1, int(getattr(cost_model.model, "num_layers", 1)))
         self._plan = None
         self.trace: list[dict] | None = [] if keep_trace else None
-
-    @property
-    def is_simulated(self) -> bool:
-        return True
 
     def memory_plan(self):
         if self._plan is None:
@@ -280,7 +278,6 @@ class SimBackend(Backend):
             duration_s=float(sum(dl)),
             energy_j=energy,
             step_durations=dl,
-            step_energies=ens.tolist(),
             token_counts=counts,
         )
 
@@ -289,10 +286,10 @@ class SimBackend(Backend):
         if not self.k:
             if batch.num_steps > 1:
                 return [steps] * len(batch.chunks)
-            nd = batch.num_decodes or 0  # decode chunks always sample
+            nd = batch.num_decodes  # decode chunks always sample
             return [1] * nd + [1 if c.sample else 0 for c in batch.chunks[nd:]]
         acc, e = self._acc, self._e_num
-        nd = batch.num_decodes or 0  # chunks[:nd] decode (and sample)
+        nd = batch.num_decodes  # chunks[:nd] decode (and sample)
         out = []
         for i, c in enumerate(batch.chunks):
             seq = c.seq

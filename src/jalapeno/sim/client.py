@@ -206,7 +206,7 @@ class EngineTarget:
     def request_latency_s(self) -> float:
         """Per-request serving latency the backend models (simulated backends; 0 for real ones, whose latency is
         measured)."""
-        return float(getattr(self.engine.backend, "request_latency_s", 0.0))
+        return self.engine.backend.request_latency_s
 
     def busy(self) -> bool:
         return self.engine.has_unfinished()
@@ -217,7 +217,7 @@ class EngineTarget:
         dt = t - e.clock.now()
         e.clock.wait_until(t)
         if dt > 0:
-            e.energy_j += float(getattr(e.backend, "idle_power_w", 0.0)) * dt
+            e.energy_j += e.backend.idle_power_w * dt
 
     def submit(self, call: Call) -> None:
         self.engine.add_request(

@@ -82,7 +82,7 @@ class Call:
 
 @runtime_checkable
 class Target(Protocol):
-    """What the driver needs from one engine or a cluster."""
+    """What the simulated client drives: one engine (:class:`EngineTarget`) or a cluster of them."""
 
     def now(self) -> float: ...
     def request_latency_s(self) -> float: ...
@@ -195,7 +195,7 @@ class Client:
 
 
 class EngineTarget:
-    """One engine as a driver target."""
+    """One engine as a client target."""
 
     def __init__(self, engine) -> None:  # engine: jalapeno.engine.Engine
         self.engine = engine
@@ -251,7 +251,7 @@ def drive(target: Target, wl: Workload) -> SimResult:
         if not target.busy():
             t = client.next_time()
             if t is None:  # pragma: no cover - would mean a lost request
-                raise RuntimeError("driver stalled: nothing in flight and nothing due")
+                raise RuntimeError("simulated client stalled: nothing in flight and nothing due")
             target.wait_until(t)
             continue
         for seq in target.advance(client.next_time()):

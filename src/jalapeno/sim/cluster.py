@@ -57,7 +57,7 @@ def _bound(e: Engine) -> float:
 
 
 class Cluster:
-    """A driver target over ``workers`` (aggregated replicas) or ``prefill`` + ``decode`` pools."""
+    """A client target over ``workers`` (aggregated replicas) or ``prefill`` + ``decode`` pools."""
 
     def __init__(self, workers: list[Engine], decode: list[Engine] | None = None, link: KVLink | None = None) -> None:
         self.prefill = workers

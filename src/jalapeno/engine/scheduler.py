@@ -126,49 +126,82 @@ class Scheduler:
         decode :class:`SeqChunk` is reused from step to step (its ``start`` updated): a batch's chunks are
         valid until the next call."""
         cfg = self.config
+        per = 1 + cfg.num_speculative_tokens
+        self._num_decodes = 0
+        max_len = cfg.max_model_len if cfg.max_model_len is not None else 1 << 62
+        # 1. running decodes, oldest first (the config guarantees the budget covers them all); k_left: fewest
+        # steps any scheduled sequence can take before finishing (the multi-step bound)
+        chunks, preempted, grouped, k_left = self._schedule_group(max_steps)
+        partial: list[Sequence] = []  # running sequences still prefilling, for step 2
+        decodes_preempted, k_left = self._schedule_decodes(chunks, grouped, per, k_left, max_len, partial)
+        preempted = preempted or decodes_preempted
+        budget = cfg.max_num_batched_tokens - per * len(chunks)
+        # 2. running prefills (chunked), oldest first
+        prefills_preempted, budget = self._schedule_prefills(partial, chunks, budget)
+        preempted = preempted or prefills_preempted
+        if preempted:  # victims' chunks were dropped: recount (decodes first, then prefill chunks)
+            nd = self._num_decodes
+            budget = cfg.max_num_batched_tokens - per * nd - sum(c.num_tokens for c in chunks[nd:])
+        # 3. admissions, first come first served (none in a step that had to preempt)
+        if preempted:
+            admission_may_change = self._could_admit_next(per)
+        else:
+            admission_may_change = self._admit(chunks, budget)
+        if not chunks:
+            return None
+        steps = 1
+        if max_steps > 1 and k_left > 1 and not admission_may_change and len(chunks) == len(self.running):
+            steps = self._num_steps(chunks, k_left, per, max_len, grouped)
+        self.num_grouped = grouped
+        nd = self._num_decodes
+        start_sum = None
+        if grouped:
+            start_sum = self.group.start_sum() + sum(c.start for c in chunks[grouped:nd])  # type: ignore[union-attr]
+        return ScheduledBatch(chunks, num_steps=steps, num_decodes=nd, decode_start_sum=start_sum)
+
+    def _schedule_group(self, k_left: int) -> tuple[list[SeqChunk], bool, int, int]:
+        """The lockstep group's members (the head of ``running``) as a block: only those that cross into a new
+        KV block are touched, and only when blocks run short (else they take them all at once). Returns the
+        chunks so far, whether it preempted, how many chunks are the group's, and the multi-step bound."""
+        group = self.group
+        if group is None or not group.members:
+            return [], False, 0, k_left
+        bm = self.bm
+        preempted = False
+        chunks = group.chunks()
+        crossing = group.crossing()
+        if len(crossing) <= bm.num_free:
+            bm.take(len(crossing))
+        else:  # the oldest get the free blocks; then each preempts the newest sequences for its block
+            preempted = True
+            self._num_decodes = len(chunks)
+            served = bm.num_free
+            bm.take(served)
+            for seq in list(crossing)[served:]:
+                if seq.group is None:
+                    break  # preempted to make room for an older member (so is every newer one)
+                if bm.num_free:
+                    bm.take(1)
+                elif not self._make_room(seq, 0, chunks):
+                    break
+        group.ahead = 1
+        grouped = self._num_decodes = len(group)
+        if grouped:
+            k_left = min(k_left, group.steps_left())
+        return chunks, preempted, grouped, k_left
+
+    def _schedule_decodes(
+        self, chunks: list[SeqChunk], i: int, per: int, k_left: int, max_len: int, partial: list[Sequence]
+    ) -> tuple[bool, int]:
+        """Decode chunks for ``running[i:]`` (the sequences behind the group); sequences still prefilling go to
+        ``partial``. Returns whether it preempted, and the multi-step bound."""
         bm = self.bm
         bs = bm.block_size
         running = self.running
-        per = 1 + cfg.num_speculative_tokens
-        chunks: list[SeqChunk] = []
-        self._num_decodes = 0
         preempted = False
-        #: fewest steps any scheduled sequence can take before finishing (multi-step bound)
-        k_left = max_steps
-        max_len = cfg.max_model_len if cfg.max_model_len is not None else 1 << 62
-
-        # 1. running decodes, oldest first (the config guarantees the budget covers them all)
-        partial: list[Sequence] = []  # running sequences still prefilling, for step 2
-        nd = 0
+        nd = self._num_decodes
         # victims of preemption are always the newest (the end of `running`), never an earlier sequence,
         # so walking by index visits exactly the sequences still running
-        plen_cap = max_len  # limit on prompt + output
-        i = 0
-        group = self.group
-        if group is not None and group.members:
-            # the group's members (the head of `running`) as a block: only those that cross into a new KV
-            # block are touched, and only when blocks run short (else they take them all at once)
-            chunks = group.chunks()
-            crossing = group.crossing()
-            if len(crossing) <= bm.num_free:
-                bm.take(len(crossing))
-            else:  # the oldest get the free blocks; then each preempts the newest sequences for its block
-                preempted = True
-                self._num_decodes = len(chunks)
-                served = bm.num_free
-                bm.take(served)
-                for seq in list(crossing)[served:]:
-                    if seq.group is None:
-                        break  # preempted to make room for an older member (so is every newer one)
-                    if bm.num_free:
-                        bm.take(1)
-                    elif not self._make_room(seq, 0, chunks):
-                        break
-            group.ahead = 1
-            i = nd = self._num_decodes = len(group)
-            if nd:
-                k_left = min(k_left, group.steps_left())
-        grouped = i
         while i < len(running):
             seq = running[i]
             i += 1
@@ -194,16 +227,21 @@ class Scheduler:
             nd += 1
             # finishing *at* step K is fine, before it is not: (K-1)·per < tokens left
             left = seq.max_tokens
-            if plen_cap - plen < left:
-                left = plen_cap - plen
+            if max_len - plen < left:
+                left = max_len - plen
             left -= out
             kk = left if per == 1 else (left - 1) // per + 1
             if kk < k_left:
                 k_left = kk
         self._num_decodes = nd
-        budget = cfg.max_num_batched_tokens - per * len(chunks)
+        return preempted, k_left
 
-        # 2. running prefills (chunked), oldest first
+    def _schedule_prefills(self, partial: list[Sequence], chunks: list[SeqChunk], budget: int) -> tuple[bool, int]:
+        """The next prefill chunk of each running sequence in ``partial`` while ``budget`` tokens last. Returns
+        whether it preempted, and the budget left."""
+        bm = self.bm
+        bs = bm.block_size
+        preempted = False
         for seq in partial:
             if budget <= 0:
                 break
@@ -218,54 +256,48 @@ class Scheduler:
                     continue
             chunks.append(SeqChunk(seq, start, n, start + n >= total))
             budget -= n
-        if preempted:  # victims' chunks were dropped: recount (decodes first, then prefill chunks)
-            nd = self._num_decodes
-            budget = cfg.max_num_batched_tokens - per * nd - sum(c.num_tokens for c in chunks[nd:])
+        return preempted, budget
 
-        # 3. admissions, first come first served (none in a step that had to preempt)
-        admission_may_change = preempted and self._could_admit_next(per)
-        if not preempted:
-            waiting = self.waiting
-            while waiting and len(running) < cfg.max_num_seqs:
-                if budget <= 0:
-                    admission_may_change = True
-                    break
-                seq = waiting[0]
-                if seq.num_blocks == 0 and seq.num_computed_tokens == 0:
-                    bm.match_prefix(seq)
-                start = seq.num_computed_tokens
-                left = seq.num_tokens - start
-                n = min(left, budget)
-                if n < left and not cfg.enable_chunked_prefill:
-                    admission_may_change = True
-                    break
-                if not bm.reserve(seq, start + n):
-                    break  # free blocks only shrink until something finishes
-                waiting.popleft()
-                seq.status = SeqStatus.RUNNING
-                running.append(seq)
-                chunks.append(SeqChunk(seq, start, n, start + n >= seq.num_tokens))
-                budget -= n
+    def _admit(self, chunks: list[SeqChunk], budget: int) -> bool:
+        """Admit waiting sequences, first come first served, with a prefill chunk of what ``budget`` is left.
+        Returns whether admission could change in a later step of a multi-step batch (budget or chunking
+        stopped it, not blocks or sequence slots, which stay short while decoding)."""
+        cfg = self.config
+        bm = self.bm
+        running = self.running
+        waiting = self.waiting
+        while waiting and len(running) < cfg.max_num_seqs:
+            if budget <= 0:
+                return True
+            seq = waiting[0]
+            if seq.num_blocks == 0 and seq.num_computed_tokens == 0:
+                bm.match_prefix(seq)
+            start = seq.num_computed_tokens
+            left = seq.num_tokens - start
+            n = min(left, budget)
+            if n < left and not cfg.enable_chunked_prefill:
+                return True
+            if not bm.reserve(seq, start + n):
+                break  # free blocks only shrink until something finishes
+            waiting.popleft()
+            seq.status = SeqStatus.RUNNING
+            running.append(seq)
+            chunks.append(SeqChunk(seq, start, n, start + n >= seq.num_tokens))
+            budget -= n
+        return False
 
-        if not chunks:
-            return None
-        steps = 1
-        if max_steps > 1 and k_left > 1 and not admission_may_change and len(chunks) == len(running):
-            for c in chunks[self._num_decodes :]:  # the prompts: every one must finish its prefill now
-                seq = c.seq
-                if not c.sample:
-                    k_left = 1
-                    break
-                out = seq.num_output_tokens
-                k_left = min(k_left, (min(seq.max_tokens - out, max_len - seq.prompt_len - out) - 1) // per + 1)
-            if k_left > 1:
-                steps = self._multi_step(chunks, k_left, per, grouped)
-        self.num_grouped = grouped
-        nd = self._num_decodes
-        start_sum = None
-        if grouped:
-            start_sum = group.start_sum() + sum(c.start for c in chunks[grouped:nd])  # type: ignore[union-attr]
-        return ScheduledBatch(chunks, num_steps=steps, num_decodes=nd, decode_start_sum=start_sum)
+    def _num_steps(self, chunks: list[SeqChunk], k_left: int, per: int, max_len: int, grouped: int) -> int:
+        """Steps the batch may take at once: 1 unless every prompt finishes its prefill now and no sequence
+        can finish before step ``k_left`` (then what :meth:`_multi_step` reserves)."""
+        for c in chunks[self._num_decodes :]:  # the prompts: every one must finish its prefill now
+            seq = c.seq
+            if not c.sample:
+                return 1
+            out = seq.num_output_tokens
+            k_left = min(k_left, (min(seq.max_tokens - out, max_len - seq.prompt_len - out) - 1) // per + 1)
+        if k_left > 1:
+            return self._multi_step(chunks, k_left, per, grouped)
+        return 1
 
     def _make_room(self, seq: Sequence, num_tokens: int, chunks: list[SeqChunk]) -> bool:
         """Preempt the newest running sequences until ``seq`` gets blocks for ``num_tokens`` tokens (a group

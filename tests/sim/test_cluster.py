@@ -4,7 +4,7 @@ import math
 
 import pytest
 from jalapeno.testing.engine_fakes import FakeCostModel
-from test_multistep import assert_same
+from jalapeno.testing.engine_fakes import assert_same
 
 from jalapeno.sim.backend import SimBackend
 from jalapeno.engine import Engine, EngineConfig

@@ -45,7 +45,7 @@ class SimResult:
     extra: dict = field(default_factory=dict)
 
     def metrics(self, *, num_chips: int = 1, output_chips: int | None = None, slo: SLO | None = None) -> dict:
-        """The vLLM/InferenceX metrics object (``bench.metrics.compute_metrics``), plus chain latencies."""
+        """The vLLM/InferenceX metrics object (``jalapeno.metrics.compute_metrics``), plus chain latencies."""
         m = compute_metrics(
             self.outcomes,
             self.duration_s,

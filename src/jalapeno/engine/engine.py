@@ -1,8 +1,8 @@
-"""The engine loop: schedule → backend.execute → apply results, on a clock.
+"""The engine loop: schedule → backend.execute → ``Scheduler.update_from_output``, on a clock.
 
 ``Engine(backend, config)`` serves every backend through the one scheduler. It runs on a
-:class:`~jalapeno.engine.interface.VirtualClock` when the backend is simulated (time jumps by the predicted
-step times) and on a :class:`~jalapeno.engine.interface.WallClock` otherwise.
+:class:`~jalapeno.engine.interface.VirtualClock` when the backend declares ``capabilities.virtual_time`` (time
+jumps by the predicted step times) and on a :class:`~jalapeno.engine.interface.WallClock` otherwise.
 
 Thread safety: ``add_request``, ``abort`` and ``step`` take one lock, so a server may call the first two from
 its event loop while another thread runs ``step`` in a loop.

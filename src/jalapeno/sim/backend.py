@@ -88,8 +88,14 @@ class SimBackend(Backend):
     max_multi_step = 1 << 30
     capabilities = Capabilities(virtual_time=True, length_only=True)
 
-    def __init__(self, cost_model: CostModelLike, spec: SpecDecode | None = None, keep_trace: bool = False) -> None:
+    def __init__(
+        self, cost_model: CostModelLike, spec: SpecDecode | None = None, keep_trace: bool = False,
+        max_batch_tokens: int = 8192,
+    ) -> None:
         self.cm = cost_model
+        #: the engine's token budget per step: the activation reserve the memory plan sets aside before KV
+        #: (what decides whether a model fits on small-SRAM chips such as Groq's 230 MB)
+        self.max_batch_tokens = max_batch_tokens
         self.spec = spec
         self.k = spec.num_tokens if spec else 0
         self._e_num = int(round(spec.expected_tokens * _ONE)) if spec else _ONE
@@ -101,7 +107,7 @@ class SimBackend(Backend):
 
     def memory_plan(self):
         if self._plan is None:
-            self._plan = self.cm.memory_plan()
+            self._plan = self.cm.memory_plan(max_batch_tokens=self.max_batch_tokens)
         return self._plan
 
     @property

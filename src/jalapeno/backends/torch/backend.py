@@ -20,7 +20,8 @@ from jalapeno.backends.torch.loader import LoadedModel, load_model
 from jalapeno.backends.torch.models.layers import set_weight_layout
 from jalapeno.backends.torch.runner import DecodePolicy, ModelRunner
 from jalapeno.backends.torch.sampler import SampleSpec, sample
-from jalapeno.engine.interface import Backend, ScheduledBatch, StepResult
+from jalapeno.engine.batch import ScheduledBatch, StepResult
+from jalapeno.engine.interface import Backend
 from jalapeno.errors import CapacityError, ConfigError, JalapenoError, RequestError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -2,7 +2,7 @@
 
 :class:`Scenario` holds the choices under the CLI's flag names (so a scenarios CSV uses the same names as
 columns); :func:`run_scenario` builds the cost model(s), the simulated engine(s) and the workload, runs it on
-the virtual clock and returns the metrics dict (``bench.metrics`` keys, plus chain latencies when chained).
+the virtual clock and returns the metrics dict (``jalapeno.metrics`` keys, plus chain latencies when chained).
 """
 
 from __future__ import annotations
@@ -220,7 +220,9 @@ def _kv_link(cm_p, cm_d):
         return float(link.bandwidth_gbps) * 1e9 * eff * holders, float(link.latency_us) * 1e-6
 
     (bw_p, lat_p), (bw_d, lat_d) = side(cm_p), side(cm_d)
-    return KVLink(max(lat_p, lat_d), min(bw_p, bw_d), float(cm_p.memory_plan().kv_bytes_per_token))
+    plan = cm_p.memory_plan()
+    return KVLink(max(lat_p, lat_d), min(bw_p, bw_d), float(plan.kv_bytes_per_token),
+                  float(plan.state_bytes_per_sequence))
 
 
 def run_scenario(sc: Scenario, *, return_result: bool = False):

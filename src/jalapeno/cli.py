@@ -39,6 +39,7 @@ COMMAND_PACKAGES = [
     "server",
     "bench",
     "report",
+    "calibration",
 ]
 
 
@@ -56,6 +57,7 @@ COMMAND_OWNERS = {
     "recommend": "report",
     "report": "report",
     "demo": "demo",
+    "calibrate": "calibration",
 }
 
 

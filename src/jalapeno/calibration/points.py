@@ -231,6 +231,16 @@ def map_chip(hardware: str) -> str | None:
     return _CHIPS.get(hardware.strip().lower())
 
 
+def _catalogue_chip(name: str) -> str | None:
+    """Catalogue key of any chip the catalogue (with ``JALAPENO_HARDWARE_PATH``) resolves, or None."""
+    from jalapeno.hardware.catalog import get_chip
+
+    try:
+        return get_chip(name).key
+    except UnknownNameError:
+        return None
+
+
 def map_model(name: str) -> str | None:
     """Catalogue name for a published model name, or None when the catalogue lacks it."""
     from jalapeno.models.catalog import resolve_name
@@ -318,7 +328,7 @@ def to_sim_spec(p: Point) -> SimSpec | Excluded:
     model = map_model(p.col("model"))
     if model is None:
         return Excluded(f"model not in catalogue ({p.col('model')})")
-    chip = map_chip(p.col("hardware"))
+    chip = map_chip(p.col("hardware")) if src != "BENCH" else _catalogue_chip(p.col("hardware"))
     if chip is None:
         return Excluded(f"chip not in catalogue ({p.col('hardware')})")
     notes = p.col("notes")
@@ -354,6 +364,14 @@ def to_sim_spec(p: Point) -> SimSpec | Excluded:
         if layout is None:
             return Excluded("layout not parsable")
         return SimSpec(model, chip, layout, weights, kv, isl, osl, None, 1.0, kind="offline", framework="trt")
+    if src == "BENCH":  # jalapeno bench result (jalapeno.calibration.inputs.read_bench_json)
+        layout, conc = parse_layout(p.col("parallelism")), _int(p.col("concurrency_or_batch"))
+        if layout is None or conc is None:
+            return Excluded("layout or concurrency not parsable")
+        opts = dict(kv.split("=", 1) for kv in notes.replace(" ", "").split(";") if "=" in kv)
+        return SimSpec(model, chip, layout, weights, "bf16", isl, osl, conc, float(opts.get("range_ratio", 0.8)),
+                       num_prompts_per_concurrency=int(opts.get("prompts_per_concurrency", 10)), kind="ix",
+                       framework=fam)
     if src == "NIM":
         layout = parse_layout(p.col("parallelism"))
         conc = _int(p.col("concurrency_or_batch"))

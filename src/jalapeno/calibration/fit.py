@@ -441,12 +441,19 @@ def _tables(pred: Predictor, items, held, base, eff, start, values, prompts):
 
 
 # ------------------------------------------------------------------------------------------------ MTP
-def fit_mtp_acceptance(items: Sequence[Item], eff: Efficiency, *, workers: int = 2, search_prompts: int = 4,
-                       max_nfev: int = 10, progress: Progress | None = None) -> list:
+def fit_mtp_acceptance(items: Sequence[Item], eff: Efficiency | dict[str, Efficiency] | None = None, *,
+                       workers: int = 2, search_prompts: int = 4, max_nfev: int = 10,
+                       progress: Progress | None = None) -> list:
     """One MTP acceptance rate per (model, framework family) from the ``spec_decoding=mtp`` points of ``items``
-    (efficiency held at ``eff``), fitted on output tok/s per chip and median TPOT. Returns
-    :class:`~jalapeno.calibration.mtp.MtpFit` entries."""
+    (efficiency held: ``eff``, or per chip, or each chip's catalogue block when None), fitted on output tok/s
+    per chip and median TPOT. Returns :class:`~jalapeno.calibration.mtp.MtpFit` entries."""
     from jalapeno.calibration.mtp import MtpFit
+    from jalapeno.calibration.predict import efficiency_of
+
+    def eff_of(chip: str) -> Efficiency:
+        if isinstance(eff, Efficiency):
+            return eff
+        return (eff or {}).get(chip) or efficiency_of(chip)
 
     groups: dict[tuple[str, str], list[Item]] = defaultdict(list)
     for p, s in items:
@@ -460,12 +467,13 @@ def fit_mtp_acceptance(items: Sequence[Item], eff: Efficiency, *, workers: int =
                 continue
 
             def resid(x: np.ndarray, sel=sel) -> np.ndarray:
-                jobs = [Job(replace(s, spec_acceptance=(float(x[0]),) * s.spec_tokens), eff, search_prompts)
-                        for _, s in sel]
+                jobs = [Job(replace(s, spec_acceptance=(float(x[0]),) * s.spec_tokens), eff_of(s.chip),
+                            search_prompts) for _, s in sel]
                 return log_residuals(sel, pred.run(jobs, f"MTP {model} {fw}"), EFFICIENCY_METRICS)
 
             a = float(_least_squares(resid, np.array([sel[0][1].spec_acceptance[0]]), [acc], max_nfev)[0])
-            out.append(MtpFit(model, fw, a, len(sel), f"{len(sel)} MTP configurations of {sel[0][1].chip}"))
+            chips = ", ".join(sorted({s.chip for _, s in sel}))
+            out.append(MtpFit(model, fw, a, len(sel), f"{len(sel)} MTP configurations ({chips}), fit split"))
     return out
 
 

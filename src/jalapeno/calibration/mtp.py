@@ -65,9 +65,9 @@ def write_mtp_fits(fits: list[MtpFit], path: Path = MTP_FILE) -> None:
         merged[(f.model, f.framework)] = f
     doc = {
         "note": "MTP acceptance per draft token, FITTED (InferenceX does not publish it): the value that best "
-                "predicts output tok/s per GPU and median TPOT of the spec_decoding=mtp rows of the fit split, "
-                "one draft token per step. Written by `jalapeno calibrate --fit-mtp`; "
-                f"updated {_dt.date.today().isoformat()}.",
+                "predicts output tok/s per GPU and median TPOT of a fit set of spec_decoding=mtp rows (each entry's "
+                "source), one draft token per step. Written by jalapeno.calibration.fit.fit_mtp_acceptance "
+                f"(python benchmarks/fidelity.py --fit-mtp); updated {_dt.date.today().isoformat()}.",
         "fitted": [{"model": f.model, "framework": f.framework, "acceptance": round(f.acceptance, 4),
                     "points": f.points, "source": f.source} for f in sorted(merged.values(),
                                                                              key=lambda f: (f.model, f.framework))],

@@ -381,7 +381,9 @@ def blackwell_amd_section(ba, ba_errs, excluded, excluded_rows, n_points, overla
     parts.append(MTP_TEXT)
     parts.append(markdown_table(["model", "framework", "acceptance", "fit configurations", "source"],
                                 [[f.model, f.framework, f"{f.acceptance:.3f}", str(f.points), f.source]
-                                 for f in fits.values()]) if fits else "No fitted values yet: 0.75 everywhere.")
+                                 for f in fits.values()]) if fits else
+                 "**No fitted values in this run**: every MTP row was predicted with the default acceptance 0.75 "
+                 "(run `python benchmarks/fidelity.py --fit-mtp`, then regenerate).")
     parts.append("\n### Excluded points\n")
     parts.append(markdown_table(["reason", "points", "rows"], [[k, str(v), str(excluded_rows.get(k, 0))] for k, v in
                                                               sorted(excluded.items(), key=lambda t: -t[1])]))
@@ -403,12 +405,12 @@ chip's generic request latency.
 """
 
 MTP_TEXT = """InferenceX does not publish MTP's draft length or acceptance. One draft token (DeepSeek-R1 ships one MTP
-module) and ONE acceptance probability per (model, serving framework) are fitted on half of the B200/MI355X MTP
+module) and ONE acceptance probability per (model, serving framework) are to be fitted on half of the B200/MI355X MTP
 configurations (every aggregated MTP row is dated 2026-01 or later, so the date split would leave none to fit:
 the half is chosen by a hash of the configuration, the other half is held out; every Hopper MTP row stays held
 out, a transfer to another chip): `python benchmarks/fidelity.py --fit-mtp`, i.e.
-`jalapeno.calibration.fit.fit_mtp_acceptance`: bounded least squares on ln(pred/meas) of output tok/s per GPU
-and median TPOT, the chips' catalogue efficiency held fixed). A fitted value also absorbs what the simulator
+`jalapeno.calibration.fit.fit_mtp_acceptance`: a bounded search on the soft-L1 cost of ln(pred/meas) of output
+tok/s per GPU and median TPOT, the chips' catalogue efficiency held fixed). A fitted value also absorbs what the simulator
 misprices in MTP (the draft pass's own overheads), so read it as an effective acceptance, not a measured one.
 """
 

@@ -227,3 +227,43 @@ def test_bench_json_becomes_a_point_with_the_layout_it_ran(tmp_path):
     f.write_text(json.dumps(res))
     with pytest.raises(CalibrationError, match="field 'concurrency' is missing"):
         read_bench_json(f, model="llama-3.1-8b", hardware="h200", tp=2)
+
+
+def test_mtp_acceptance_is_recovered_and_round_trips(tmp_path):
+    from dataclasses import replace
+
+    from jalapeno.calibration.fit import fit_mtp_acceptance
+    from jalapeno.calibration.mtp import MtpFit, load_mtp_fits, write_mtp_fits
+
+    items = []
+    for i, (isl, osl, conc) in enumerate([(128, 64, 1), (128, 64, 8), (512, 32, 4), (512, 64, 16)]):
+        row = _row(i, "gpt-oss-20b", isl, osl, conc, "median_tpot", 1.0, "s")
+        row["notes"] = "spec_decoding=mtp; disagg=False"
+        p = group_points([row])[0]
+        s = to_sim_spec(p)
+        assert s.spec_tokens == 1 and s.spec_acceptance == (0.75,)  # the default until a value is fitted
+        truth = run_job(Job(replace(s, spec_acceptance=(0.5,)), None, 2))
+        items.append((replace(p, metrics={m: truth[m] for m in ("output_tput_per_gpu", "median_tpot")}), s))
+    fits = fit_mtp_acceptance(items, None, workers=1, search_prompts=2)
+    assert len(fits) == 1 and (fits[0].model, fits[0].framework) == ("gpt-oss-20b", "vllm")
+    assert fits[0].acceptance == pytest.approx(0.5, abs=0.03)
+    path = tmp_path / "mtp.yaml"
+    write_mtp_fits(fits + [MtpFit("deepseek-r1", "trt", 0.6, 9, "x")], path)
+    back = load_mtp_fits(path)
+    assert back[("deepseek-r1", "trt")].acceptance == 0.6
+    assert back[("gpt-oss-20b", "vllm")].acceptance == pytest.approx(fits[0].acceptance, abs=1e-4)
+
+
+def test_framework_request_latency_is_recovered_from_ttft(synthetic_csv):
+    from dataclasses import replace
+
+    eff = apply_params(efficiency_of("h100"), TRUE)
+    items = []
+    for p, s in prepare(read_measurements(synthetic_csv)).items[:6]:
+        got = run_job(Job(s, eff, 2, request_overhead_ms=12.0))  # vLLM's profile says 30 ms
+        items.append((replace(p, metrics={**p.metrics, "median_ttft": got["median_ttft"]}), s))
+    rep = fit(items, [], "h100", ["request_overhead_ms@vllm"], base=eff, workers=1, search_prompts=2,
+              final_prompts=2)
+    assert rep.start["request_overhead_ms@vllm"] == 30.0
+    assert rep.fitted["request_overhead_ms@vllm"] == pytest.approx(12.0, abs=1.0)
+    assert rep.tables["after fit"]["median_ttft"].median_abs < 1.0 < rep.tables["before fit"]["median_ttft"].median_abs

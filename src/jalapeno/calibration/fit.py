@@ -39,6 +39,8 @@ EFFICIENCY_METRICS = ("output_tput_per_gpu", "median_tpot")
 LATENCY_METRICS = ("median_ttft",)
 #: metrics of the before/after tables
 TABLE_METRICS = ("output_tput_per_gpu", "total_tput_per_gpu", "median_tpot", "median_ttft")
+#: soft-L1 scale on ln(pred / meas): errors beyond ~10% count linearly, not quadratically
+SOFT_L1_SCALE = 0.1
 #: points needed per fitted parameter
 POINTS_PER_PARAM = 3
 #: ln error charged to a metric of a point the simulator cannot run (e.g. the model stops fitting)
@@ -342,7 +344,9 @@ def _check_enough(n_points: int, params: Sequence[Param], what: str) -> None:
 
 def _least_squares(fun: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, params: Sequence[Param],
                    max_nfev: int) -> np.ndarray:
-    """Bounded soft-L1 least squares in unit coordinates (each parameter scaled to its bounds)."""
+    """Bounded soft-L1 least squares in unit coordinates (each parameter scaled to its bounds). One parameter:
+    bounded Brent search on the same soft-L1 cost (forward differences are unreliable where a prediction moves
+    in small steps, e.g. MTP acceptance drawn per token)."""
     from scipy.optimize import least_squares
 
     lo = np.array([p.lower for p in params])
@@ -356,7 +360,17 @@ def _least_squares(fun: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, para
             cache[key] = fun(lo + u * (hi - lo))
         return cache[key]
 
-    r = least_squares(f, u0, bounds=(0.0, 1.0), loss="soft_l1", f_scale=0.1, diff_step=0.02,
+    if len(params) == 1:  # one parameter: a bracketing search, robust to the simulator's small steps
+        from scipy.optimize import minimize_scalar
+
+        def cost(u: float) -> float:
+            z = (f(np.array([u])) / SOFT_L1_SCALE) ** 2
+            return float(np.sum(np.sqrt(1.0 + z) - 1.0))
+
+        r1 = minimize_scalar(cost, bounds=(0.0, 1.0), method="bounded",
+                             options={"xatol": 1e-3, "maxiter": 2 * max_nfev})
+        return lo + np.array([r1.x]) * (hi - lo)
+    r = least_squares(f, u0, bounds=(0.0, 1.0), loss="soft_l1", f_scale=SOFT_L1_SCALE, diff_step=0.02,
                       x_scale=1.0, max_nfev=max_nfev, xtol=1e-3, ftol=1e-4, gtol=1e-6)
     return lo + r.x * (hi - lo)
 

@@ -267,3 +267,8 @@ def test_framework_request_latency_is_recovered_from_ttft(synthetic_csv):
     assert rep.start["request_overhead_ms@vllm"] == 30.0
     assert rep.fitted["request_overhead_ms@vllm"] == pytest.approx(12.0, abs=1.0)
     assert rep.tables["after fit"]["median_ttft"].median_abs < 1.0 < rep.tables["before fit"]["median_ttft"].median_abs
+
+
+def test_chip_split_holding_out_the_fitted_chip_is_refused(synthetic_csv, capsys):
+    code, _, err = cli(capsys, "calibrate", "--csv", str(synthetic_csv), "--split", "chip:h100")
+    assert code == 2 and "holds out the chip being fitted (h100)" in err

@@ -84,7 +84,7 @@ def calibrate(
     precision: Annotated[str, typer.Option("--precision", help="Weight precision of --bench-json runs (default: the checkpoint's).")] = "",
     chip: Annotated[Optional[str], typer.Option("--chip", help="Which chip's measurements to fit (needed when the data has several).")] = None,
     params: Annotated[str, typer.Option("--params", help="Comma-separated parameter names: efficiency fields (step_overhead_us, compute.fp8, ...) or request_overhead_ms@<framework>.")] = "step_overhead_us,layer_overhead_us,scale_up",
-    split: Annotated[str, typer.Option("--split", help="Held-out set: date:YYYY-MM (from that month on), chip:NAME[,NAME], or random:F (fraction of configurations).")] = "date:2026-01",
+    split: Annotated[str, typer.Option("--split", help="Held-out set: date:YYYY-MM (from that month on), chip:NAME[,NAME] (fit on --chip, judge on those chips: transfer), or random:F (fraction of configurations).")] = "date:2026-01",
     out: Annotated[Optional[Path], typer.Option("--out", help="Directory for the overlay YAML (use it with --hardware-dir).")] = None,
     hardware_dir: Annotated[Optional[list[Path]], typer.Option("--hardware-dir", help="Extra chip YAML directory (the base chip may come from it).")] = None,
     fit_mtp: Annotated[bool, typer.Option("--fit-mtp", help="Also fit one MTP acceptance rate per (model, framework) on the MTP fit rows.")] = False,
@@ -110,8 +110,14 @@ def calibrate(
     pts = _points(list(csv or []), list(bench_json or []), model, hardware, tp, ep, dp_attention, framework, precision)
     prep = prepare(pts)
     key = _pick_chip(prep.items, chip)
-    items = [it for it in prep.items if it[1].chip == key]
-    fit_all, held_all = split_items(items, split)
+    if split.startswith("chip:"):  # transfer: fit on --chip's points, judge on the named chips' points
+        others = {c.strip().lower() for c in split[5:].split(",")}
+        if key in others:
+            raise CalibrationError(f"--split {split} holds out the chip being fitted ({key}): name other chips")
+        fit_all = [it for it in prep.items if it[1].chip == key]
+        held_all = [it for it in prep.items if it[1].chip in others]
+    else:
+        fit_all, held_all = split_items([it for it in prep.items if it[1].chip == key], split)
     mtp_fit = [it for it in fit_all if it[1].spec_tokens]
     fit_items, held = dedupe([it for it in fit_all if not it[1].spec_tokens]), \
         dedupe([it for it in held_all if not it[1].spec_tokens])

@@ -272,3 +272,13 @@ def test_framework_request_latency_is_recovered_from_ttft(synthetic_csv):
 def test_chip_split_holding_out_the_fitted_chip_is_refused(synthetic_csv, capsys):
     code, _, err = cli(capsys, "calibrate", "--csv", str(synthetic_csv), "--split", "chip:h100")
     assert code == 2 and "holds out the chip being fitted (h100)" in err
+
+
+def test_subsample_is_even_and_deterministic(synthetic_csv):
+    from jalapeno.calibration.fit import subsample
+
+    items = prepare(read_measurements(synthetic_csv)).items
+    a, b = subsample(items, 4), subsample(list(reversed(items)), 4)
+    assert [p.ids for p, _ in a] == [p.ids for p, _ in b] and len(a) == 4
+    assert {s.model for _, s in a} == {"gpt-oss-20b", "qwen3-30b-a3b"}  # both models keep a share
+    assert subsample(items, None) == items and len(subsample(items, 50)) == 12

@@ -92,6 +92,7 @@ def calibrate(
     search_prompts: Annotated[int, typer.Option("--search-prompts", help="Requests per unit of concurrency during the search.")] = 4,
     final_prompts: Annotated[Optional[int], typer.Option("--final-prompts", help="Requests per unit of concurrency for the final tables (default: each point's own, InferenceX 10).")] = None,
     max_nfev: Annotated[int, typer.Option("--max-nfev", help="Most objective evaluations per stage.")] = 12,
+    max_search_points: Annotated[int, typer.Option("--max-search-points", help="The search runs on at most this many configurations, evenly spread (0: all); the tables use all.")] = 150,
     as_json: Annotated[bool, typer.Option("--json", help="Print the fit report as JSON.")] = False,
 ) -> None:
     """Fit a chip's named efficiency parameters to measured serving points; print error tables, write an overlay."""
@@ -102,8 +103,8 @@ def calibrate(
     from jalapeno.calibration.overlay import write_overlay
     from jalapeno.hardware.catalog import ENV_VAR
 
-    if workers < 1 or search_prompts < 1 or max_nfev < 1:
-        raise CalibrationError("--workers, --search-prompts and --max-nfev must be >= 1")
+    if workers < 1 or search_prompts < 1 or max_nfev < 1 or max_search_points < 0:
+        raise CalibrationError("--workers, --search-prompts and --max-nfev must be >= 1, --max-search-points >= 0")
     dirs = [str(d) for d in hardware_dir or []]
     if dirs:  # the simulation processes resolve chips through the catalogue: make the user's dirs visible
         os.environ[ENV_VAR] = os.pathsep.join([*filter(None, [os.environ.get(ENV_VAR, "")]), *dirs])
@@ -133,7 +134,8 @@ def calibrate(
             bar.update(task, description=label, completed=done, total=total)
 
         report = fit(fit_items, held, key, names, workers=workers, search_prompts=search_prompts,
-                     final_prompts=final_prompts, max_nfev=max_nfev, progress=progress)
+                     final_prompts=final_prompts, max_nfev=max_nfev, max_search_points=max_search_points or None,
+                     progress=progress)
         report.excluded = prep.excluded
         extra = {}
         if fit_mtp:
@@ -153,8 +155,9 @@ def calibrate(
         typer.echo(json.dumps({**report.to_json(), **extra, "overlay": str(path) if path else None}, indent=1))
         return
     console = Console()
-    console.print(f"{len(pts)} measured points; {key}: {report.n_fit} fit and {report.n_held} held-out "
-                  f"configurations ({split}); {report.simulations} simulations in {report.wall_s:.0f} s")
+    console.print(f"{len(pts)} measured points; {key}: {report.n_fit} fit (search on {report.n_search}) and "
+                  f"{report.n_held} held-out configurations ({split}); {report.simulations} simulations in "
+                  f"{report.wall_s:.0f} s")
     _print_tables(console, report)
     for m in extra.get("mtp_acceptance", []):
         console.print(f"MTP acceptance {m['model']} / {m['framework']}: {m['acceptance']:.3f} ({m['points']} points)")

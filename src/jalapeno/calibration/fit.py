@@ -313,6 +313,7 @@ class FitReport:
     wall_s: float
     excluded: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    n_search: int = 0  # configurations the search ran on (a subsample of the fit set when capped)
 
     def held_out_median(self, metric: str = "output_tput_per_gpu") -> float | None:
         s = self.tables.get("after held-out", {}).get(metric)
@@ -321,7 +322,7 @@ class FitReport:
     def to_json(self) -> dict:
         return {
             "chip": self.chip, "start": self.start, "fitted": self.fitted, "n_fit": self.n_fit,
-            "n_held": self.n_held, "simulations": self.simulations, "wall_s": round(self.wall_s, 1),
+            "n_held": self.n_held, "n_search": self.n_search, "simulations": self.simulations, "wall_s": round(self.wall_s, 1),
             "bounds": {p.name: [p.lower, p.upper] for p in self.params},
             "tables": {k: {m: {"n": s.n, "median_abs_pct": _num(s.median_abs), "p90_abs_pct": _num(s.p90_abs),
                                "median_signed_pct": _num(s.median_signed)} for m, s in t.items()}
@@ -387,12 +388,23 @@ def _jobs(items: Sequence[Item], eff: Efficiency, prompts: int | None, latency: 
     return out
 
 
+def subsample(items: Sequence[Item], n: int | None) -> list[Item]:
+    """At most ``n`` of ``items``, evenly spaced in a fixed order (by configuration), so every model, layout and
+    workload region keeps its share; all of them when ``n`` is None or not smaller."""
+    if not n or n >= len(items):
+        return list(items)
+    ordered = sorted(items, key=lambda it: repr(config_key(it[1])))
+    return [ordered[int(i * len(ordered) / n)] for i in range(n)]
+
+
 def fit(items: Sequence[Item], held: Sequence[Item], chip: str, names: Sequence[str], *,
         base: Efficiency | None = None, workers: int = 2, search_prompts: int = 4, final_prompts: int | None = None,
-        max_nfev: int = 12, progress: Progress | None = None) -> FitReport:
+        max_nfev: int = 12, max_search_points: int | None = None, progress: Progress | None = None) -> FitReport:
     """Fit ``names`` for ``chip`` on ``items`` (already deduplicated), report errors on ``items`` and ``held``.
 
-    ``final_prompts`` None = each point's own request count (InferenceX: 10 x concurrency)."""
+    ``final_prompts`` None = each point's own request count (InferenceX: 10 x concurrency).
+    ``max_search_points``: the search runs on at most that many of ``items`` (:func:`subsample`; the tables use
+    all of them)."""
     from jalapeno.calibration.predict import efficiency_of
 
     t0 = time.time()
@@ -402,22 +414,22 @@ def fit(items: Sequence[Item], held: Sequence[Item], chip: str, names: Sequence[
     lat_params = [p for p in params if p.is_latency]
     _check_enough(len(items), eff_params, f"fit of {chip}")
     for p in lat_params:
-        sel = _latency_items(items, p)
-        _check_enough(len(sel), [p], f"fit of {p.name}")
+        _check_enough(len(_latency_items(subsample(items, max_search_points), p)), [p], f"fit of {p.name}")
     start = {p.name: current_value(p, base) for p in params}
     values = dict(start)
+    search = subsample(items, max_search_points)
     with Predictor(workers, progress) as pred:
         if eff_params:
             def resid(x: np.ndarray) -> np.ndarray:
                 eff = apply_params(base, {p.name: float(v) for p, v in zip(eff_params, x)})
-                return log_residuals(items, pred.run(_jobs(items, eff, search_prompts, {}), "efficiency fit"),
+                return log_residuals(search, pred.run(_jobs(search, eff, search_prompts, {}), "efficiency fit"),
                                      EFFICIENCY_METRICS)
 
             x = _least_squares(resid, np.array([start[p.name] for p in eff_params]), eff_params, max_nfev)
             values.update({p.name: float(v) for p, v in zip(eff_params, x)})
         eff = apply_params(base, values)
         for p in lat_params:
-            sel = _latency_items(items, p)
+            sel = _latency_items(search, p)
             key = p.framework or "*"
 
             def resid_lat(x: np.ndarray, sel=sel, key=key) -> np.ndarray:
@@ -428,7 +440,7 @@ def fit(items: Sequence[Item], held: Sequence[Item], chip: str, names: Sequence[
         tables, failures = _tables(pred, items, held, base, eff, start, values, final_prompts)
         runs = pred.runs
     return FitReport(chip, params, start, values, len(items), len(held), tables, runs, time.time() - t0,
-                     failures=failures)
+                     failures=failures, n_search=len(search))
 
 
 def _latency_items(items: Sequence[Item], p: Param) -> list[Item]:
@@ -493,6 +505,6 @@ def fit_mtp_acceptance(items: Sequence[Item], eff: Efficiency | dict[str, Effici
 
 __all__ = [
     "DEFAULT_PARAMS", "FitReport", "Job", "Param", "Predictor", "Prepared", "apply_params", "current_value",
-    "dedupe", "error_table", "fit", "fit_mtp_acceptance", "log_residuals", "param", "parameter_names",
+    "dedupe", "error_table", "fit", "fit_mtp_acceptance", "subsample", "log_residuals", "param", "parameter_names",
     "prepare", "run_job", "split_items",
 ]

@@ -418,8 +418,9 @@ misprices in MTP (the draft pass's own overheads), so read it as an effective ac
 FRAMEWORK_TEXT = """InferenceX rows are predicted with their serving framework's profile (`jalapeno.perf.frameworks`: {values}):
 the per-request front-end latency (HTTP, tokenization, admission, detokenization, first-chunk streaming) that
 the chip's generic `efficiency.request_overhead_ms` (40 ms) stands for when no framework is named. Each value is
-fitted on that framework's fit-split configurations only (`python benchmarks/fidelity.py --fit-frameworks`: the
-value minimising the median |ln(pred/meas)| of median TTFT, 10 ms grid then +-5 ms); nothing else moves, and H100
+fitted on that framework's fit-split configurations only (then: the value minimising the median |ln(pred/meas)| of
+median TTFT, 10 ms grid then +-5 ms; now `python benchmarks/fidelity.py --fit-frameworks`, a bounded search on
+the soft-L1 cost of ln(pred/meas) of median TTFT); nothing else moves, and H100
 and later H200 rows are held out. NIM and the offline table keep the generic value. "generic" = the same
 predictions with the generic 40 ms for every row (what `jalapeno simulate` does without `--framework`).
 """
@@ -471,13 +472,11 @@ DOC_TAIL = """
 * Objective: mean over {output tok/s per GPU, median TPOT} of the median |ln(predicted / measured)|. TTFT is
   *not* in the objective: its miss is mostly a per-request latency the model lacks (below); with TTFT in the
   objective the search only inflates the per-step overheads (step overhead -> 240 us) and worsens TPOT p90.
-* Search: bounded coordinate search (12% multiplicative steps on scale_up within 0.5-0.9, 40 us additive steps
-  on the overheads, halved after a pass without improvement), 30 evaluations, objective 0.141 -> 0.125, from a
-  start chosen by a coarse manual probe. Reproduce (about 5 min on 2 cores):
-
-  ```console
-  $ python benchmarks/fidelity.py --fit --fit-only --max-evals 30 --start '{"compute.fp8":0.734,"compute.bf16":0.8,"memory.hbm":0.9,"scale_up":0.7,"step_overhead_us":100,"layer_overhead_us":120}'
-  ```
+* Search (at the time): a bounded coordinate search (12% multiplicative steps on scale_up within 0.5-0.9, 40 us
+  additive steps on the overheads, halved after a pass without improvement), 30 evaluations, objective 0.141 ->
+  0.125, from a start chosen by a coarse manual probe. The fit is now library code (`jalapeno.calibration.fit`,
+  the same as `jalapeno calibrate`: bounded soft-L1 least squares on ln(pred/meas)); re-run it with
+  `python benchmarks/fidelity.py --fit h200 --params scale_up,step_overhead_us,layer_overhead_us`.
 
 * Physical reading: 100 us per layer is ~10-20 small kernels per decoder layer at 5-10 us each at small batch
   (norms, rotary, router/top-k, quantize, all-reduce launch + sync) that a roofline prices at ~0; 120 us per

@@ -394,7 +394,7 @@ BA_HEAD = """
 ## Blackwell and AMD (B200, MI355X): `benchmarks/data/calibration-blackwell-amd.csv`
 
 {n_points} measured points ({n_usable} predicted), SemiAnalysis InferenceX rows dated before 2026-03: aggregated
-(predicted like the Hopper InferenceX rows above), MTP (`spec_decoding=mtp`: one draft token, acceptance fitted
+(predicted like the Hopper InferenceX rows above), MTP (`spec_decoding=mtp`: one draft token, an acceptance
 per model and framework, below) and disaggregated. Disaggregated rows are parsed into their prefill and decode
 pools (`jalapeno.calibration.points.DisaggLayout`: workers, per-worker chips = pool GPUs / workers, EP,
 dp-attention) but **not yet simulated**: the simulator's disaggregated mode has one dp-attention setting for

@@ -347,7 +347,9 @@ def write_doc(doc: Path, usable, errs, excluded, excluded_rows, failures, spread
         [k, _fmt(_before_param("h200", k)), _fmt(fr[k]), _fmt(_before_param("h100", k)), _fmt(fr100[k])] for k in (*FIXED, *BOUNDS)]))
     parts.append(DOC_TAIL)
     parts.append(blackwell_amd_section(*ba))
-    doc.write_text("\n".join(parts) + "\n")
+    # the last section belongs to benchmarks/nongpu_check.py (chips without serving data): keep it
+    kept = doc.read_text(encoding="utf-8").partition("## Chips without serving calibration") if doc.exists() else ("", "", "")
+    doc.write_text("\n".join(parts) + "\n" + ("\n" + kept[1] + kept[2] if kept[1] else ""))
 
 
 def _before_param(chip: str, k: str) -> float:

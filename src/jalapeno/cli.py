@@ -39,6 +39,7 @@ COMMAND_PACKAGES = [
     "server",
     "bench",
     "report",
+    "calibration",
     "design",
 ]
 
@@ -57,6 +58,7 @@ COMMAND_OWNERS = {
     "recommend": "report",
     "report": "report",
     "demo": "demo",
+    "calibrate": "calibration",
     "design": "design",
 }
 

@@ -40,6 +40,8 @@ COMMAND_PACKAGES = [
     "server",
     "bench",
     "report",
+    "calibration",
+    "design",
 ]
 
 
@@ -57,6 +59,8 @@ COMMAND_OWNERS = {
     "recommend": "report",
     "report": "report",
     "demo": "demo",
+    "calibrate": "calibration",
+    "design": "design",
 }
 
 

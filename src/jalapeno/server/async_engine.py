@@ -38,12 +38,25 @@ class EngineError:
     user_error: bool = False
 
 
+class _CountingQueue(asyncio.Queue):
+    """An ``asyncio.Queue`` that counts what its consumer took (``get`` goes through ``get_nowait``)."""
+
+    taken = 0
+
+    def get_nowait(self):
+        item = super().get_nowait()
+        self.taken += 1
+        return item
+
+
 class _Handle:
-    __slots__ = ("loop", "queue")
+    __slots__ = ("loop", "queue", "sent")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.queue: _CountingQueue = _CountingQueue()
+        #: outputs handed to the loop for this request (engine thread); unread = sent - queue.taken
+        self.sent = 0
 
 
 class AsyncEngine:
@@ -54,7 +67,7 @@ class AsyncEngine:
         #: back-pressure: a request whose consumer has left this many step outputs unread (a client that does
         #: not read its stream) is aborted, so the server never buffers a whole output for it
         self.max_backlog = max_backlog
-        self.paced = bool(engine.backend.is_simulated) and time_scale > 0
+        self.paced = engine.backend.capabilities.virtual_time and time_scale > 0
         self.time_scale = time_scale
         self._cmds: queue.SimpleQueue = queue.SimpleQueue()
         self._handles: dict[int | str, _Handle] = {}
@@ -206,10 +219,11 @@ class AsyncEngine:
                     continue  # aborted meanwhile
                 if o.finished:
                     del self._handles[o.seq_id]
-                elif h.queue.qsize() >= self.max_backlog:  # len() of a deque: safe to read from this thread
+                elif h.sent - h.queue.taken >= self.max_backlog:  # exact even while callbacks are pending
                     del self._handles[o.seq_id]
                     stalled.append(o.seq_id)
                     o = EngineError(f"the client left {self.max_backlog} steps of output unread; request aborted")
+                h.sent += 1
                 by_loop.setdefault(h.loop, []).append((h.queue, o))
         for sid in stalled:
             log.warning("request %s aborted: its client is not reading", sid)

@@ -77,18 +77,7 @@ def bench(
     from jalapeno.bench.summary import print_comparison, print_summary
 
     console = Console()
-    if endpoint not in ("completions", "chat"):
-        raise ConfigError(f"--endpoint must be 'completions' or 'chat' (got '{endpoint}')")
-    if dataset not in ("random", "fixed", "file"):
-        raise ConfigError(f"--dataset must be random, fixed or file (got '{dataset}')")
-    if range_mode not in ("ix", "vllm"):
-        raise ConfigError(f"--range-mode must be 'ix' or 'vllm' (got '{range_mode}')")
-    if num_chips <= 0:
-        raise ConfigError("--num-chips must be > 0")
-    if not base_url.startswith(("http://", "https://")):
-        raise ConfigError(f"--base-url must start with http:// or https:// (got '{base_url}')")
-    if compare_sim and not hardware:
-        raise ConfigError("--compare-sim needs --hardware (a chip from `jalapeno hardware list`)")
+    _check_options(endpoint, dataset, range_mode, num_chips, base_url, compare_sim, hardware)
     load = LoadSpec(concurrency, request_rate, max_concurrency, burstiness, num_warmups, seed)
     load.validate()
     n = num_prompts if num_prompts is not None else 10 * (load.in_flight_cap or 10)
@@ -141,6 +130,23 @@ def bench(
         result.metadata["simulated"] = predicted
 
     _write(output, result, save_detailed, console)
+
+
+def _check_options(endpoint: str, dataset: str, range_mode: str, num_chips: float, base_url: str,
+                   compare_sim: bool, hardware: str | None) -> None:
+    """One clear line for each option value ``bench`` cannot use."""
+    if endpoint not in ("completions", "chat"):
+        raise ConfigError(f"--endpoint must be 'completions' or 'chat' (got '{endpoint}')")
+    if dataset not in ("random", "fixed", "file"):
+        raise ConfigError(f"--dataset must be random, fixed or file (got '{dataset}')")
+    if range_mode not in ("ix", "vllm"):
+        raise ConfigError(f"--range-mode must be 'ix' or 'vllm' (got '{range_mode}')")
+    if num_chips <= 0:
+        raise ConfigError("--num-chips must be > 0")
+    if not base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"--base-url must start with http:// or https:// (got '{base_url}')")
+    if compare_sim and not hardware:
+        raise ConfigError("--compare-sim needs --hardware (a chip from `jalapeno hardware list`)")
 
 
 def _write(output: Path | None, result, detailed: bool, console) -> None:

@@ -33,7 +33,7 @@ def sweep_cmd(
     Re-running the same spec resumes: points already in DIR are skipped. Ctrl-C keeps finished points. A
     different spec into a DIR that holds results is refused unless --overwrite.
     """
-    from jalapeno.report.economics import parse_prices
+    from jalapeno.economics import parse_prices
     from jalapeno.report.spec import load_sweep
     from jalapeno.report.sweep import run_spec
 
@@ -81,7 +81,7 @@ def recommend_cmd(
 ) -> None:
     """Recommend the chip and layout that meet TTFT/TPOT SLOs best, and say why each other option lost."""
     from jalapeno.hardware.catalog import use_hardware_dirs
-    from jalapeno.report.economics import parse_prices
+    from jalapeno.economics import parse_prices
 
     use_hardware_dirs(hardware_dir)
     from jalapeno.report.recommend import recommend

@@ -27,7 +27,7 @@ from typing import Literal, Mapping, Sequence
 from jalapeno.errors import ConfigError, UnknownNameError
 from jalapeno.fmt import num
 from jalapeno.hardware.confidence import TRUST_LEVELS, trusted
-from jalapeno.report.economics import DEFAULT_PUE
+from jalapeno.economics import DEFAULT_PUE
 from jalapeno.report.grid import ArchDims, auto_layouts, describe_layout, make_point
 from jalapeno.report.runner import PointFn, run_point, run_points
 

@@ -74,15 +74,16 @@ def _print_summary(sc, m: dict) -> None:
 def _economics(sc, m: dict) -> dict:
     """$/hour of the chips and $ per million output tokens (the report's economics: catalogue prices, SLO
     compliance when --goodput is given); ``economics_note`` says why a number is missing."""
-    from jalapeno.report.economics import chip_group, economics
+    from jalapeno.economics import chip_group, economics
 
+    kw = dict(power_cap_w=sc.power_cap_w, hardware_dir=sc.hardware_dir or None)
     if sc.disaggregated:
         groups = [
-            chip_group(sc.prefill_hardware or sc.hardware, (sc.prefill_workers or 1) * (sc.prefill_tp or sc.tp)),
-            chip_group(sc.decode_hardware or sc.hardware, (sc.decode_workers or 1) * (sc.decode_tp or sc.tp)),
+            chip_group(sc.prefill_hardware or sc.hardware, (sc.prefill_workers or 1) * (sc.prefill_tp or sc.tp), **kw),
+            chip_group(sc.decode_hardware or sc.hardware, (sc.decode_workers or 1) * (sc.decode_tp or sc.tp), **kw),
         ]
     else:
-        groups = [chip_group(sc.hardware, int(m["num_chips"]))]
+        groups = [chip_group(sc.hardware, int(m["num_chips"]), **kw)]
     eco = economics(m, groups)
     return {
         "hourly_cost_usd": eco.hourly_cost_usd,

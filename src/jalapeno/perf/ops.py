@@ -39,6 +39,8 @@ FEATURES = (
     "U",  # expected fraction of routed experts touched by T tokens: 1 - (1 - k/E)^T
     "Ue",  # the same on the busiest expert-parallel rank (= U without expert parallelism)
     "Tm",  # tokens whose (token, expert) pairs load the busiest EP rank as much as it is loaded (= T without EP)
+    "B",  # sequences in the step: decode sequences + prefill chunks
+    "Pf",  # 1 when the step prefills (an eager / piecewise step), else 0
 )
 NF = len(FEATURES)
 IDX = {n: i for i, n in enumerate(FEATURES)}
@@ -112,6 +114,8 @@ def features(shape: StepShape, moe: "float | Routing") -> list[float]:
         u,
         ue,
         tm,
+        shape.decode_seqs + shape.prefill_seqs,
+        1.0 if shape.prefill_tokens else 0.0,
     ]
 
 

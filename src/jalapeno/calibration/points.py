@@ -39,6 +39,7 @@ REQUIRED_COLUMNS = ("id", *_KEY_COLUMNS, "metric", "value", "unit")
 _CHIPS = {
     "h100": "h100", "h100 80gb": "h100", "nvidia h100-sxm-80gb": "h100",
     "h200": "h200", "nvidia h200-sxm-141gb": "h200",
+    "b200": "b200", "mi355x": "mi355x",
 }
 
 

@@ -7,7 +7,7 @@
 Points: SemiAnalysis InferenceX aggregated rows without MTP (``benchmarks/data/calibration.csv`` for H100/H200,
 ``calibration-blackwell-amd.csv`` for B200/MI355X), one point per configuration (median over reruns) in the fit.
 Splits (:func:`split_of`): H200 rows dated before 2026-03 are the Hopper fit set (H100 and later H200 rows are held
-out); B200 and MI355X rows dated before 2026-02 are those chips' fit sets (their 2026-02 rows are held out by
+out); B200 and MI355X rows dated before 2026-01 are those chips' fit sets (their 2026-01 and 2026-02 rows are held out by
 date), and the cross-vendor check applies one chip's fit to every row of the other.
 
 The fit is ``scipy.optimize.least_squares`` (soft-L1 loss on ln(predicted / measured) of output throughput per
@@ -39,13 +39,14 @@ CSVS = (ROOT / "benchmarks" / "data" / "calibration.csv", ROOT / "benchmarks" / 
 WEIGHTS = {"output_tput_per_gpu": 1.0, "median_tpot": 1.0, "median_ttft": 0.7}
 #: fitted efficiency fields: name -> (start, lower, upper)
 PARAMS = {
-    "step_overhead_us": (100.0, 0.0, 2000.0),
-    "moe_layer_overhead_us": (50.0, 0.0, 500.0),
-    "seq_overhead_us": (10.0, 0.0, 500.0),
-    "prefill_layer_overhead_us": (50.0, 0.0, 2000.0),
-    "prefill_token_overhead_ns": (10.0, 0.0, 1000.0),
-    "prefill_collective_overlap": (0.3, 0.0, 0.9),
-    "request_overhead_us_per_token": (1.0, 0.0, 50.0),
+    "step_overhead_us": (120.0, 0.0, 2000.0),
+    "moe_layer_overhead_us": (80.0, 0.0, 500.0),
+    "seq_overhead_us": (40.0, 0.0, 500.0),
+    "prefill_layer_overhead_us": (100.0, 0.0, 2000.0),
+    "prefill_expert_overhead_us": (1.0, 0.0, 100.0),
+    "prefill_token_overhead_ns": (30.0, 0.0, 1000.0),
+    "prefill_collective_overlap": (0.2, 0.0, 0.9),
+    "request_overhead_us_per_token": (3.0, 0.0, 50.0),
     "request_overhead_ms": (20.0, 0.0, 200.0),  # the front end of frameworks without a profile (e.g. AMD's ATOM)
 }
 #: dense decoder layers under CUDA/HIP graphs: about ten kernels per layer with ~2 us of launch gap each. Not
@@ -53,7 +54,7 @@ PARAMS = {
 #: stated prior, checked by the Llama-3.1-8B batch-1 decode target, not fitted.
 DENSE_LAYER_US = 20.0
 #: frameworks whose request latency is a global profile (jalapeno.perf.frameworks), fitted on the Hopper set only
-FRAMEWORK_PARAMS = {"fw.vllm": (20.0, 0.0, 200.0), "fw.sglang": (20.0, 0.0, 200.0), "fw.trt-llm": (20.0, 0.0, 200.0)}
+FRAMEWORK_PARAMS = {"fw.vllm": (20.0, 0.0, 200.0), "fw.sglang": (40.0, 0.0, 200.0), "fw.trt-llm": (40.0, 0.0, 200.0)}
 
 
 def split_of(p: Point, s: SimSpec) -> str:
@@ -63,7 +64,7 @@ def split_of(p: Point, s: SimSpec) -> str:
         return "fit" if month < "2026-03" else "held-out (date)"
     if s.chip == "h100":
         return "held-out (chip)"
-    return "fit" if month < "2026-02" else "held-out (date)"
+    return "fit" if month < "2026-01" else "held-out (date)"
 
 
 def usable_points(chips: set[str] | None = None) -> list[tuple[Point, SimSpec]]:
@@ -106,7 +107,7 @@ def _latency_ms(spec: SimSpec, eff: Efficiency, params: dict[str, float]) -> flo
     fw = framework_profile(spec)
     if fw is None:
         return eff.request_overhead_ms
-    return float(params.get(f"fw.{fw}", get_framework(fw).request_overhead_ms))
+    return float(params.get(f"fw.{fw}", eff.framework_overhead_ms.get(fw, get_framework(fw).request_overhead_ms)))
 
 
 def _job(args) -> dict:
@@ -193,6 +194,39 @@ def fit(items: list[tuple[Point, SimSpec]], names: list[str], start: dict[str, f
     res = least_squares(f, np.clip(x0, lo, hi), bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=0.05,
                         x_scale=np.maximum(np.abs(x0), 0.1), max_nfev=max_nfev)
     return {**fixed, **dict(zip(names, res.x.tolist()))}, float(np.median(np.abs(res.fun)))
+
+
+# ------------------------------------------------------------------------------------------------ writing
+OVERHEAD_KEYS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "seq_overhead_us",
+                 "prefill_layer_overhead_us", "prefill_expert_overhead_us", "prefill_token_overhead_ns", "prefill_collective_overlap",
+                 "request_overhead_ms", "request_overhead_us_per_token")
+
+
+def _q(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def write_yaml(path: Path, params: dict[str, float], source: str, calibration: dict) -> None:
+    """Put ``params`` (the overhead fields) and ``source`` into the chip file's ``efficiency`` block and replace
+    its ``calibration`` block, keeping every other line (and comment) as it is."""
+    lines = path.read_text().splitlines()
+    i = lines.index("efficiency:")
+    j = i + 1
+    while j < len(lines) and lines[j].startswith("  "):
+        j += 1
+    body = [ln for ln in lines[i + 1 : j] if ln.split(":")[0].strip() not in (*OVERHEAD_KEYS, "source")]
+    vals = {"layer_overhead_us": DENSE_LAYER_US, **{k: v for k, v in params.items() if k in OVERHEAD_KEYS}}
+    body += [f"  {k}: {round(float(vals[k]), 4):g}" for k in OVERHEAD_KEYS if k in vals]
+    body.append(f"  source: {_q(source)}")
+    rest = lines[j:]
+    if "calibration:" in rest:  # drop the old block
+        k = rest.index("calibration:")
+        m = k + 1
+        while m < len(rest) and rest[m].startswith("  "):
+            m += 1
+        rest = rest[:k] + rest[m:]
+    cal = ["calibration:"] + [f"  {k}: {_q(v) if isinstance(v, str) else v}" for k, v in calibration.items()]
+    path.write_text("\n".join(lines[: i + 1] + body + cal + rest) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

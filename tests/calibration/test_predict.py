@@ -60,3 +60,15 @@ def test_inferencex_rows_use_their_frameworks_request_overhead():
     d = (get_framework("trt").request_overhead_ms - efficiency_of("h200").request_overhead_ms) / 1000
     assert with_fw - generic == pytest.approx(d, abs=1e-9)
     assert simulate(ix, request_overhead_ms=0.0)["median_ttft"] == pytest.approx(generic - 0.040, abs=1e-9)
+
+
+def test_request_latency_grows_with_the_prompt_by_the_per_token_term():
+    # fixed lengths, one request at a time: TTFT and E2E grow by exactly per-token time x prompt length
+    spec = SimSpec("llama-3.1-8b", "h200", Layout(1), "bf16", "bf16", isl=512, osl=16, concurrency=1,
+                   range_ratio=1.0, num_prompts_per_concurrency=2)
+    base = with_efficiency(efficiency_of("h200"), request_overhead_us_per_token=0.0)
+    slow = with_efficiency(base, request_overhead_us_per_token=10.0)
+    a, b = simulate(spec, base), simulate(spec, slow)
+    assert b["median_ttft"] - a["median_ttft"] == pytest.approx(512 * 10e-6, rel=1e-6)
+    assert b["median_e2e_latency"] - a["median_e2e_latency"] == pytest.approx(512 * 10e-6, rel=1e-6)
+    assert b["median_tpot"] == pytest.approx(a["median_tpot"], rel=1e-9)  # not in step time

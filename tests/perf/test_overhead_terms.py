@@ -106,3 +106,25 @@ def test_defaults_leave_step_time_unchanged():
     bare = CostModel(LLAMA_8B, H200, precision=Precision("bf16"), efficiency=Efficiency(**H200_EFF))
     for s in (DECODE, PREFILL, MIXED):
         assert cm.step(s).time_s - bare.step(s).time_s == pytest.approx(100e-6 + 32 * 5e-6, rel=1e-9)
+
+
+def test_prefill_expert_overhead_is_per_routed_expert_run_in_each_moe_layer():
+    # GPT-OSS-120B: 36 MoE layers, 128 experts, top-4; without EP every chip runs a slice of each touched expert
+    base, over = _pair(GPT_OSS_120B, prec=Precision("native"), prefill_expert_overhead_us=2.0)
+    assert _dt(base, over, DECODE) == 0.0  # decode runs the captured fused-MoE kernel: no per-expert cost
+    for t in (1, 16, 2048):
+        s = StepShape.from_lists(prefill=[(t, 0)])
+        touched = 128 * (1 - (1 - 4 / 128) ** t)  # expected distinct experts
+        assert _dt(base, over, s) == pytest.approx(36 * touched * 2e-6, rel=1e-9)
+    # with EP the busiest rank's experts count: at most 256/8 = 32 per rank (all touched by a long prompt)
+    b2, o2 = _pair(DEEPSEEK_R1, Parallelism(tp=8, ep=8), Precision("native"), prefill_expert_overhead_us=2.0)
+    assert _dt(b2, o2, PREFILL) == pytest.approx(58 * 32 * 2e-6, rel=1e-6)
+
+
+def test_chip_framework_latency_overrides_the_global_profile():
+    from jalapeno.perf.frameworks import apply_framework, get_framework
+
+    eff = Efficiency(**H200_EFF, request_overhead_ms=40.0, framework_overhead_ms={"vllm": 12.0})
+    assert apply_framework(eff, "vllm").request_overhead_ms == 12.0
+    assert apply_framework(eff, "sglang").request_overhead_ms == get_framework("sglang").request_overhead_ms
+    assert apply_framework(eff, None).request_overhead_ms == 40.0

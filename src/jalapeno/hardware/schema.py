@@ -111,6 +111,9 @@ class Efficiency(_Strict):
     #: per layer, only in steps that prefill (run eagerly / piecewise, not as one captured CUDA graph: their
     #: kernel launches are not hidden), microseconds
     prefill_layer_overhead_us: float = Field(default=0.0, ge=0)
+    #: per routed expert a chip runs in one MoE layer of a step that prefills (the grouped-GEMM path of eager
+    #: prefill schedules one small GEMM per expert; decode runs a captured fused-MoE kernel), microseconds
+    prefill_expert_overhead_us: float = Field(default=0.0, ge=0)
     #: per prefill token (chunked-prefill bookkeeping, small-tile GEMM and attention inefficiency beyond the
     #: large-GEMM fraction), nanoseconds
     prefill_token_overhead_ns: float = Field(default=0.0, ge=0)
@@ -123,6 +126,9 @@ class Efficiency(_Strict):
     #: front-end time per prompt token (tokenization, request copy), microseconds; adds to the per-request
     #: latency like ``request_overhead_ms``
     request_overhead_us_per_token: float = Field(default=0.0, ge=0)
+    #: per serving framework (``jalapeno.perf.frameworks`` key -> ms): this chip family's fitted front-end latency
+    #: of that stack; replaces the framework profile's global value when ``--framework`` names it
+    framework_overhead_ms: dict[str, float] = Field(default_factory=dict)
     source: str = "defaults"
 
     @field_validator("compute", "memory")

@@ -54,12 +54,14 @@ def get_framework(name: str) -> ServingFramework:
 
 
 def apply_framework(efficiency, framework: str | ServingFramework | None):
-    """``efficiency`` (a :class:`~jalapeno.hardware.schema.Efficiency`) with the framework's request overhead;
+    """``efficiency`` (a :class:`~jalapeno.hardware.schema.Efficiency`) with the framework's request overhead
+    (the chip's own fitted value for that framework, ``efficiency.framework_overhead_ms``, when it has one);
     unchanged when ``framework`` is None or empty."""
     if not framework:
         return efficiency
     fw = framework if isinstance(framework, ServingFramework) else get_framework(framework)
-    return efficiency.model_copy(update={"request_overhead_ms": fw.request_overhead_ms})
+    ms = efficiency.framework_overhead_ms.get(fw.key, fw.request_overhead_ms)
+    return efficiency.model_copy(update={"request_overhead_ms": ms})
 
 
 __all__ = ["ServingFramework", "FRAMEWORKS", "get_framework", "apply_framework"]

@@ -67,15 +67,17 @@ OVERLAPPABLE = frozenset({"embed_allreduce", "attn_allreduce", "mlp_allreduce", 
                           "moe_combine"})
 
 
-def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int) -> np.ndarray:
+def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_per_chip: float = 0.0) -> np.ndarray:
     """Time (s) the fixed costs add to a step, as coefficients over :data:`~jalapeno.perf.ops.FEATURES`:
     per step, per layer, per MoE layer, per sequence in the step (``B``), per layer of a step that prefills
-    (``Pf``) and per prefill token (``Tp``). Affine in the features, so ``decode_steps`` stays closed-form."""
+    (``Pf``), per routed expert run in a MoE layer of a step that prefills (``Uep`` x experts per chip x MoE
+    layers) and per prefill token (``Tp``). Affine in the features, so ``decode_steps`` stays closed-form."""
     us = 1e-6
     return vec(
         one=(eff.step_overhead_us + num_layers * eff.layer_overhead_us + moe_layers * eff.moe_layer_overhead_us) * us,
         B=eff.seq_overhead_us * us,
         Pf=num_layers * eff.prefill_layer_overhead_us * us,
+        Uep=moe_layers * experts_per_chip * eff.prefill_expert_overhead_us * us,
         Tp=eff.prefill_token_overhead_ns * 1e-9,
     )
 
@@ -347,7 +349,9 @@ class CostModel:
         tm = np.array([sum((c / self._bw(s) for s, c in (o.bytes if o.time_bytes is None else o.time_bytes).items()),
                            np.zeros(NF)) for o in work])
         self._net_time = [self._overlapped(o) for o in net]
-        self._overhead = overhead_vector(eff, self.model.num_layers, self._moe_layers())
+        m = self.model
+        self._overhead = overhead_vector(eff, m.num_layers, self._moe_layers(),
+                                         m.num_experts / self.parallel.ep if m.num_experts else 0.0)
         lin = sum(self._net_time, np.zeros(NF)) + self._overhead
         pj_net = self.chip.energy.pj_per_network_byte or FALLBACK_PJ_PER_NET_BYTE
         e_work = np.zeros(NF)

@@ -41,6 +41,7 @@ FEATURES = (
     "Tm",  # tokens whose (token, expert) pairs load the busiest EP rank as much as it is loaded (= T without EP)
     "B",  # sequences in the step: decode sequences + prefill chunks
     "Pf",  # 1 when the step prefills (an eager / piecewise step), else 0
+    "Uep",  # Ue in a step that prefills, else 0 (routed experts the busiest rank runs, as a fraction)
 )
 NF = len(FEATURES)
 IDX = {n: i for i, n in enumerate(FEATURES)}
@@ -116,6 +117,7 @@ def features(shape: StepShape, moe: "float | Routing") -> list[float]:
         tm,
         shape.decode_seqs + shape.prefill_seqs,
         1.0 if shape.prefill_tokens else 0.0,
+        ue if shape.prefill_tokens else 0.0,
     ]
 
 

@@ -206,7 +206,8 @@ def _q(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def write_yaml(path: Path, params: dict[str, float], source: str, calibration: dict) -> None:
+def write_yaml(path: Path, params: dict[str, float], source: str, calibration: dict,
+               frameworks: dict[str, float] | None = None) -> None:
     """Put ``params`` (the overhead fields) and ``source`` into the chip file's ``efficiency`` block and replace
     its ``calibration`` block, keeping every other line (and comment) as it is."""
     lines = path.read_text().splitlines()
@@ -214,9 +215,16 @@ def write_yaml(path: Path, params: dict[str, float], source: str, calibration: d
     j = i + 1
     while j < len(lines) and lines[j].startswith("  "):
         j += 1
-    body = [ln for ln in lines[i + 1 : j] if ln.split(":")[0].strip() not in (*OVERHEAD_KEYS, "source")]
     vals = {"layer_overhead_us": DENSE_LAYER_US, **{k: v for k, v in params.items() if k in OVERHEAD_KEYS}}
+    old = {ln.split(":")[0].strip(): ln for ln in lines[i + 1 : j]}
+    kernel = old.get("source", "").split("Kernel-level fractions below are the chip's own.")
+    if len(kernel) == 2 and "Kernel-level" not in source:  # keep the citations of the measured kernel fractions
+        source += " Kernel-level fractions below are the chip's own." + kernel[1].rstrip('"')
+    body = [ln for ln in lines[i + 1 : j]
+            if ln.split(":")[0].strip() not in (*vals, "source", "framework_overhead_ms")]
     body += [f"  {k}: {round(float(vals[k]), 4):g}" for k in OVERHEAD_KEYS if k in vals]
+    if frameworks:
+        body.append("  framework_overhead_ms: {" + ", ".join(f"{k}: {v:g}" for k, v in sorted(frameworks.items())) + "}")
     body.append(f"  source: {_q(source)}")
     rest = lines[j:]
     if "calibration:" in rest:  # drop the old block
@@ -231,7 +239,7 @@ def write_yaml(path: Path, params: dict[str, float], source: str, calibration: d
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mode", choices=("fit", "eval"))
+    ap.add_argument("mode", choices=("fit", "eval", "write"))
     ap.add_argument("--chip", action="append", help="chip(s) whose points to use (default: all)")
     ap.add_argument("--params", type=Path, action="append", help="JSON of fitted values to apply (eval)")
     ap.add_argument("--out", type=Path, help="fit: write the fitted values here (JSON)")
@@ -241,7 +249,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frameworks", action="store_true", help="fit: also fit the framework request latencies")
     ap.add_argument("--start", help="fit: start values (JSON)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--source", default="", help="write: the efficiency block's source text")
+    ap.add_argument("--calibration", help="write: the calibration block (JSON)")
     a = ap.parse_args(argv)
+    if a.mode == "write":  # put fitted values (--params) into the chip files named by --chip
+        params: dict = {}
+        for f in a.params or []:
+            d = json.loads(f.read_text())
+            params.update(d.get("params", d))
+        fw = {k[3:]: round(float(v), 1) for k, v in params.items() if k.startswith("fw.")}
+        for chip in a.chip or []:
+            path = ROOT / "src" / "jalapeno" / "hardware" / "chips" / f"{chip}.yaml"
+            write_yaml(path, params, a.source, json.loads(a.calibration or "{}"), fw)
+        return 0
     chips = set(a.chip) if a.chip else None
     items = usable_points(chips)
     t0 = time.time()

@@ -128,3 +128,12 @@ def test_chip_framework_latency_overrides_the_global_profile():
     assert apply_framework(eff, "vllm").request_overhead_ms == 12.0
     assert apply_framework(eff, "sglang").request_overhead_ms == get_framework("sglang").request_overhead_ms
     assert apply_framework(eff, None).request_overhead_ms == 40.0
+
+
+def test_expert_overhead_is_per_routed_expert_run_every_step():
+    base, over = _pair(GPT_OSS_120B, prec=Precision("native"), expert_overhead_us=0.5)
+    for n in (1, 8, 64):  # decode: n tokens touch 128 (1 - (1 - 4/128)^n) experts on average
+        s = StepShape.from_lists(decode_ctx=[900] * n)
+        assert _dt(base, over, s) == pytest.approx(36 * 128 * (1 - (1 - 4 / 128) ** n) * 0.5e-6, rel=1e-9)
+    b3, o3 = _pair(LLAMA_8B, expert_overhead_us=0.5)
+    assert _dt(b3, o3, DECODE) == 0.0  # dense: no experts

@@ -111,6 +111,9 @@ class Efficiency(_Strict):
     #: per layer, only in steps that prefill (run eagerly / piecewise, not as one captured CUDA graph: their
     #: kernel launches are not hidden), microseconds
     prefill_layer_overhead_us: float = Field(default=0.0, ge=0)
+    #: per routed expert a chip runs in one MoE layer, every step (the fused/grouped MoE GEMM's per-expert
+    #: cost at small M: tile scheduling, pipeline fill and wave tail for each active expert), microseconds
+    expert_overhead_us: float = Field(default=0.0, ge=0)
     #: per routed expert a chip runs in one MoE layer of a step that prefills (the grouped-GEMM path of eager
     #: prefill schedules one small GEMM per expert; decode runs a captured fused-MoE kernel), microseconds
     prefill_expert_overhead_us: float = Field(default=0.0, ge=0)

@@ -69,14 +69,15 @@ OVERLAPPABLE = frozenset({"embed_allreduce", "attn_allreduce", "mlp_allreduce", 
 
 def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_per_chip: float = 0.0) -> np.ndarray:
     """Time (s) the fixed costs add to a step, as coefficients over :data:`~jalapeno.perf.ops.FEATURES`:
-    per step, per layer, per MoE layer, per sequence in the step (``B``), per layer of a step that prefills
-    (``Pf``), per routed expert run in a MoE layer of a step that prefills (``Uep`` x experts per chip x MoE
-    layers) and per prefill token (``Tp``). Affine in the features, so ``decode_steps`` stays closed-form."""
+    per step, per layer, per MoE layer, per routed expert run in a MoE layer (``Ue`` x experts per chip x MoE
+    layers), per sequence in the step (``B``), per layer of a step that prefills (``Pf``), per routed expert run
+    in a MoE layer of a step that prefills (``Uep``, same scale) and per prefill token (``Tp``). Affine in the features, so ``decode_steps`` stays closed-form."""
     us = 1e-6
     return vec(
         one=(eff.step_overhead_us + num_layers * eff.layer_overhead_us + moe_layers * eff.moe_layer_overhead_us) * us,
         B=eff.seq_overhead_us * us,
         Pf=num_layers * eff.prefill_layer_overhead_us * us,
+        Ue=moe_layers * experts_per_chip * eff.expert_overhead_us * us,
         Uep=moe_layers * experts_per_chip * eff.prefill_expert_overhead_us * us,
         Tp=eff.prefill_token_overhead_ns * 1e-9,
     )

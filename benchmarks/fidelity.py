@@ -593,7 +593,7 @@ the calibrated ones now in `h100.yaml` / `h200.yaml`. Scatter: `docs/fidelity-sc
 
 * **InferenceX** (IXAPI / IXRUN, aggregated single node): layout from `parallelism` (`TP8 EP8 DPattn=True` ->
   tp 8, ep 8, attention data-parallel); random lengths uniform in [0.8 L, L]; closed loop at `concurrency`,
-  10 x concurrency requests; engine limits 8192 batched tokens, max(256, concurrency) sequences; KV cache bf16.
+  10 x concurrency requests; engine limits 8192 batched tokens, max(1024, concurrency) sequences (the simulator's defaults, `jalapeno.sim.SimLimits`); KV cache bf16.
   `spec_decoding=mtp` rows run DeepSeek MTP speculative decoding with 1 draft token (R1 ships one MTP module)
   accepted with probability 0.75 (1.75 tokens per step; InferenceX does not publish either: an assumption) and
   are reported separately.
@@ -690,7 +690,7 @@ DOC_TAIL = """
    rows ~20% too fast (a 3-token, ~2.7-tokens-per-step assumption was ~50% too fast). Measured MTP / no-MTP TPOT
    ratios of matched configurations are only 1.13-1.26x (SGLang) and 1.27-1.88x (TRT-LLM): the verify step and
    the draft pass cost more than the simulator's "k/L of a decode step" for the MTP proposer (each draft pass
-   pays its own launch/sampling overheads). Recommended in `backends/sim.py`: price an MTP draft pass as one
+   pays its own launch/sampling overheads). Recommended in `sim/backend.py`: price an MTP draft pass as one
    layer plus LM head plus the per-step overhead.
 5. **Few-point regimes and outliers**: concurrency 256 (2 rows, TRT-LLM attention-DP 1k/1k and 8k/1k: +50-75%)
    and the TRT-LLM 32k-context rows remain off by 20-120%; too few rows to fit anything to. Two SGLang 8k/1k

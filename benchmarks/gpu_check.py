@@ -13,7 +13,7 @@ device image lacks and calls it); CI never runs it (no GPU). It writes ``gpu_che
    with the KV bytes it reads per second.
 2. **FP8-block / MXFP4 matmul kernels** (Triton) vs a float64 matmul of the dequantized weights: relative
    error, and time vs torch's bf16 matmul at DeepSeek-V3 expert (7168->2048) and GPT-OSS (2880->2880) shapes.
-3. **TorchBackend on CUDA, every family**: tiny random-weight models (tests/torch/torch_helpers.py) in float32,
+3. **TorchBackend on CUDA, every family**: tiny random-weight models (jalapeno.testing.torch_models) in float32,
    three prompts batched through the shared engine, greedy tokens == transformers' on the same GPU.
 4. **Engine decode speed**: Llama-3.1-8B's config with random bf16 weights (no download), decode tok/s at a
    few batch sizes through the engine vs transformers ``generate`` on the same weights, and the cost model's
@@ -33,7 +33,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "torch"))  # torch_helpers: the tiny HF models of every family
 sys.path.insert(0, str(ROOT / "benchmarks"))  # quant.py: the CUDA-event timer
 
 
@@ -132,7 +131,7 @@ def check_quant_matmul(quick: bool) -> list[dict]:
 
 # --- 3. every family on CUDA vs transformers ---------------------------------------------------------------
 def check_families(quick: bool) -> list[dict]:
-    from torch_helpers import FAMILIES, build_hf
+    from jalapeno.testing.torch_models import FAMILIES, build_hf
 
     from jalapeno.backends.torch.backend import TorchBackend
     from jalapeno.backends.torch.generate import generate_tokens

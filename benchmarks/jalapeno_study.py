@@ -196,20 +196,17 @@ def _arch(name: str):
 
 def simulate(t: Task) -> dict | None:
     """One closed-loop InferenceX point; None when the layout does not fit or is invalid."""
-    from jalapeno.backends.sim import SimBackend
-    from jalapeno.engine.config import EngineConfig
-    from jalapeno.engine.engine import Engine
     from jalapeno.errors import JalapenoError
-    from jalapeno.perf import CostModel, Parallelism, Precision
+    from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
     from jalapeno.workload import inferencex_workload
 
     lay = t.layout
     try:
-        cm = CostModel(_arch(t.model), t.chip, Parallelism(tp=lay.tp, ep=lay.ep, dp_attention=lay.dp_attention),
-                       Precision(weights=lay.weights, kv="fp8"), efficiency=t.efficiency, sram_pinning=t.pin)
-        seqs = max(1024, t.concurrency)
-        eng = Engine(SimBackend(cm), EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=max(8192, seqs)))
-        res = eng.run(inferencex_workload(t.isl, t.osl, concurrency=t.concurrency, num_prompts=t.num_prompts))
+        cm = cost_model_for(_arch(t.model), t.chip, tp=lay.tp, ep=lay.ep, dp_attention=lay.dp_attention,
+                            precision=lay.weights, kv="fp8", efficiency=t.efficiency, sram_pinning=t.pin)
+        eng = build_sim_engine(cm, in_flight=t.concurrency)
+        res = run_workload(eng, inferencex_workload(t.isl, t.osl, concurrency=t.concurrency,
+                                                    num_prompts=t.num_prompts))
     except JalapenoError:
         return None
     m = res.metrics(num_chips=cm.chips_per_replica)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from jalapeno.bench.metrics import RequestOutcome, compute_metrics
+from jalapeno.metrics import RequestOutcome, compute_metrics
 from jalapeno.cli import main
 from jalapeno.workload import arrival_times, sample_lengths
 

@@ -6,13 +6,14 @@ exactly: same integer decisions, same float operations in the same order.
 """
 
 import pytest
-from engine_fakes import FakeCostModel
+from jalapeno.testing.engine_fakes import FakeCostModel
 
-from jalapeno.backends.sim import SimBackend, SpecDecode
+from jalapeno.sim.backend import SimBackend, SpecDecode
 from jalapeno.engine import Engine, EngineConfig
-from jalapeno.engine.cluster import Cluster
+from jalapeno.sim.cluster import Cluster
 from jalapeno.engine.sequence import SamplingParams, SeqStatus
 from jalapeno.workload import inferencex_workload
+from jalapeno.sim.client import run_workload
 
 
 def engine(*, lockstep, max_steps=1 << 30, kv_tokens=1 << 20, k=0, spec=None, max_num_seqs=48):
@@ -53,7 +54,7 @@ def run(wl, *, lockstep, **kw):
         return done
 
     e.step_finished = recording
-    r = e.run(wl)
+    r = run_workload(e, wl)
     return r, e.backend.trace, e, snaps, grouped
 
 

@@ -3,11 +3,12 @@
 import math
 
 import pytest
-from engine_fakes import FakeCostModel
+from jalapeno.testing.engine_fakes import FakeCostModel, assert_same
 
-from jalapeno.backends.sim import SimBackend
+from jalapeno.sim.backend import SimBackend
 from jalapeno.engine import Engine, EngineConfig
 from jalapeno.workload import Workload, inferencex_workload
+from jalapeno.sim.client import run_workload
 
 
 def run(wl, max_steps, kv_tokens=1 << 20, cfg=None):
@@ -15,18 +16,8 @@ def run(wl, max_steps, kv_tokens=1 << 20, cfg=None):
     b = SimBackend(cm, keep_trace=True)
     b.max_multi_step = max_steps
     e = Engine(b, cfg or EngineConfig(max_num_seqs=32, max_num_batched_tokens=2048, block_size=16))
-    r = e.run(wl)
+    r = run_workload(e, wl)
     return r, r.metrics(num_chips=8), b, e
-
-
-def assert_same(m1, m2):
-    assert m1.keys() == m2.keys()
-    for k in m1:
-        a, b = m1[k], m2[k]
-        if isinstance(a, float):
-            assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), (k, a, b)
-        else:
-            assert a == b, (k, a, b)
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,9 @@
 """Scheduler policy through the engine: token budget, chunked prefill, decode-first, preemption, abort."""
 
 import pytest
-from engine_fakes import FakeCostModel, TokenBackend
+from jalapeno.testing.engine_fakes import FakeCostModel, TokenBackend
 
-from jalapeno.backends.sim import SimBackend
+from jalapeno.sim.backend import SimBackend
 from jalapeno.engine import Engine, EngineConfig, SamplingParams, VirtualClock
 from jalapeno.errors import CapacityError, ConfigError, RequestError
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from jalapeno.engine.simulate import Scenario, run_scenario
+from jalapeno.sim.scenario import Scenario, run_scenario
 from jalapeno.errors import ConfigError
 from jalapeno.hardware import get_chip
 from jalapeno.perf.frameworks import FRAMEWORKS, apply_framework, get_framework

@@ -1,9 +1,9 @@
-"""Fixtures for the report tests; the fake point function lives in ``report_fakes``."""
+"""Fixtures for the report tests; the fake point function lives in ``jalapeno.testing.report_fakes``."""
 
 from __future__ import annotations
 
 import pytest
-from report_fakes import CALLS
+from jalapeno.testing.report_fakes import CALLS
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-import report_fakes
+from jalapeno.testing import report_fakes
 from jalapeno.errors import ConfigError, UnknownNameError
 from jalapeno.report.html import write_report
 from jalapeno.report.recommend import PRESETS, rank, recommend

@@ -6,7 +6,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-import report_fakes
+from jalapeno.testing import report_fakes
 from jalapeno.errors import ConfigError
 from jalapeno.report.spec import parse_sweep
 from jalapeno.report.sweep import run_spec
@@ -110,7 +110,6 @@ def test_missing_ray_is_a_clear_error(tmp_path, monkeypatch):
 
 def test_ray_local_instance(tmp_path):
     ray = pytest.importorskip("ray", reason="Ray not installed (optional extra jalapeno[ray])")
-    ray.cloudpickle.register_pickle_by_value(report_fakes)  # Ray workers cannot import the tests' helper module
     s = run_spec(_spec(), tmp_path, point_fn=report_fakes.fake_point, ray="auto", progress=False)
     assert s.ran == N_POINTS and s.errors == 0
     t = pq.read_table(tmp_path / "results.parquet").to_pylist()

@@ -1,4 +1,4 @@
-"""Fixtures for the torch-backend tests (helpers live in ``torch_helpers.py``)."""
+"""Fixtures for the torch-backend tests (helpers live in ``jalapeno.testing.torch_models``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from torch_helpers import build_hf  # noqa: E402
+from jalapeno.testing.torch_models import build_hf  # noqa: E402
 
 # two cores shared with other processes: intra-op threads only add contention for tiny shapes
 torch.set_num_threads(1)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 
-from torch_helpers import hf_greedy, run_generate
+from jalapeno.testing.torch_models import hf_greedy, run_generate
 
 
 _run = run_generate

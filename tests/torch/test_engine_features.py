@@ -8,7 +8,7 @@ import torch
 from jalapeno.backends.torch.backend import TorchBackend
 from jalapeno.engine import Engine, EngineConfig, SamplingParams
 
-from torch_helpers import hf_greedy
+from jalapeno.testing.torch_models import hf_greedy
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0)
 

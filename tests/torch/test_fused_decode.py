@@ -22,7 +22,7 @@ from jalapeno.backends.torch.models.common import set_weight_layout
 from jalapeno.engine import EngineConfig, SamplingParams
 from jalapeno.kernels import cpu_build
 
-from torch_helpers import BASE, hf_greedy
+from jalapeno.testing.torch_models import BASE, hf_greedy
 
 DENSE = ("llama", "qwen2", "qwen3")
 TABLE = [9, 2, 14, 5, 0, 11, 3]  # non-contiguous blocks, in no order

@@ -108,7 +108,7 @@ def test_fused_gemm_is_dropped_when_a_weight_is_reassigned() -> None:
 
 def test_batched_greedy_on_both_paths_matches_transformers(tiny_model, threads) -> None:
     """Batched decode through oneDNN (2 threads) or MKL (1 thread), both layouts, against transformers."""
-    from torch_helpers import hf_greedy
+    from jalapeno.testing.torch_models import hf_greedy
 
     from jalapeno.backends.torch.backend import TorchBackend
     from jalapeno.backends.torch.generate import generate_tokens

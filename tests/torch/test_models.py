@@ -11,7 +11,7 @@ from jalapeno.backends.torch.backend import TorchBackend
 from jalapeno.backends.torch.generate import generate_tokens
 from jalapeno.engine import EngineConfig, SamplingParams
 
-from torch_helpers import FAMILIES, hf_greedy
+from jalapeno.testing.torch_models import FAMILIES, hf_greedy
 
 PROMPT_LENS = (3, 9, 17, 6)
 

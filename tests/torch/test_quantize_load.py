@@ -27,7 +27,7 @@ from jalapeno.quant import (
     stored_bytes,
 )
 
-from torch_helpers import build_hf, hf_greedy, run_generate
+from jalapeno.testing.torch_models import build_hf, hf_greedy, run_generate
 
 PROMPT = [5, 17, 99, 3, 64, 23]
 QUANTIZERS = {

@@ -15,7 +15,7 @@ from jalapeno.backends.torch.loader import default_model_path, load_tokenizer
 from jalapeno.cli import main
 from jalapeno.engine import EngineConfig, SamplingParams
 
-from torch_helpers import hf_greedy
+from jalapeno.testing.torch_models import hf_greedy
 
 pytest.importorskip("gguf")
 try:

@@ -18,7 +18,7 @@ from typing import Literal
 
 import httpx
 
-from jalapeno.bench.metrics import RequestOutcome
+from jalapeno.metrics import RequestOutcome
 
 Endpoint = Literal["completions", "chat"]
 

@@ -70,7 +70,7 @@ def bench(
 
     from jalapeno.bench.client import EndpointConfig
     from jalapeno.bench.dataset import WorkloadSpec, build_requests, load_tokenizer
-    from jalapeno.bench.metrics import SLO
+    from jalapeno.metrics import SLO
     from jalapeno.bench.runner import LoadSpec, arrival_offsets, run_benchmark
     from jalapeno.bench.summary import print_comparison, print_summary
 

@@ -1,5 +1,5 @@
 """``jalapeno bench --compare-sim``: run the benchmark's exact workload (same lengths, same arrivals, same
-load shape) through the simulator — the one engine with :class:`~jalapeno.backends.sim.SimBackend` on a
+load shape) through the simulator — the one engine with :class:`~jalapeno.sim.backend.SimBackend` on a
 virtual clock — and return the same metrics object as the measurement."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from jalapeno.bench.client import BenchRequest
-from jalapeno.bench.metrics import SLO
+from jalapeno.metrics import SLO
 
 
 def simulate_workload(
@@ -23,23 +23,23 @@ def simulate_workload(
     precision: str | None = None,
     slo: SLO | None = None,
     prompt_lens: Sequence[int] | None = None,
-    engine_config=None,
+    limits=None,
 ) -> dict:
     """Predicted metrics for ``requests`` on ``tp`` × ``hardware`` running catalogue ``model``.
 
     ``prompt_lens`` overrides the workload's prompt lengths (use the server-reported ``usage.prompt_tokens``,
-    which is what the server actually prefilled); output lengths are the requested ``max_tokens``.
+    which is what the server actually prefilled); output lengths are the requested ``max_tokens``. ``limits``
+    (:class:`jalapeno.sim.SimLimits`): the engine's limits; default: the simulator's (as ``jalapeno simulate``).
     """
-    from jalapeno.server.build import sim_engine
+    from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
     from jalapeno.workload import Workload
 
     isl = np.asarray(prompt_lens if prompt_lens is not None else [r.prompt_len for r in requests], dtype=np.int64)
     osl = np.asarray([r.output_len for r in requests], dtype=np.int64)
-    engine, _ = sim_engine(
-        hardware, model, tp=tp, precision=precision or "native", engine_config=engine_config, single_step=False
-    )
     if load.concurrency is not None:
         wl = Workload(isl, osl, concurrency=load.concurrency)
     else:
         wl = Workload(isl, osl, arrival_s=np.asarray(arrivals, dtype=float), max_concurrency=load.max_concurrency)
-    return engine.run(wl).metrics(num_chips=tp, slo=slo)
+    cm = cost_model_for(model, hardware, tp=tp, precision=precision or "native")
+    engine = build_sim_engine(cm, limits=limits, in_flight=load.concurrency or load.max_concurrency)
+    return run_workload(engine, wl).metrics(num_chips=tp, slo=slo)

@@ -25,7 +25,7 @@ import numpy as np
 
 from jalapeno.bench.client import BenchRequest, EndpointConfig, send_request
 from jalapeno.bench.dataset import WorkloadSpec
-from jalapeno.bench.metrics import SLO, RequestOutcome, compute_metrics
+from jalapeno.metrics import SLO, RequestOutcome, compute_metrics
 from jalapeno.errors import ConfigError
 
 

@@ -1,6 +1,7 @@
 """Predict one measured point with the serving simulator (the engine over ``SimBackend``, in-process).
 
-The same scheduler, KV block manager and cost model as ``jalapeno simulate``; only the efficiency block can be
+The same scheduler, KV block manager, cost model and engine factory (:mod:`jalapeno.sim.factory`) as
+``jalapeno simulate``; only the efficiency block can be
 overridden, which is what calibration fits.
 """
 
@@ -11,8 +12,6 @@ from functools import lru_cache
 from jalapeno.calibration.points import SimSpec
 from jalapeno.hardware.schema import ChipSpec, Efficiency
 
-#: the engine's token budget per step (vLLM/SGLang/TRT-LLM default chunked-prefill size on Hopper)
-MAX_BATCHED_TOKENS = 8192
 #: most sequences an offline (max-throughput) run keeps in flight; trtllm-bench sizes its batch from the KV
 #: cache, capped at a few thousand
 OFFLINE_MAX_SEQS = 2048
@@ -86,9 +85,8 @@ def simulate(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int =
     ``frameworks``: InferenceX rows use their serving framework's request overhead (else the chip's generic
     one); ``request_overhead_ms`` overrides both (what ``--fit-frameworks`` searches).
     Raises :class:`~jalapeno.errors.CapacityError` when the model does not fit."""
-    from jalapeno.backends.sim import SimBackend, SpecDecode
-    from jalapeno.engine import Engine, EngineConfig
     from jalapeno.perf.frameworks import apply_framework
+    from jalapeno.sim import SpecDecode, build_sim_engine, run_workload
     from jalapeno.workload import inferencex_workload
 
     eff = efficiency if efficiency is not None else efficiency_of(spec.chip)
@@ -100,23 +98,18 @@ def simulate(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int =
     spec_dec = None
     if spec.spec_tokens:
         spec_dec = SpecDecode("mtp", spec.spec_tokens, spec.spec_acceptance)
-    backend = SimBackend(cm, spec_dec)
     if spec.concurrency is None:
-        conc = offline_concurrency(spec, int(backend.memory_plan().kv_capacity_tokens))
+        conc = offline_concurrency(spec, int(cm.memory_plan().kv_capacity_tokens))
         per = prompts_per_concurrency or OFFLINE_PROMPTS_PER_SLOT
     else:
         conc = spec.concurrency
         per = prompts_per_concurrency or spec.num_prompts_per_concurrency
-    per_seq = 1 + spec.spec_tokens
-    cfg = EngineConfig(
-        max_num_seqs=max(256, conc),
-        max_num_batched_tokens=max(MAX_BATCHED_TOKENS, max(256, conc) * per_seq),
-        num_speculative_tokens=spec.spec_tokens,
-    )
-    engine = Engine(backend, cfg)
+    # the simulator's default limits (jalapeno.sim.factory.SimLimits): a token budget of 8192 per step (the
+    # vLLM/SGLang/TRT-LLM chunked-prefill default on Hopper); never fewer sequence slots than ``conc``
+    engine = build_sim_engine(cm, spec=spec_dec, in_flight=conc)
     wl = inferencex_workload(spec.isl, spec.osl, concurrency=conc, num_prompts=per * conc,
                              range_ratio=spec.range_ratio, seed=seed)
-    m = engine.run(wl).metrics(num_chips=cm.num_chips)
+    m = run_workload(engine, wl).metrics(num_chips=cm.num_chips)
     out = {k: float(m[s]) * f for k, (s, f) in _SIM_KEYS.items() if s in m and m[s] is not None}
     out["concurrency"] = float(conc)
     return out

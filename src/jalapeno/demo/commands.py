@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from jalapeno.engine.simulate import Scenario, run_scenario
+        from jalapeno.sim.scenario import Scenario, run_scenario
         from jalapeno.hardware import get_chip, list_chips
         from jalapeno.models import load_model
         from jalapeno.report.sweep import QUICK_SWEEP_PATH, run_quick

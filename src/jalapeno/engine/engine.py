@@ -18,7 +18,6 @@ import threading
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import sub
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,10 +27,6 @@ from jalapeno.engine.interface import Backend, Clock, ScheduledBatch, StepResult
 from jalapeno.engine.scheduler import Scheduler
 from jalapeno.engine.sequence import RequestOutput, SamplingParams, Sequence, SeqStatus
 from jalapeno.errors import CapacityError, RequestError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from jalapeno.engine.driver import SimResult
-    from jalapeno.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -371,9 +366,3 @@ class Engine:
             vals.append(np.asarray(gaps, dtype=np.float64))
             cnts.append(np.full(len(gaps), w, dtype=np.int64))
         return np.concatenate(vals), np.concatenate(cnts)
-
-    def run(self, workload: "Workload") -> "SimResult":
-        """Drive ``workload`` (a :class:`jalapeno.workload.Workload`) to completion on this engine's clock."""
-        from jalapeno.engine.driver import run_workload
-
-        return run_workload(self, workload)

@@ -26,18 +26,18 @@ def run_point(point: dict) -> dict:
     """Simulate one point and return its metrics: the dict ``jalapeno simulate --json`` prints, with its nested
     ``sim`` block flattened (``sim_steps``, ``sim_preemptions``, ...) so every value is one parquet column.
 
-    This is the one place that knows the simulator's entry point (:func:`jalapeno.engine.simulate.run_scenario`).
+    This is the one place that knows the simulator's entry point (:func:`jalapeno.sim.scenario.run_scenario`).
     It raises :class:`CapacityError` when the model does not fit and :class:`ConfigError` for layouts or options
     the simulator rejects; :func:`execute` records both as ``status = "skipped"`` rows with the message.
     """
-    from jalapeno.engine.simulate import flat, run_scenario
+    from jalapeno.sim.scenario import flat, run_scenario
 
     return flat(run_scenario(point_scenario(point)))
 
 
 def point_scenario(point: dict):
-    """The :class:`jalapeno.engine.simulate.Scenario` (``simulate``'s flags) of a sweep point."""
-    from jalapeno.engine.simulate import Scenario
+    """The :class:`jalapeno.sim.scenario.Scenario` (``simulate``'s flags) of a sweep point."""
+    from jalapeno.sim.scenario import Scenario
 
     goodput = []
     if point.get("slo_ttft_ms") is not None:

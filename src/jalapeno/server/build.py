@@ -10,6 +10,7 @@ from jalapeno.engine.config import EngineConfig
 from jalapeno.errors import ConfigError
 from jalapeno.server.app import ServerConfig
 from jalapeno.server.codec import Codec, PlaceholderCodec, TokenizerCodec
+from jalapeno.sim.factory import SimLimits
 
 
 @dataclass
@@ -26,30 +27,23 @@ def sim_engine(
     tp: int = 1,
     precision: str = "native",
     kv_precision: str = "bf16",
-    engine_config: EngineConfig | None = None,
+    limits: SimLimits | None = None,
     single_step: bool = True,
 ):
-    """Engine over :class:`~jalapeno.backends.sim.SimBackend` for catalogue ``model`` on ``tp`` chips of
-    ``hardware``. ``single_step``: ask the backend for one step per ``engine.step()`` (a server releases each
-    step's tokens on its own); offline simulation leaves multi-step decode on (same result, faster)."""
-    from jalapeno.backends.sim import SimBackend
-    from jalapeno.engine.engine import Engine
-    from jalapeno.hardware.catalog import get_chip
-    from jalapeno.models.catalog import load_model
-    from jalapeno.perf.model import CostModel
-    from jalapeno.perf.types import Parallelism, Precision
+    """Engine over :class:`~jalapeno.sim.SimBackend` for catalogue ``model`` on ``tp`` chips of ``hardware``,
+    built by the simulator's factory (:func:`jalapeno.sim.build_sim_engine`; ``limits``: its
+    :class:`~jalapeno.sim.SimLimits`, default the simulator's, context = the model's). ``single_step``: one step
+    per ``engine.step()`` (a server releases each step's tokens on its own)."""
+    from dataclasses import replace
 
-    arch = load_model(model)
-    cm = CostModel(arch, get_chip(hardware), Parallelism(tp=tp), Precision(weights=precision, kv=kv_precision))
-    backend = SimBackend(cm)
-    if single_step:
-        backend.max_multi_step = 1  # instance override: one step per engine.step(), so tokens stream per step
-    cfg = engine_config or EngineConfig()
-    if cfg.max_model_len is None:
-        from dataclasses import replace
+    from jalapeno.sim import build_sim_engine, cost_model_for
 
-        cfg = replace(cfg, max_model_len=int(arch.max_position_embeddings))
-    return Engine(backend, cfg), arch
+    cm = cost_model_for(model, hardware, tp=tp, precision=precision, kv=kv_precision)
+    arch = cm.model
+    limits = limits or SimLimits()
+    if limits.max_model_len is None:
+        limits = replace(limits, max_model_len=int(arch.max_position_embeddings))
+    return build_sim_engine(cm, limits=limits, single_step=single_step), arch
 
 
 def build_sim(
@@ -61,11 +55,11 @@ def build_sim(
     time_scale: float = 1.0,
     api_key: str | None = None,
     served_name: str | None = None,
-    engine_config: EngineConfig | None = None,
+    limits: SimLimits | None = None,
 ) -> Served:
     if time_scale < 0:
         raise ConfigError(f"--time-scale must be >= 0 (got {time_scale})")
-    engine, arch = sim_engine(hardware, model, tp=tp, precision=precision, engine_config=engine_config)
+    engine, arch = sim_engine(hardware, model, tp=tp, precision=precision, limits=limits)
     cfg = ServerConfig(
         model_name=served_name or model,
         max_model_len=int(engine.config.max_model_len),

@@ -33,19 +33,12 @@ def serve(
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
     """Serve /v1/completions, /v1/chat/completions, /v1/models, /health and /metrics."""
-    from jalapeno.engine.config import EngineConfig
-
     if backend not in ("cpu", "cuda", "sim"):
         raise ConfigError(f"--backend must be cpu, cuda or sim (got '{backend}')")
     if not 0 < port < 65536:
         raise ConfigError(f"--port must be in 1..65535 (got {port})")
-    ecfg = EngineConfig(
-        block_size=block_size,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=max_model_len,
-    )
     from jalapeno.server import build
+    from jalapeno.sim import SimLimits
 
     if backend == "sim":
         if not hardware or not model:
@@ -60,9 +53,17 @@ def serve(
             time_scale=time_scale,
             api_key=api_key,
             served_name=served_model_name,
-            engine_config=ecfg,
+            limits=SimLimits(max_num_seqs, max_num_batched_tokens, block_size, max_model_len),
         )
     else:
+        from jalapeno.engine.config import EngineConfig
+
+        ecfg = EngineConfig(
+            block_size=block_size,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=max_model_len,
+        )
         served = build.build_torch(
             model,
             device=backend,

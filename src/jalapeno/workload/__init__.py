@@ -6,7 +6,7 @@ Pure, seeded functions shared by the simulator (``jalapeno simulate``) and the b
   or vLLM's range (``[L·(1−r), L·(1+r)]``), or fixed lengths (r = 1 in InferenceX mode);
 * :func:`arrival_times` — open-loop arrivals at a request rate (Poisson / gamma with burstiness, or constant);
 * :func:`load_trace` — per-request lengths (and optional arrival times) from a CSV or JSONL file;
-* :class:`Workload` — what :meth:`jalapeno.engine.Engine.run` drives: closed-loop concurrency (a finished
+* :class:`Workload` — what :func:`jalapeno.sim.run_workload` drives: closed-loop concurrency (a finished
   request is replaced at once) or open-loop arrival times, optionally capped by a client-side max concurrency.
 """
 

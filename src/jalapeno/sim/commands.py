@@ -103,7 +103,8 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print the metrics JSON.")] = False,
     ) -> None:
         """Simulate serving a model on a chip (InferenceX workload and metrics) with the engine's scheduler."""
-        from jalapeno.engine.simulate import Scenario, run_scenario, run_scenarios
+        from jalapeno.sim.batch import run_scenarios
+        from jalapeno.sim.scenario import Scenario, run_scenario
         from jalapeno.errors import ConfigError
 
         if scenarios is not None:

@@ -12,7 +12,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from jalapeno.errors import ConfigError, JalapenoError
+from jalapeno.errors import ConfigError
+from jalapeno.sim.backend import SpecDecode
+from jalapeno.sim.client import run_workload
+from jalapeno.sim.cluster import Cluster, KVLink
+from jalapeno.sim.factory import DEFAULT_MIN_NUM_SEQS, SimLimits, build_sim_engines, cost_model_for
 
 PRECISIONS = ("native", "bf16", "fp8", "fp4", "mxfp4", "int4")
 
@@ -165,24 +169,9 @@ def _parse_acceptance(text: str | float, k: int) -> float | tuple[float, ...]:
 
 
 def _cost_model(sc: Scenario, arch, hardware: str, tp: int, ep: int, dp_attention: bool):
-    from jalapeno.hardware import get_chip
-    from jalapeno.perf import CostModel, Parallelism, Precision
-
-    chip = get_chip(hardware, sc.hardware_dir) if sc.hardware_dir else get_chip(hardware)
-    if ep > 1 and not arch.num_experts:
-        raise ConfigError(f"--ep {ep} but {arch.name} is a dense model (no experts); use --ep 1")
-    eff = None
-    if sc.framework:
-        from jalapeno.perf.frameworks import apply_framework
-
-        eff = apply_framework(chip.efficiency, sc.framework)
-    return CostModel(
-        arch,
-        chip,
-        Parallelism(tp=tp, ep=ep, pp=sc.pp, dp=1, dp_attention=dp_attention),
-        Precision(weights=sc.precision, kv=sc.kv_dtype),
-        efficiency=eff,
-    )
+    return cost_model_for(arch, hardware, tp=tp, ep=ep, pp=sc.pp, dp_attention=dp_attention,
+                          precision=sc.precision, kv=sc.kv_dtype, framework=sc.framework,
+                          hardware_dir=sc.hardware_dir)
 
 
 def _workload(sc: Scenario):
@@ -218,23 +207,7 @@ def _workload(sc: Scenario):
     )
 
 
-def _engines(sc: Scenario, cm, n: int, spec, k: int, max_seqs: int):
-    from jalapeno.backends.sim import SimBackend
-    from jalapeno.engine.config import EngineConfig
-    from jalapeno.engine.engine import Engine
-
-    cfg = EngineConfig(
-        block_size=sc.block_size,
-        max_num_seqs=max_seqs,
-        max_num_batched_tokens=max(sc.max_num_batched_tokens, max_seqs * (1 + k)),
-        num_speculative_tokens=k,
-    )
-    return [Engine(SimBackend(cm, spec=spec), cfg) for _ in range(n)]
-
-
 def _kv_link(cm_p, cm_d):
-    from jalapeno.engine.cluster import KVLink
-
     def side(cm) -> tuple[float, float]:
         chip = cm.chip
         link = chip.scale_out or chip.scale_up
@@ -248,16 +221,13 @@ def _kv_link(cm_p, cm_d):
 
 def run_scenario(sc: Scenario, *, return_result: bool = False):
     """Simulate ``sc``; returns the metrics dict (and the :class:`SimResult` when ``return_result``)."""
-    from jalapeno.backends.sim import SpecDecode
-    from jalapeno.bench.metrics import SLO
-    from jalapeno.engine.cluster import Cluster
+    from jalapeno.metrics import SLO
     from jalapeno.models import load_model
 
     _validate(sc)
     arch = load_model(sc.model)
     wl = _workload(sc)
     slo = SLO.parse(sc.goodput) if sc.goodput else None
-    k = sc.spec_tokens if sc.spec_decode else 0
 
     def spec_for(cm):
         if not sc.spec_decode:
@@ -272,14 +242,14 @@ def run_scenario(sc: Scenario, *, return_result: bool = False):
             draft = _cost_model(sc, d_arch, cm.chip.key, cm.parallel.tp if d_arch.num_heads % cm.parallel.tp == 0 else 1, 1, False)
         return SpecDecode(sc.spec_decode, sc.spec_tokens, _parse_acceptance(sc.acceptance, sc.spec_tokens), draft)  # type: ignore[arg-type]
 
-    in_flight = sc.concurrency or sc.max_concurrency or 1024
-    max_seqs = sc.max_num_seqs or max(1024, in_flight)
+    in_flight = sc.concurrency or sc.max_concurrency or DEFAULT_MIN_NUM_SEQS
+    limits = SimLimits(sc.max_num_seqs, sc.max_num_batched_tokens, sc.block_size)
     if not sc.disaggregated:
         cm = _cost_model(sc, arch, sc.hardware, sc.tp, sc.ep, sc.dp_attention)
         replicas = 1 if sc.dp_attention else sc.dp
-        engines = _engines(sc, cm, replicas, spec_for(cm), k, max_seqs)
+        engines = build_sim_engines(cm, replicas, spec=spec_for(cm), limits=limits, in_flight=in_flight)
         target = engines[0] if replicas == 1 else Cluster(engines)
-        result = target.run(wl)
+        result = run_workload(target, wl)
         num_chips = cm.chips_per_replica * replicas
         output_chips = None
         kv_tokens = engines[0].block_manager.num_blocks * sc.block_size
@@ -289,9 +259,9 @@ def run_scenario(sc: Scenario, *, return_result: bool = False):
         cm_d = _cost_model(sc, arch, sc.decode_hardware or sc.hardware, sc.decode_tp or sc.tp,
                            sc.decode_ep or sc.ep, sc.dp_attention)
         n_p, n_d = sc.prefill_workers or 1, sc.decode_workers or 1
-        pre = _engines(sc, cm_p, n_p, None, 0, max_seqs)
-        dec = _engines(sc, cm_d, n_d, spec_for(cm_d), k, max_seqs)
-        result = Cluster(pre, dec, _kv_link(cm_p, cm_d)).run(wl)
+        pre = build_sim_engines(cm_p, n_p, limits=limits, in_flight=in_flight)
+        dec = build_sim_engines(cm_d, n_d, spec=spec_for(cm_d), limits=limits, in_flight=in_flight)
+        result = run_workload(Cluster(pre, dec, _kv_link(cm_p, cm_d)), wl)
         output_chips = n_d * cm_d.chips_per_replica
         num_chips = n_p * cm_p.chips_per_replica + output_chips
         engines = pre + dec
@@ -315,50 +285,3 @@ def flat(m: dict) -> dict:
         else:
             out[key] = v
     return out
-
-
-def run_scenarios(path: Path, output: Path, progress=None) -> tuple[int, int]:
-    """Run every row of the scenarios CSV ``path``; write inputs + metrics (+ ``error``) to ``output``.
-    Returns (rows, failed rows)."""
-    import csv
-
-    if not path.is_file():
-        raise ConfigError(f"scenarios file {path} does not exist")
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        rows = list(reader)
-        cols = list(reader.fieldnames or [])
-    if not rows:
-        raise ConfigError(f"scenarios file {path} has no rows")
-    Scenario.from_row({c: "" for c in cols})  # a misspelt column fails the whole file, up front
-    results: list[dict] = []
-    failed = 0
-    for i, row in enumerate(rows, 1):
-        out = {c: row.get(c, "") for c in cols}
-        try:
-            m = flat(run_scenario(Scenario.from_row(row)))
-            out.update({k: v for k, v in m.items() if k not in out})
-            out["error"] = ""
-        except JalapenoError as exc:
-            failed += 1
-            out["error"] = str(exc)
-        except (ValueError, ZeroDivisionError) as exc:  # pragma: no cover - defensive: keep the batch going
-            failed += 1
-            out["error"] = f"{type(exc).__name__}: {exc}"
-        results.append(out)
-        if progress is not None:
-            progress(i, len(rows))
-    header: list[str] = list(cols)
-    for r in results:
-        for k in r:
-            if k not in header and k != "error":
-                header.append(k)
-    header.append("error")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with output.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=header)
-        w.writeheader()
-        for r in results:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k, "")) for k in header})
-    return len(rows), failed
-

@@ -3,14 +3,15 @@
 import math
 
 import pytest
-from engine_fakes import FakeCostModel
-from test_multistep import assert_same
+from jalapeno.testing.engine_fakes import FakeCostModel
+from jalapeno.testing.engine_fakes import assert_same
 
-from jalapeno.backends.sim import SimBackend
+from jalapeno.sim.backend import SimBackend
 from jalapeno.engine import Engine, EngineConfig
-from jalapeno.engine.cluster import Cluster, KVLink
+from jalapeno.sim.cluster import Cluster, KVLink
 from jalapeno.perf.shape import StepShape
 from jalapeno.workload import Workload, inferencex_workload
+from jalapeno.sim.client import run_workload
 
 CFG = EngineConfig(max_num_seqs=32, max_num_batched_tokens=2048)
 
@@ -23,7 +24,7 @@ def eng(max_steps=1 << 30, **kw):
 
 def test_cluster_of_one_equals_the_engine():
     wl = inferencex_workload(300, 100, request_rate=30.0, num_prompts=80, seed=5)
-    m1 = eng().run(wl).metrics()
+    m1 = run_workload(eng(), wl).metrics()
     m2 = Cluster([eng()]).run(wl).metrics()
     assert_same(m1, m2)
 
@@ -43,7 +44,7 @@ def test_two_replicas_share_the_load():
     wl = inferencex_workload(300, 100, concurrency=32, num_prompts=128, seed=8)
     c = Cluster([eng(), eng()])
     two = c.run(wl).metrics()
-    half = eng().run(inferencex_workload(300, 100, concurrency=16, num_prompts=64, seed=8)).metrics()
+    half = run_workload(eng(), inferencex_workload(300, 100, concurrency=16, num_prompts=64, seed=8)).metrics()
     assert two["duration"] == pytest.approx(half["duration"], rel=0.05)
     a, b = (e.stats.tokens_generated for e in c.all)
     assert abs(a - b) < 0.05 * (a + b)
@@ -63,7 +64,7 @@ def test_disaggregation_adds_the_kv_transfer_time():
     decode = sum(cm.step(StepShape.from_lists(decode_ctx=[P + i])).time_s for i in range(1, O))
     assert o.e2el_s == pytest.approx(prefill + transfer + decode, rel=1e-12)
     assert o.output_tokens == O
-    agg = eng().run(wl).outcomes[0]
+    agg = run_workload(eng(), wl).outcomes[0]
     assert o.ttft_s - agg.ttft_s == pytest.approx(transfer, rel=1e-9)
 
 

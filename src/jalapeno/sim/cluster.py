@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jalapeno.engine.driver import Call, SimResult, drive
+from jalapeno.sim.client import Call, SimResult, drive
 from jalapeno.engine.engine import Engine
 from jalapeno.engine.sequence import SamplingParams, Sequence
 from jalapeno.workload import Workload

@@ -1,10 +1,10 @@
-"""Helpers for the report tests (a module with a unique name, so process pools and Ray can pickle them by
-reference; ``import conftest`` would pick up another test folder's conftest in a full run): a fake point function (a toy latency model through the real
-``compute_metrics``), so sweep mechanics can be tested without the simulator."""
+"""Helpers for the report tests (an importable module, so process pools and Ray workers can pickle them by
+reference): a fake point function (a toy latency model through the real ``compute_metrics``), so sweep
+mechanics can be tested without the simulator."""
 
 from __future__ import annotations
 
-from jalapeno.bench.metrics import SLO, RequestOutcome, compute_metrics
+from jalapeno.metrics import SLO, RequestOutcome, compute_metrics
 from jalapeno.errors import CapacityError
 
 CALLS: list[dict] = []

@@ -4,12 +4,13 @@ import math
 
 import numpy as np
 import pytest
-from engine_fakes import FakeCostModel
+from jalapeno.testing.engine_fakes import FakeCostModel
 
-from jalapeno.backends.sim import SimBackend, SpecDecode
+from jalapeno.sim.backend import SimBackend, SpecDecode
 from jalapeno.engine import Engine, EngineConfig
-from jalapeno.engine.driver import EngineTarget, drive
+from jalapeno.sim.client import EngineTarget, drive
 from jalapeno.workload import Workload, inferencex_workload
+from jalapeno.sim.client import run_workload
 
 
 class Probe(EngineTarget):
@@ -49,7 +50,7 @@ def test_closed_loop_keeps_exactly_c_in_flight():
 def test_metric_relations():
     wl = inferencex_workload(300, 150, request_rate=5.0, num_prompts=80, seed=1)
     e = make()
-    r = e.run(wl)
+    r = run_workload(e, wl)
     m = r.metrics(num_chips=4)
     for o in r.outcomes:
         assert 0 < o.ttft_s <= o.e2el_s
@@ -93,10 +94,10 @@ def test_spec_decode_raises_tokens_per_step_by_expected_accepted_length():
     osl = 2001
     wl = Workload([64], [osl], concurrency=1)
     e = make(EngineConfig(max_num_seqs=4, max_num_batched_tokens=4096, num_speculative_tokens=3), spec=spec)
-    r = e.run(wl)
+    r = run_workload(e, wl)
     decode_steps = r.num_steps - 1  # one prefill step
     assert (osl - 1) / decode_steps == pytest.approx(expected, rel=0.01)
-    base = make().run(wl)
+    base = run_workload(make(), wl)
     assert base.num_steps - 1 == osl - 1
     assert base.metrics()["mean_tpot_ms"] / r.metrics()["mean_tpot_ms"] == pytest.approx(expected, rel=0.1)
 
@@ -107,7 +108,7 @@ def test_spec_decode_verifies_one_plus_k_tokens_and_prices_the_draft():
     spec = SpecDecode("draft", 2, 0.7, draft_cost_model=draft)
     b = SimBackend(spec_cm, spec=spec, keep_trace=True)
     e = Engine(b, EngineConfig(max_num_seqs=4, max_num_batched_tokens=64, num_speculative_tokens=2))
-    e.run(Workload([10, 10], [50, 50], concurrency=2))
+    run_workload(e, Workload([10, 10], [50, 50], concurrency=2))
     assert draft.calls > 0
     dec = [t for t in b.trace if t["decode_seqs"] and not t["prefill_tokens"]]
     assert dec
@@ -118,7 +119,7 @@ def test_spec_decode_verifies_one_plus_k_tokens_and_prices_the_draft():
 def test_chains_report_end_to_end_latency():
     wl = Workload([100, 20, 30, 100, 20, 30], [10, 10, 10, 10, 10, 10], concurrency=1, chain_calls=3)
     e = make()
-    r = e.run(wl)
+    r = run_workload(e, wl)
     m = r.metrics()
     assert len(r.outcomes) == 6 and r.chain_e2el_s.size == 2
     # call 2 prompt = call 1 prompt + output + new tokens; call 3 likewise
@@ -138,7 +139,7 @@ def test_spec_decode_multi_step_matches_step_by_step_token_for_token():
     for steps in (1, 1 << 30):
         b = SimBackend(FakeCostModel(), spec=SpecDecode("ngram", 2, 0.6))
         b.max_multi_step = steps
-        runs.append(Engine(b, cfg).run(wl))
+        runs.append(run_workload(Engine(b, cfg), wl))
     a, b = runs
     assert a.num_steps == b.num_steps
     assert [o.output_tokens for o in a.outcomes] == [o.output_tokens for o in b.outcomes]

@@ -89,3 +89,16 @@ class TokenBackend:
         self.batches.append([(c.seq.seq_id, c.start, c.num_tokens, c.sample) for c in batch.chunks])
         toks = [[self.next_token(c.seq, c.start + c.num_tokens)] if c.sample else [] for c in batch.chunks]
         return StepResult(tokens=toks, duration_s=self.step_s)
+
+
+def assert_same(m1: dict, m2: dict) -> None:
+    """Two metrics dicts are equal: floats to 1e-9 relative, everything else exactly."""
+    import math
+
+    assert m1.keys() == m2.keys()
+    for k in m1:
+        a, b = m1[k], m2[k]
+        if isinstance(a, float):
+            assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), (k, a, b)
+        else:
+            assert a == b, (k, a, b)

@@ -17,18 +17,21 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
-from jalapeno.bench.metrics import SLO, RequestOutcome, compute_metrics
+from jalapeno.metrics import SLO, RequestOutcome, compute_metrics
 from jalapeno.engine.sequence import SamplingParams, Sequence
 from jalapeno.workload import Workload
+
+if TYPE_CHECKING:
+    from jalapeno.engine.engine import Engine
 
 
 @dataclass
 class SimResult:
-    """Outcome of :meth:`Engine.run`: per-call outcomes, the run's duration (s, from the first send to the
+    """Outcome of :func:`run_workload`: per-call outcomes, the run's duration (s, from the first send to the
     last completion), energy (J, all chips), pooled ITLs (s, weighted) and, for chains, their end-to-end
     latencies (s)."""
 
@@ -77,6 +80,7 @@ class Call:
             self.arrive_s = self.send_s
 
 
+@runtime_checkable
 class Target(Protocol):
     """What the driver needs from one engine or a cluster."""
 
@@ -264,5 +268,7 @@ def drive(target: Target, wl: Workload) -> SimResult:
     return SimResult(client.outcomes, last_finish, energy, v, c, chains, steps)
 
 
-def run_workload(engine, wl: Workload) -> SimResult:
-    return drive(EngineTarget(engine), wl)
+def run_workload(target: "Engine | Target", wl: Workload) -> SimResult:
+    """Drive ``wl`` (a :class:`jalapeno.workload.Workload`) to completion on ``target``'s clock: one
+    :class:`~jalapeno.engine.Engine`, or a :class:`~jalapeno.sim.cluster.Cluster` of them."""
+    return drive(target if isinstance(target, Target) else EngineTarget(target), wl)

@@ -1,0 +1,123 @@
+"""The one way to build simulated engines: cost model → :class:`~jalapeno.sim.backend.SimBackend` → ``Engine``.
+
+Every caller that simulates (``jalapeno simulate``, sweeps, ``bench --compare-sim``, the server's sim backend,
+calibration, the Jalapeño study) builds its engines here, so their scheduler limits come from one set of
+defaults (:class:`SimLimits`) and their results agree even where a limit binds. (vLLM's
+``EngineArgs.create_engine_config()`` plays this role there.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+from jalapeno.engine.config import EngineConfig
+from jalapeno.engine.engine import Engine
+from jalapeno.errors import ConfigError
+from jalapeno.sim.backend import CostModelLike, SimBackend, SpecDecode
+
+if TYPE_CHECKING:
+    from jalapeno.hardware.schema import ChipSpec, Efficiency
+    from jalapeno.models.arch import ModelArch
+    from jalapeno.perf.model import CostModel
+
+#: sequences a simulated engine may run at once when the caller names no limit: at least this many, and at
+#: least the workload's requests in flight (so a closed-loop benchmark is never capped by the engine)
+DEFAULT_MIN_NUM_SEQS = 1024
+
+
+def cost_model_for(
+    model: "str | ModelArch",
+    hardware: "str | ChipSpec",
+    *,
+    tp: int = 1,
+    ep: int = 1,
+    pp: int = 1,
+    dp_attention: bool = False,
+    precision: str = "native",
+    kv: str = "bf16",
+    efficiency: "Efficiency | None" = None,
+    framework: str | None = None,
+    hardware_dir: Iterable[str] | None = None,
+    sram_pinning: bool | None = None,
+) -> "CostModel":
+    """The cost model of one replica: catalogue ``model`` (or a :class:`ModelArch`) on ``tp·pp`` chips of
+    ``hardware`` (a catalogue key, or a :class:`ChipSpec`). ``efficiency`` replaces the chip's efficiency
+    block; ``framework`` (``vllm | sglang | trt-llm``) then applies that serving framework's request latency."""
+    from jalapeno.hardware import get_chip
+    from jalapeno.models import load_model
+    from jalapeno.perf import CostModel, Parallelism, Precision
+
+    arch = load_model(model) if isinstance(model, str) else model
+    if isinstance(hardware, str):
+        chip = get_chip(hardware, list(hardware_dir)) if hardware_dir else get_chip(hardware)
+    else:
+        chip = hardware
+    if ep > 1 and not arch.num_experts:
+        raise ConfigError(f"--ep {ep} but {arch.name} is a dense model (no experts); use --ep 1")
+    if framework:
+        from jalapeno.perf.frameworks import apply_framework
+
+        efficiency = apply_framework(efficiency if efficiency is not None else chip.efficiency, framework)
+    return CostModel(
+        arch,
+        chip,
+        Parallelism(tp=tp, ep=ep, pp=pp, dp=1, dp_attention=dp_attention),
+        Precision(weights=precision, kv=kv),
+        efficiency=efficiency,
+        sram_pinning=sram_pinning,
+    )
+
+
+@dataclass(frozen=True)
+class SimLimits:
+    """Scheduler limits of a simulated engine (``jalapeno simulate``'s engine flags). ``None`` values take the
+    defaults: ``max_num_seqs`` = max(:data:`DEFAULT_MIN_NUM_SEQS`, requests in flight); ``max_model_len``
+    unlimited. ``max_num_batched_tokens`` is raised to ``max_num_seqs × (1 + spec tokens)`` when smaller, so
+    every running sequence can decode each step."""
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    max_model_len: int | None = None
+
+    def engine_config(self, in_flight: int | None = None, spec_tokens: int = 0) -> EngineConfig:
+        """The :class:`EngineConfig` for a workload keeping ``in_flight`` requests in flight."""
+        seqs = self.max_num_seqs or max(DEFAULT_MIN_NUM_SEQS, in_flight or 0)
+        return EngineConfig(
+            block_size=self.block_size,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=max(self.max_num_batched_tokens, seqs * (1 + spec_tokens)),
+            num_speculative_tokens=spec_tokens,
+            max_model_len=self.max_model_len,
+        )
+
+
+def build_sim_engines(
+    cost_model: CostModelLike,
+    replicas: int = 1,
+    *,
+    spec: SpecDecode | None = None,
+    limits: SimLimits | None = None,
+    in_flight: int | None = None,
+    single_step: bool = False,
+) -> list[Engine]:
+    """``replicas`` engines, each over its own :class:`SimBackend` pricing steps with ``cost_model``.
+
+    ``spec``: speculative decoding (sets the engines' speculative tokens); ``in_flight``: the workload's
+    requests in flight (sizes the default ``max_num_seqs``); ``single_step``: one decode step per
+    ``engine.step()`` (a server streams each step's tokens; offline simulation leaves multi-step decode on —
+    same result, faster)."""
+    cfg = (limits or SimLimits()).engine_config(in_flight, spec.num_tokens if spec else 0)
+    engines = []
+    for _ in range(replicas):
+        backend = SimBackend(cost_model, spec=spec)
+        if single_step:
+            backend.max_multi_step = 1  # instance override: one step per engine.step(), so tokens stream per step
+        engines.append(Engine(backend, cfg))
+    return engines
+
+
+def build_sim_engine(cost_model: CostModelLike, **kw) -> Engine:
+    """One engine (see :func:`build_sim_engines`)."""
+    return build_sim_engines(cost_model, 1, **kw)[0]

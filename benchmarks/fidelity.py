@@ -537,7 +537,9 @@ def write_doc(usable, errs, excluded, excluded_rows, failures, spreads, wall, va
     parts.append(table(["parameter", "H200 before", "H200 after", "H100 before", "H100 after"], [
         [k, _fmt(_before_param("h200", k)), _fmt(fr[k]), _fmt(_before_param("h100", k)), _fmt(fr100[k])] for k in (*FIXED, *BOUNDS)]))
     parts.append(DOC_TAIL)
-    DOC.write_text("\n".join(parts) + "\n")
+    # the last section belongs to benchmarks/nongpu_check.py (chips without serving data): keep it
+    kept = DOC.read_text(encoding="utf-8").partition("## Chips without serving calibration") if DOC.exists() else ("", "", "")
+    DOC.write_text("\n".join(parts) + "\n" + ("\n" + kept[1] + kept[2] if kept[1] else ""))
 
 
 def _variant_cols(ev: list[dict], row: list[str]) -> list[str]:

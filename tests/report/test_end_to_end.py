@@ -78,9 +78,19 @@ def test_real_recommend_ranks_and_explains():
         max_chips=2, concurrencies=(1, 4), objective="cost", workers=1,
     )
     assert rec.ranked and {c.hardware for c in rec.ranked} == {"h200", "jalapeno"}
-    costs = [c.usd_per_mtok for c in rec.ranked]
+    # default --trust transferred: calibrated h200 first, uncalibrated jalapeno after it, each tier by cost
+    assert [c.confidence_status for c in rec.ranked] == sorted(
+        (c.confidence_status for c in rec.ranked), key=lambda s: s == "uncalibrated")
+    for tier in (True, False):
+        costs = [c.usd_per_mtok for c in rec.ranked if c.trusted is tier]
+        assert costs == sorted(costs)
+    by_score = recommend(
+        "llama-3.1-8b", isl=256, osl=32, ttft_slo_ms=2000, tpot_slo_ms=50, hardware=["h200", "jalapeno"],
+        max_chips=2, concurrencies=(1, 4), objective="cost", workers=1, trust="any",
+    )
+    costs = [c.usd_per_mtok for c in by_score.ranked]
     assert costs == sorted(costs)
-    assert all(c.reason.startswith("cost more") for c in rec.ranked[1:])
+    assert all(c.reason.startswith("cost more") for c in by_score.ranked[1:])
     big = recommend("llama-3.1-70b", isl=256, osl=32, ttft_slo_ms=2000, tpot_slo_ms=50, hardware=["h100"],
                     max_chips=1, concurrencies=(1,), workers=1)
     assert big.best is None

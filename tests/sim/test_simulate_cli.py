@@ -109,3 +109,23 @@ def test_scenario_column_typo_fails_the_file(tmp_path, capsys):
         main(["simulate", "--scenarios", str(src), "--output", str(tmp_path / "o.csv")])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "hardwre" in err and "hardware" in err
+
+
+def test_json_and_table_carry_the_confidence_label(capsys):
+    m = run_json(capsys, *SMALL, "--concurrency", "2")
+    c = m["confidence"]  # h100: the H200 calibration transferred, with its held-out error
+    assert c["status"] == "transferred" and c["label"] == "transferred from h200"
+    assert [(x["role"], x["chip"], x["transferred_from"]) for x in c["chips"]] == [("serving", "h100", "h200")]
+    # disaggregated over two chips: one entry per pool, the answer as weak as its weakest chip
+    d = run_json(capsys, *SMALL, "--concurrency", "2", "--prefill-hardware", "h200", "--decode-hardware", "jalapeno")
+    assert [(x["role"], x["chip"], x["status"]) for x in d["confidence"]["chips"]] == [
+        ("prefill", "h200", "calibrated"), ("decode", "jalapeno", "uncalibrated")]
+    assert d["confidence"]["status"] == "uncalibrated"
+    assert d["confidence"]["label"].startswith("prefill h200: calibrated (") and "decode jalapeno: uncalibrated" in d["confidence"]["label"]
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", "--model", "llama-3.1-8b", "--hardware", "tpu-v6e", "--isl", "64", "--osl", "8",
+              "--num-prompts", "2", "--concurrency", "1"])
+        raise SystemExit(0)
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    assert "confidence" in out and "uncalibrated" in out and "warning: tpu-v6e is uncalibrated" in " ".join(out.split())

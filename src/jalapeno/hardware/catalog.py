@@ -313,6 +313,9 @@ def chip_summary(spec: ChipSpec) -> dict[str, Any]:
         "loaded_w": _v(spec.power.loaded_w),
         "usd_per_hour": _v(spec.price.usd_per_hour) if spec.price else None,
         "system_size": spec.system_size,
+        "confidence": {"status": spec.calibration.status, "label": spec.calibration.label(),
+                       "points": spec.calibration.points, "median_error_pct": spec.calibration.median_error_pct,
+                       "transferred_from": spec.calibration.transferred_from},
         "sources": [{"field": path, "value": f.value, "source": f.source, "status": f.status}
                     for path, f in iter_facts(spec)],
     }

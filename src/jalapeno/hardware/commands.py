@@ -49,6 +49,13 @@ def _scale_up_cell(c: ChipSpec, compact: bool) -> str:
     return f"{bw or 0:g}x{dom}" if compact else f"{_num(bw)} x {dom}"
 
 
+def _confidence_cell(c: ChipSpec, detail: bool) -> str:
+    cal = c.calibration
+    if not detail or cal.status == "uncalibrated":
+        return cal.status
+    return f"calibrated ({cal.points} pts)" if cal.status == "calibrated" else f"transferred ({cal.transferred_from})"
+
+
 _MEDIUM = {"bf16 TF": "bf16", "fp8 TF": "fp8", "fp4 TF": "fp4", "HBM GB": "HBM", "TDP W": "TDP",
            "scale-up GB/s x dom": "up GB/s x N"}
 _SHORT = {1: _MEDIUM, 0: {**_MEDIUM, "scale-up GB/s x dom": "scale-up"}}  # column headers by terminal-width tier
@@ -75,6 +82,7 @@ def _table(chips: list[ChipSpec], width: int) -> Table:
         ("scale-up GB/s x dom", 0, lambda c: _scale_up_cell(c, compact=tier == 0)),
         ("TDP W", 0, lambda c: _fact_str(c.power.tdp_w)),
         ("$/h", 0, lambda c: _fact_str(c.price.usd_per_hour if c.price else None, 2)),
+        ("confidence", 0, lambda c: _confidence_cell(c, detail=tier == 2)),
     ]
     columns = [col for col in columns if col[1] <= tier]
     rows = [[cell(c) for _, _, cell in columns] for c in chips]
@@ -85,7 +93,7 @@ def _table(chips: list[ChipSpec], width: int) -> Table:
     for i, (header, _, _) in enumerate(columns):
         short = header if tier == 2 else _SHORT[tier].get(header, header)
         wraps = header in ("name", "vendor")
-        t.add_column(short, justify="left" if header in ("key", "name", "vendor", "status") else "right",
+        t.add_column(short, justify="left" if header in ("key", "name", "vendor", "status", "confidence") else "right",
                      no_wrap=not wraps, min_width=None if wraps else max([len(r[i]) for r in rows] + [len(short)]))
     for r in rows:
         t.add_row(*r)
@@ -137,7 +145,12 @@ def _show(spec: ChipSpec, origin: Path | None) -> list[Table | str]:
         prefix = "efficiency" if block is spec.efficiency else "energy"
         for name in type(block).model_fields:
             eff.add_row(f"{prefix}.{name}", _plain(getattr(block, name)))
-    out: list[Table | str] = [head, facts, mem, links, eff]
+    cal = Table(title=f"Confidence: {spec.calibration.label()} (how the efficiency block was obtained)", show_header=False)
+    cal.add_column("field")
+    cal.add_column("value", overflow="fold")
+    for name in type(spec.calibration).model_fields:
+        cal.add_row(f"calibration.{name}", _plain(getattr(spec.calibration, name)))
+    out: list[Table | str] = [head, facts, mem, links, eff, cal]
     if spec.notes:
         out.append("Notes:\n" + "\n".join(f"  • {n}" for n in spec.notes))
     return out
@@ -173,6 +186,7 @@ def register(app: typer.Typer) -> None:
             summary = chip_summary(spec)
             # full model first; summary keys added where they do not clash (memory/scale_up keep their Facts)
             data.update({k: v for k, v in summary.items() if k not in data})
+            data["calibration"]["label"] = spec.calibration.label()
             data["summary"] = summary
             data["file"] = str(cat.origin.get(spec.key, ""))
             typer.echo(json.dumps(data, indent=2, ensure_ascii=False))

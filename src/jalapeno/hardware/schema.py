@@ -183,7 +183,7 @@ class Calibration(_Strict):
         """One short human label, e.g. 'calibrated (212 pts, 9.8% median error)'."""
         if self.status == "calibrated":
             err = f", {self.median_error_pct:.1f}% median error" if self.median_error_pct is not None else ""
-            return f"calibrated ({self.points} pts{err})"
+            return f"calibrated ({self.points} pt{'s' if self.points != 1 else ''}{err})"
         if self.status == "transferred":
             return f"transferred from {self.transferred_from}"
         return "uncalibrated"

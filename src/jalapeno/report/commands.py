@@ -67,6 +67,7 @@ def recommend_cmd(
     price: List[str] = typer.Option([], "--price", help="override a chip's price, CHIP=USD per chip-hour"),
     workers: Optional[int] = typer.Option(None, "--workers", "-j", help="local worker processes"),
     framework: Optional[str] = typer.Option(None, "--framework", help="serving framework profile: vllm | sglang | trt-llm"),
+    trust: str = typer.Option("transferred", "--trust", help="any | transferred | calibrated: chips at least this trusted are ranked first (docs/report.md)"),
     as_json: bool = typer.Option(False, "--json", help="print the ranking as JSON"),
 ) -> None:
     """Recommend the chip and layout that meet TTFT/TPOT SLOs best, and say why each other option lost."""
@@ -77,7 +78,7 @@ def recommend_cmd(
     rec = recommend(
         model, isl=isl, osl=osl, ttft_slo_ms=ttft_slo_ms, tpot_slo_ms=tpot_slo_ms, hardware=chips,
         max_chips=max_chips, objective=objective, preset=preset, prices=parse_prices(price), workers=workers,
-        framework=framework,
+        framework=framework, trust=trust,
     )
     if as_json:
         typer.echo(json.dumps(rec.as_dict(), indent=2))
@@ -98,19 +99,26 @@ def _print_recommendation(rec, top: int = 10) -> None:  # noqa: ANN001 - Recomme
     else:
         b = rec.best
         echo(f"recommended: {b.hardware} {b.layout} ({b.num_chips} chip{'s' if b.num_chips > 1 else ''}) at concurrency "
-             f"{b.concurrency}: {describe_value(b.objective_value, rec.objective)}")
+             f"{b.concurrency}: {describe_value(b.objective_value, rec.objective)} [{b.confidence}]")
+    for w in rec.warnings:
+        echo(f"warning: {w}")
+    if rec.best is not None:
         echo("")
-        head = ("rank", "chip", "layout", "chips", "conc", "tok/s/chip", "tok/s/user", "p90 TTFT ms", "p90 TPOT ms", "$/Mtok", "tok/J")
+        head = ("rank", "chip", "layout", "confidence", "chips", "conc", "tok/s/chip", "tok/s/user", "p90 TTFT ms",
+                "p90 TPOT ms", "$/Mtok", "tok/J")
         rows = [
-            (str(c.rank), c.hardware, c.layout, str(c.num_chips), str(c.concurrency), _g(c.output_throughput_per_chip),
-             _g(c.median_interactivity), _g(c.p90_ttft_ms), _g(c.p90_tpot_ms), _g(c.usd_per_mtok), _g(c.output_tokens_per_joule))
+            (str(c.rank), c.hardware, c.layout, c.confidence_status + ("" if c.trusted else " *"), str(c.num_chips),
+             str(c.concurrency), _g(c.output_throughput_per_chip), _g(c.median_interactivity), _g(c.p90_ttft_ms),
+             _g(c.p90_tpot_ms), _g(c.usd_per_mtok), _g(c.output_tokens_per_joule))
             for c in rec.ranked[:top]
         ]
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
         for r in [head, *rows]:
-            echo("  ".join(x.ljust(w) if i < 3 else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths))))
+            echo("  ".join(x.ljust(w) if i < 4 else x.rjust(w) for i, (x, w) in enumerate(zip(r, widths))))
         if len(rec.ranked) > top:
             echo(f"({len(rec.ranked) - top} more meet the SLOs; --json lists all)")
+        if any(not c.trusted for c in rec.ranked[:top]):
+            echo(f"* below --trust {rec.trust}: ranked after the chips that meet it (--trust any ranks by score alone)")
     echo("")
     echo("why the others lost:")
     for c in rec.ranked[1:]:

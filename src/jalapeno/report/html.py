@@ -28,7 +28,7 @@ CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;color:#222;padding:0 1rem}
 h1{font-size:1.6rem}h2{font-size:1.25rem;border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
 table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
-th{background:#f5f5f5}td.n,th.n{text-align:right}.muted{color:#777}.cards{display:flex;flex-wrap:wrap;gap:1rem}
+th{background:#f5f5f5}td.n,th.n{text-align:right}.muted{color:#777}.warn{background:#fff4d6;padding:.4rem .6rem;border-left:4px solid #e0a800}.cards{display:flex;flex-wrap:wrap;gap:1rem}
 .card{border:1px solid #ddd;border-radius:6px;padding:.75rem;flex:1 1 340px;font-size:.85rem}.card h3{margin:.1rem 0 .4rem}
 img{max-width:100%}code{background:#f5f5f5;padding:0 .2rem}details{margin:.5rem 0}
 """
@@ -90,11 +90,35 @@ def summary_rows(rows: Sequence[Mapping]) -> list[list[str]]:
             return f'{_fmt(_num(b.get(col)), digits)} <span class="muted">{_e(describe_layout(b))} @{b["concurrency"]}</span>'
 
         out.append([
-            _e(model), _e(hw), str(len(rs)),
+            _e(model), _e(hw), _e(" / ".join(sorted({row_confidence(r)[0] for r in rs}))), str(len(rs)),
             cell("output_throughput_per_chip"), cell(X_COLUMN), cell("usd_per_mtok", maximize=False),
             cell("output_tokens_per_mw"), cell("output_tokens_per_joule"),
         ])
     return out
+
+
+def row_confidence(r: Mapping) -> tuple[str, str]:
+    """(label, status) of a result row: its ``confidence`` columns, else looked up in the catalogue (rows of a
+    sweep compacted before the columns existed), else unknown."""
+    if r.get("confidence"):
+        return str(r["confidence"]), str(r.get("confidence_status") or "")
+    try:
+        from jalapeno.hardware.confidence import confidence_columns
+
+        c = confidence_columns(r)
+        return c["confidence"], c["confidence_status"]
+    except Exception:
+        return "unknown", ""
+
+
+def confidence_warning(rows: Sequence[Mapping]) -> str:
+    """A paragraph naming the uncalibrated chips of a sweep (empty when there are none)."""
+    weak = sorted({str(r["hardware"]) for r in rows if row_confidence(r)[1] == "uncalibrated"})
+    if not weak:
+        return ""
+    return (f"<p class='warn'><b>Confidence:</b> {_e(', '.join(weak))} {'is' if len(weak) == 1 else 'are'} "
+            "<b>uncalibrated</b>: no measured serving point has checked their parameters, so their numbers are "
+            "roofline estimates; compare them with calibrated or transferred chips with care (docs/fidelity.md).</p>")
 
 
 def _num(v: Any) -> float | None:
@@ -173,11 +197,13 @@ def chip_card(key: str, prices: Mapping[str, float]) -> str:
     fact("facility overhead", c.power.facility_overhead_w, "W")
     if c.price is not None:
         fact("price", c.price.usd_per_hour, "$/chip-h")
+    cal = c.calibration
+    conf = f"<p>confidence: <b>{_e(cal.label())}</b>{' — ' + _e(cal.note) if cal.note else ''}</p>"
     over = [v for k, v in prices.items() if k.lower() in {c.key, *c.aliases}]
     extra = f"<p>price overridden: ${over[0]:g}/chip-hour</p>" if over else ""
     return (
         f'<div class="card"><h3>{_e(c.name)}</h3><p class="muted">{_e(c.vendor)} · status {_e(c.status)} · '
-        f"system of {c.system_size}</p><p>{_e(c.description)}</p>{extra}"
+        f"system of {c.system_size}</p><p>{_e(c.description)}</p>{conf}{extra}"
         + _table(["item", "value", "status", "source"], rows, numeric=[1])
         + "</div>"
     )
@@ -217,7 +243,7 @@ def assumptions(chips: Sequence[str], meta: Mapping) -> str:
 
 
 RESULT_COLUMNS = (
-    "model", "hardware", "layout", "weights", "kv", "isl", "osl", "concurrency", "num_chips", "status",
+    "model", "hardware", "confidence", "layout", "weights", "kv", "isl", "osl", "concurrency", "num_chips", "status",
     "output_throughput_per_chip", X_COLUMN, "median_ttft_ms", "median_tpot_ms", "usd_per_mtok",
     "output_tokens_per_mw", "output_tokens_per_joule", "slo_attainment", "error",
 )
@@ -238,9 +264,10 @@ def render(rows: Sequence[Mapping], meta: Mapping, title: str | None = None) -> 
         "All numbers are simulated by the jalapeno cost model unless the sweep ran a real backend.</p>",
         "<h2>Summary</h2><p class='muted'>Best value per model and chip, with the layout and concurrency that reached it.</p>",
         _table(
-            ["model", "chip", "points", "best tok/s/chip", "best tok/s/user", "lowest $/Mtok", "best tok/s/MW", "best tok/J"],
-            summary_rows(rows), numeric=range(2, 8),
+            ["model", "chip", "confidence", "points", "best tok/s/chip", "best tok/s/user", "lowest $/Mtok", "best tok/s/MW", "best tok/J"],
+            summary_rows(rows), numeric=range(3, 9),
         ),
+        confidence_warning(rows),
         "<h2>Pareto fronts</h2><p class='muted'>Per model: each chip's non-dominated configurations against interactivity "
         "(InferenceX's axes). Faint dots are all points.</p>",
     ]
@@ -258,8 +285,9 @@ def render(rows: Sequence[Mapping], meta: Mapping, title: str | None = None) -> 
     parts.append(f"<h2>All results</h2><details><summary>{len(rows)} rows</summary>")
     table_rows = []
     for r in rows:
-        table_rows.append([_e(describe_layout(r)) if c == "layout" else _e(_fmt(r.get(c))) for c in RESULT_COLUMNS])
-    parts.append(_table(RESULT_COLUMNS, table_rows, numeric=range(5, len(RESULT_COLUMNS) - 1)) + "</details>")
+        table_rows.append([_e(describe_layout(r)) if c == "layout" else _e(row_confidence(r)[0]) if c == "confidence"
+                           else _e(_fmt(r.get(c))) for c in RESULT_COLUMNS])
+    parts.append(_table(RESULT_COLUMNS, table_rows, numeric=range(6, len(RESULT_COLUMNS) - 1)) + "</details>")
     parts.append("<p class='muted'>Generated by <code>jalapeno report</code>. Query the data with DuckDB: "
                  "<code>SELECT * FROM 'results.parquet'</code>.</p></body></html>")
     return "\n".join(parts)

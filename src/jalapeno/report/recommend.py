@@ -10,6 +10,12 @@ meets the SLOs and scores best on the objective, ranks those, and explains every
 
 A point *meets the SLOs* when its p90 TTFT and p90 TPOT are within them (90 % of requests), see
 :func:`slo_misses`.
+
+**Confidence.** Every candidate carries its chip's confidence label (:mod:`jalapeno.hardware.confidence`). With
+``trust`` (``--trust``, default ``transferred``) candidates whose chips are calibrated or transferred are ranked
+first and the others after them (each tier by score), and a warning says when a less trusted chip would have won
+on the score alone; ``trust="any"`` ranks by score alone and warns when the winner is uncalibrated. An
+uncalibrated chip is therefore never ranked above a calibrated or transferred one without a warning line.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal, Mapping, Sequence
 
 from jalapeno.errors import ConfigError, UnknownNameError
+from jalapeno.hardware.confidence import TRUST_LEVELS, trusted
 from jalapeno.report.economics import DEFAULT_PUE
 from jalapeno.report.grid import ArchDims, auto_layouts, describe_layout, make_point
 from jalapeno.report.runner import PointFn, run_point, run_points
@@ -29,6 +36,8 @@ OBJECTIVES: tuple[str, ...] = ("cost", "energy", "latency")
 SLO_PERCENTILE = "p90"
 DEFAULT_HARDWARE: tuple[str, ...] = ("h200", "b200", "jalapeno")
 DEFAULT_CONCURRENCIES: tuple[int, ...] = (1, 4, 16, 64)
+#: default ``--trust``: calibrated and transferred chips are ranked before uncalibrated ones
+DEFAULT_TRUST = "transferred"
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,11 @@ class Candidate:
     median_e2el_ms: float | None = None
     rank: int | None = None
     reason: str = ""
+    #: the chip's confidence label and status (calibrated / transferred / uncalibrated), and whether it meets
+    #: the ``--trust`` level (candidates below it are ranked after those that meet it)
+    confidence: str = ""
+    confidence_status: str = ""
+    trusted: bool = True
     points: list[dict] = field(default_factory=list, repr=False)
 
     def public(self) -> dict:
@@ -99,6 +113,9 @@ class Recommendation:
     preset: str | None
     ranked: list[Candidate]
     losers: list[Candidate]
+    trust: str = DEFAULT_TRUST
+    #: lines the user must read with the ranking (e.g. an uncalibrated chip would have won on score)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def best(self) -> Candidate | None:
@@ -114,6 +131,8 @@ class Recommendation:
             "slo_statistic": SLO_PERCENTILE,
             "objective": self.objective,
             "preset": self.preset,
+            "trust": self.trust,
+            "warnings": list(self.warnings),
             "ranked": [c.public() for c in self.ranked],
             "losers": [c.public() for c in self.losers],
         }
@@ -156,16 +175,23 @@ def describe_value(v: float | None, objective: str) -> str:
     return f"{v:.4g} ms median E2E"
 
 
-def rank(rows: Sequence[Mapping], ttft_ms: float, tpot_ms: float, objective: str) -> tuple[list[Candidate], list[Candidate]]:
+def rank(
+    rows: Sequence[Mapping], ttft_ms: float, tpot_ms: float, objective: str, trust: str = DEFAULT_TRUST
+) -> tuple[list[Candidate], list[Candidate]]:
     """Group rows by (chip, layout), pick each group's best SLO-meeting point, rank, and explain losers.
-    Returns (ranked, losers): ranked[0] is the recommendation; every other candidate carries a reason."""
+    Returns (ranked, losers): ranked[0] is the recommendation; every other candidate carries a reason.
+    Candidates whose chips meet ``trust`` come first (rows without a ``confidence_status`` count as
+    uncalibrated); see :func:`confidence_warnings` for what must be said about the order."""
     groups: dict[tuple[str, str], list[Mapping]] = {}
     for r in rows:
         groups.setdefault((str(r["hardware"]), describe_layout(r)), []).append(r)
     meeting: list[Candidate] = []
     failing: list[Candidate] = []
     for (hw, lay), rs in groups.items():
-        c = Candidate(hardware=hw, layout=lay, num_chips=int(rs[0].get("num_chips") or 0), points=list(rs))
+        status = str(rs[0].get("confidence_status") or "uncalibrated")
+        c = Candidate(hardware=hw, layout=lay, num_chips=int(rs[0].get("num_chips") or 0), points=list(rs),
+                      confidence=str(rs[0].get("confidence") or status), confidence_status=status,
+                      trusted=trusted(status, trust))
         ok = [r for r in rs if r.get("status") == "ok"]
         good = [r for r in ok if not slo_misses(r, ttft_ms, tpot_ms)]
         scored = [(objective_value(r, objective), r) for r in good]
@@ -186,14 +212,45 @@ def rank(rows: Sequence[Mapping], ttft_ms: float, tpot_ms: float, objective: str
             msg = str(first.get("error") or "no points")
             c.reason = f"did not fit: {msg.removeprefix('does not fit: ')}" if cap else f"could not run: {msg}"
         failing.append(c)
-    meeting.sort(key=lambda c: (c.objective_value is None, c.objective_value if c.objective_value is not None else 0.0, -(c.output_throughput_per_chip or 0.0)))
+    meeting.sort(key=lambda c: (not c.trusted, *_score(c)))
     for i, c in enumerate(meeting, 1):
         c.rank = i
     if meeting:
         best = meeting[0]
         for c in meeting[1:]:
-            c.reason = _lost_on_objective(c, best, objective)
+            if best.trusted and not c.trusted and _score(c) < _score(best):
+                c.reason = (f"ranked after the chips that meet --trust {trust} ({c.confidence}) although it scores better: "
+                            f"{describe_value(c.objective_value, objective)} vs {describe_value(best.objective_value, objective)}")
+            else:
+                c.reason = _lost_on_objective(c, best, objective)
     return meeting, failing
+
+
+def _score(c: Candidate) -> tuple:
+    """Sort key of a candidate on its objective alone (unscorable last; ties -> more throughput per chip)."""
+    return (c.objective_value is None, c.objective_value if c.objective_value is not None else 0.0,
+            -(c.output_throughput_per_chip or 0.0))
+
+
+def confidence_warnings(ranked: Sequence[Candidate], trust: str, objective: str) -> list[str]:
+    """What the user must be told about confidence with a ranking: a less trusted candidate that would win on
+    the score alone (ranked after the trusted ones), a ranking with no trusted candidate, or (``--trust any``)
+    an uncalibrated winner."""
+    if not ranked:
+        return []
+    top, first = min(ranked, key=_score), ranked[0]
+    out: list[str] = []
+    if not first.trusted:
+        out.append(f"no candidate that meets the SLOs runs on a chip that is {trust} or better; the ranking rests "
+                   f"on chips whose serving parameters no measurement checked ({first.hardware}: {first.confidence})")
+    elif not top.trusted:
+        out.append(f"{top.hardware} {top.layout} scores best ({describe_value(top.objective_value, objective)} vs "
+                   f"{describe_value(first.objective_value, objective)}) but is {top.confidence}: ranked after the "
+                   f"chips that meet --trust {trust} (--trust any ranks by score alone)")
+    if trust == "any" and first.confidence_status == "uncalibrated":
+        out.append(f"the recommendation {first.hardware} {first.layout} runs on an uncalibrated chip: no measured "
+                   "serving point checked its parameters (--trust transferred ranks calibrated and transferred chips first)")
+    return out
 
 
 def _lost_on_objective(c: Candidate, best: Candidate, objective: str) -> str:
@@ -255,9 +312,13 @@ def recommend(
     point_fn: PointFn = run_point,
     dims: ArchDims | None = None,
     framework: str | None = None,
+    trust: str = DEFAULT_TRUST,
 ) -> Recommendation:
     """Run the internal sweep and rank. Explicit arguments override the preset's values. ``framework``: a
-    serving-framework profile (:mod:`jalapeno.perf.frameworks`) for every point."""
+    serving-framework profile (:mod:`jalapeno.perf.frameworks`) for every point. ``trust``: the weakest chip
+    confidence ranked with the trusted candidates (``any`` | ``transferred`` | ``calibrated``)."""
+    if trust not in TRUST_LEVELS:
+        raise ConfigError(f"--trust {trust!r} must be one of {', '.join(TRUST_LEVELS)}")
     p = None
     if preset is not None:
         if preset not in PRESETS:
@@ -308,8 +369,9 @@ def recommend(
 
     enrich = make_enricher(prices, pue)
     rows = [enrich(r) for r in rows]
-    ranked, losers = rank(rows, ttft_slo_ms, tpot_slo_ms, objective)
-    return Recommendation(model, isl, osl, ttft_slo_ms, tpot_slo_ms, objective, preset, ranked, losers)
+    ranked, losers = rank(rows, ttft_slo_ms, tpot_slo_ms, objective, trust)
+    return Recommendation(model, isl, osl, ttft_slo_ms, tpot_slo_ms, objective, preset, ranked, losers, trust,
+                          confidence_warnings(ranked, trust, objective))
 
 
 def _run_small(points: list[dict], point_fn: PointFn, workers: int | None) -> list[dict]:

@@ -22,8 +22,8 @@ from jalapeno.report.grid import POINT_KEYS
 
 RESULTS = "results.parquet"
 #: types of columns that may be null in every row (pyarrow would otherwise infer the "null" type)
-_STRING = {"status", "error", "error_kind", "economics_note", "model", "hardware", "mode", "prefill_hardware",
-           "weights", "kv", "spec_method", "point_id"}
+_STRING = {"status", "error", "error_kind", "economics_note", "confidence", "confidence_status", "model", "hardware",
+           "mode", "prefill_hardware", "weights", "kv", "spec_method", "point_id"}
 _INT = {"prefill_workers", "prefill_tp", "decode_workers", "num_prompts", "tp", "ep", "pp", "dp", "isl", "osl",
         "concurrency", "spec_tokens", "seed", "num_chips"}
 FIRST_COLUMNS = ("point_id", "status", "error", "error_kind", *POINT_KEYS)

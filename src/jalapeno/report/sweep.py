@@ -24,6 +24,7 @@ def make_enricher(prices: Mapping[str, float] | None = None, pue: float = DEFAUL
     """A row -> row function adding the economics columns (recomputed from metrics at every compaction)."""
 
     def enrich(row: dict) -> dict:
+        row = _with_confidence(row)
         if row.get("status") != "ok":
             return row
         try:
@@ -33,6 +34,19 @@ def make_enricher(prices: Mapping[str, float] | None = None, pue: float = DEFAUL
             return {**row, "economics_note": f"economics unavailable: {exc}"}
 
     return enrich
+
+
+def _with_confidence(row: dict) -> dict:
+    """The row with its chips' confidence columns (``confidence`` label, ``confidence_status``) when it has none
+    yet (skipped points, fake point functions, rows stored before the columns existed)."""
+    if row.get("confidence"):
+        return row
+    from jalapeno.hardware.confidence import confidence_columns
+
+    try:
+        return {**row, **confidence_columns(row)}
+    except Exception:  # a chip not in the catalogue: its confidence is unknown, the row is kept
+        return {**row, "confidence": "unknown", "confidence_status": "uncalibrated"}
 
 
 def run_spec(

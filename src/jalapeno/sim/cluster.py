@@ -29,14 +29,16 @@ from jalapeno.workload import Workload
 @dataclass(frozen=True)
 class KVLink:
     """The network between the pools: seconds = ``latency_s + bytes / bytes_per_s``; ``bytes_per_token`` is
-    the KV one prompt token occupies (all layers, all chips holding it)."""
+    the KV one prompt token occupies (all layers, all chips holding it); ``state_bytes`` the linear-attention
+    state each request carries whatever its length (0 without linear attention)."""
 
     latency_s: float
     bytes_per_s: float
     bytes_per_token: float
+    state_bytes: float = 0.0
 
     def transfer_s(self, tokens: int) -> float:
-        return self.latency_s + tokens * self.bytes_per_token / self.bytes_per_s
+        return self.latency_s + (tokens * self.bytes_per_token + self.state_bytes) / self.bytes_per_s
 
 
 def _bound(e: Engine) -> float:
@@ -57,7 +59,7 @@ def _bound(e: Engine) -> float:
 
 
 class Cluster:
-    """A driver target over ``workers`` (aggregated replicas) or ``prefill`` + ``decode`` pools."""
+    """A client target over ``workers`` (aggregated replicas) or ``prefill`` + ``decode`` pools."""
 
     def __init__(self, workers: list[Engine], decode: list[Engine] | None = None, link: KVLink | None = None) -> None:
         self.prefill = workers
@@ -81,7 +83,7 @@ class Cluster:
 
     def request_latency_s(self) -> float:
         """Requests enter through the prefill (or only) pool's serving front end."""
-        return float(getattr(self.prefill[0].backend, "request_latency_s", 0.0))
+        return self.prefill[0].backend.request_latency_s
 
     def request_latency_per_token_s(self) -> float:
         return float(getattr(self.prefill[0].backend, "request_latency_per_token_s", 0.0))
@@ -181,4 +183,4 @@ def _idle(e: Engine, t: float) -> None:
     dt = t - e.clock.now()
     if dt > 0:
         e.clock.wait_until(t)
-        e.energy_j += float(getattr(e.backend, "idle_power_w", 0.0)) * dt
+        e.energy_j += e.backend.idle_power_w * dt

@@ -53,7 +53,16 @@ def _print_summary(sc, m: dict) -> None:
         t.add_row(label, fmt.format(v))
     s = m.get("sim", {})
     t.add_row("simulated steps / preemptions", f"{s.get('steps', 0):,} / {s.get('preemptions', 0):,}")
-    Console().print(t)
+    conf = m.get("confidence")
+    if conf:
+        t.add_row("confidence", conf["label"])
+    console = Console()
+    console.print(t)
+    for c in (conf or {}).get("chips", []):
+        if c["status"] == "uncalibrated":
+            console.print(f"[yellow]warning:[/] {c['chip']} is uncalibrated: no measured serving point checked "
+                          f"its parameters, so these numbers are a roofline estimate ({c['note'] or 'see docs/fidelity.md'})",
+                          soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,7 +2,7 @@
 
 :class:`Scenario` holds the choices under the CLI's flag names (so a scenarios CSV uses the same names as
 columns); :func:`run_scenario` builds the cost model(s), the simulated engine(s) and the workload, runs it on
-the virtual clock and returns the metrics dict (``bench.metrics`` keys, plus chain latencies when chained).
+the virtual clock and returns the metrics dict (``jalapeno.metrics`` keys, plus chain latencies when chained).
 """
 
 from __future__ import annotations
@@ -216,11 +216,14 @@ def _kv_link(cm_p, cm_d):
         return float(link.bandwidth_gbps) * 1e9 * eff * holders, float(link.latency_us) * 1e-6
 
     (bw_p, lat_p), (bw_d, lat_d) = side(cm_p), side(cm_d)
-    return KVLink(max(lat_p, lat_d), min(bw_p, bw_d), float(cm_p.memory_plan().kv_bytes_per_token))
+    plan = cm_p.memory_plan()
+    return KVLink(max(lat_p, lat_d), min(bw_p, bw_d), float(plan.kv_bytes_per_token),
+                  float(plan.state_bytes_per_sequence))
 
 
 def run_scenario(sc: Scenario, *, return_result: bool = False):
     """Simulate ``sc``; returns the metrics dict (and the :class:`SimResult` when ``return_result``)."""
+    from jalapeno.hardware.confidence import confidence
     from jalapeno.metrics import SLO
     from jalapeno.models import load_model
 
@@ -253,6 +256,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False):
         num_chips = cm.chips_per_replica * replicas
         output_chips = None
         kv_tokens = engines[0].block_manager.num_blocks * sc.block_size
+        roles = [("serving", cm.chip)]
     else:
         cm_p = _cost_model(sc, arch, sc.prefill_hardware or sc.hardware, sc.prefill_tp or sc.tp,
                            sc.prefill_ep or sc.ep, sc.dp_attention)
@@ -266,6 +270,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False):
         num_chips = n_p * cm_p.chips_per_replica + output_chips
         engines = pre + dec
         kv_tokens = dec[0].block_manager.num_blocks * sc.block_size
+        roles = [("prefill", cm_p.chip), ("decode", cm_d.chip)]
     m = result.metrics(num_chips=num_chips, output_chips=output_chips, slo=slo)
     m["sim"] = {
         "steps": result.num_steps,
@@ -273,14 +278,20 @@ def run_scenario(sc: Scenario, *, return_result: bool = False):
         "kv_capacity_tokens_per_replica": kv_tokens,
         "energy_j": result.energy_j,
     }
+    m["confidence"] = confidence(roles)
     return (m, result) if return_result else m
 
 
 def flat(m: dict) -> dict:
-    """The metrics dict with nested dicts flattened as ``sim_steps`` etc. (for CSV)."""
+    """The metrics dict with nested dicts flattened as ``sim_steps`` etc. (for CSV); the ``confidence`` object
+    becomes ``confidence`` (its label), ``confidence_status``, ``confidence_points`` and
+    ``confidence_median_error_pct`` (the label names each chip when a disaggregated run has two)."""
     out: dict = {}
     for key, v in m.items():
-        if isinstance(v, dict):
+        if key == "confidence" and isinstance(v, dict):
+            out["confidence"] = v["label"]
+            out.update({f"confidence_{a}": v[a] for a in ("status", "points", "median_error_pct")})
+        elif isinstance(v, dict):
             out.update({f"{key}_{a}": b for a, b in v.items()})
         else:
             out[key] = v

@@ -3,12 +3,18 @@
     python benchmarks/fit_terms.py fit --chip h200 --out /tmp/h200.json      # fit one chip's fit split
     python benchmarks/fit_terms.py eval --params /tmp/h200.json --chip h100  # predict a set with fitted values
     python benchmarks/fit_terms.py eval                                      # the catalogue's current values
+    python benchmarks/fit_terms.py write --chip b200 --params /tmp/b200.json --source "..." --calibration '{...}'
+
+The shipped values (docs/fidelity.md "Overhead terms: fit and transfer") came from ``fit --frameworks`` per chip
+family (H200, B200, MI355X) within a fixed evaluation budget (``--max-nfev``), the H200 one refined by a scan of
+(moe_layer_overhead_us, expert_overhead_us) on its own fit configurations; the evaluation budget, not
+convergence, ended every run (2 shared cores).
 
 Points: SemiAnalysis InferenceX aggregated rows without MTP (``benchmarks/data/calibration.csv`` for H100/H200,
 ``calibration-blackwell-amd.csv`` for B200/MI355X), one point per configuration (median over reruns) in the fit.
 Splits (:func:`split_of`): H200 rows dated before 2026-03 are the Hopper fit set (H100 and later H200 rows are held
-out); B200 and MI355X rows dated before 2026-01 are those chips' fit sets (their 2026-01 and 2026-02 rows are held out by
-date), and the cross-vendor check applies one chip's fit to every row of the other.
+out); B200 and MI355X rows dated before 2026-01 are those chips' fit sets (their 2026-01 and 2026-02 rows are
+held out by date), and the cross-vendor check applies one chip's fit to every row of the other.
 
 The fit is ``scipy.optimize.least_squares`` (soft-L1 loss on ln(predicted / measured) of output throughput per
 chip, median TPOT and median TTFT) over :data:`PARAMS`; every evaluation simulates every fit point with the

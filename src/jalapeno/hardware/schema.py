@@ -133,6 +133,9 @@ class Efficiency(_Strict):
     #: of that stack; replaces the framework profile's global value when ``--framework`` names it
     framework_overhead_ms: dict[str, float] = Field(default_factory=dict)
     source: str = "defaults"
+    #: provenance of the values above that ``jalapeno calibrate`` fitted: parameter name (``step_overhead_us``,
+    #: ``compute.fp8``, ...) -> a Fact with status ``fitted`` naming the data and command it came from
+    fitted: dict[str, "Fact"] = Field(default_factory=dict)
 
     @field_validator("compute", "memory")
     @classmethod

@@ -82,6 +82,8 @@ def usable_points(chips: set[str] | None = None) -> list[tuple[Point, SimSpec]]:
     out = []
     for csv in CSVS:
         for p in load_points(csv):
+            if "disagg=True" in p.col("notes"):  # aggregated rows only (disaggregated pools: calibrate's job)
+                continue
             s = to_sim_spec(p)
             if isinstance(s, Excluded) or s.kind != "ix" or s.spec_tokens:
                 continue

@@ -40,6 +40,8 @@ FEATURES = (
     "Ue",  # the same on the busiest expert-parallel rank (= U without expert parallelism)
     "Tm",  # tokens whose (token, expert) pairs load the busiest EP rank as much as it is loaded (= T without EP)
     "N",  # sequences in the step (decode + prefill chunks): each reads and writes its recurrent state once
+    "Pf",  # 1 when the step prefills (an eager / piecewise step), else 0
+    "Uep",  # Ue in a step that prefills, else 0 (routed experts the busiest rank runs, as a fraction)
 )
 #: chunk length of the chunked (parallel) Gated DeltaNet prefill kernels (flash-linear-attention's default)
 GDN_CHUNK = 64
@@ -116,6 +118,8 @@ def features(shape: StepShape, moe: "float | Routing") -> list[float]:
         ue,
         tm,
         shape.decode_seqs + shape.prefill_seqs,
+        1.0 if shape.prefill_tokens else 0.0,
+        ue if shape.prefill_tokens else 0.0,
     ]
 
 

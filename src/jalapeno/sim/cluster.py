@@ -85,6 +85,9 @@ class Cluster:
         """Requests enter through the prefill (or only) pool's serving front end."""
         return self.prefill[0].backend.request_latency_s
 
+    def request_latency_per_token_s(self) -> float:
+        return float(getattr(self.prefill[0].backend, "request_latency_per_token_s", 0.0))
+
     def busy(self) -> bool:
         return bool(self._transfers) or any(e.has_unfinished() for e in self.all)
 

@@ -16,7 +16,7 @@ def fake_point(point: dict) -> dict:
     if point["hardware"] == "h100" and point["tp"] == 1:
         raise CapacityError("weights need 200 GB, 80 GB per chip available")
     conc, tp = point["concurrency"], point["tp"]
-    speed = {"b200": 2.0, "tpu-v6e": 4.0}.get(point["hardware"], 1.0)  # tpu-v6e: an uncalibrated chip that wins
+    speed = {"b200": 2.0, "gb200": 2.0, "tpu-v6e": 4.0}.get(point["hardware"], 1.0)  # tpu-v6e: an uncalibrated chip that wins
     tpot = (0.005 + 0.001 * conc / tp) / speed
     ttft = 0.05 * point["isl"] / 1024
     osl = point["osl"]

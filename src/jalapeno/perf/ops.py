@@ -70,7 +70,9 @@ class Routing:
     pair_cap: float = 0.0  # most pairs one token can put on one rank: min(k, E/ep)
 
     @classmethod
-    def of(cls, num_experts: int, k: int, ep: int) -> "Routing":
+    def of(cls, num_experts: int, k: int, ep: int, slots: int | None = None) -> "Routing":
+        """``slots``: expert slots over the ranks (> ``num_experts`` with redundant copies; each rank holds
+        ``slots/ep`` of them, the routing statistics stay those of the ``num_experts`` distinct experts)."""
         if not num_experts:
             return cls()
         keep = 1.0 - k / num_experts
@@ -78,7 +80,7 @@ class Routing:
             return cls(keep)
         from statistics import NormalDist
 
-        n = num_experts / ep
+        n = (slots or num_experts) / ep
         z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
         var = k * (1 / ep) * (1 - 1 / ep) * (num_experts - k) / max(num_experts - 1, 1)
         return cls(keep, n, z, k / ep, var, min(k, n))
@@ -172,6 +174,7 @@ def build_ops(
     kvb: float,
     actb: float,
     coll: dict[str, tuple[float, float, float]],  # collective name -> (latency_s, s_per_byte, sent_per_byte)
+    expert_slots: int | None = None,  # experts stored over the ep ranks (> num_experts: redundant copies)
 ) -> list[OpSpec]:
     """All operators of one step for model ``m`` with the given sharding (see module doc for conventions)."""
     ops: list[OpSpec] = []
@@ -288,6 +291,7 @@ def build_ops(
         net_op("mlp_allreduce", len(dense_ids), mlp_coll, vec(T=h * a))
     if moe_ids:
         E, k = m.num_experts, m.experts_per_token
+        S = expert_slots or E  # slots: E, or padded to a multiple of ep with redundant experts
         p_r = h * E
         rbias = E * b16 if m.router_bias else 0.0
         layer_op("moe_router", moe_ids, wdtype["bf16"], 2 * p_r * tok_att, p_r * b16 + rbias, p_r * b16 + rbias,
@@ -297,16 +301,17 @@ def build_ops(
         ebias = (2 * im + h) * b16 if m.mlp_bias else 0.0
         e_bytes = p_e * wbytes["experts"] + ebias
         # experts split over ep ranks, each expert split tp/ep ways: a chip handles T*k/ep (token, expert)
-        # pairs on im*ep/tp of the intermediate; it reads the touched experts among its E/ep (balanced routing)
+        # pairs on im*ep/tp of the intermediate; it reads the touched experts among its S/ep slots (balanced
+        # routing; a redundant copy is touched as often as the expert it copies, so the touched share is U)
         flops = 2 * p_e * k / tp * T
-        w_read = vec(U=E * e_bytes / tp)
+        w_read = vec(U=S * e_bytes / tp)
         act = vec(T=k / ep) * (2 * h + 6 * im * ep / tp) * a
         n = len(moe_ids)
         moe = OpSpec("moe_experts", "work", n, wdtype["experts"], tp, flops * n,
-                     {"W": w_read * n, "A": act * n}, stored=E * e_bytes / tp, layer_ids=moe_ids)
+                     {"W": w_read * n, "A": act * n}, stored=S * e_bytes / tp, layer_ids=moe_ids)
         if ep > 1:  # the busiest EP rank sets the time (see Routing): U -> Ue, T -> Tm
             moe.time_flops = vec(Tm=2 * p_e * k / tp) * n
-            moe.time_bytes = {"W": vec(Ue=E * e_bytes / tp) * n,
+            moe.time_bytes = {"W": vec(Ue=S * e_bytes / tp) * n,
                               "A": vec(Tm=k / ep) * (2 * h + 6 * im * ep / tp) * a * n}
         ops.append(moe)
         if m.num_shared_experts:

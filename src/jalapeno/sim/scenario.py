@@ -276,24 +276,30 @@ def _workload(sc: Scenario):
 def _kv_link(cm_p, cm_d, n_p: int, n_d: int) -> KVLink:
     """The link the KV cache crosses between the pools: the scale-up fabric (NVLink) when both pools are one
     chip type inside one scale-up domain (GB200 NVL72: ``domain_size`` 72 ≥ all their chips), else the
-    scale-out NIC. One sequence's KV moves from every chip holding a shard of it in parallel (tp·pp chips, or
-    pp with dp-attention, where each chip holds whole sequences); each worker sends (receives) on one lane per
-    such group of chips: 1 lane, or tp lanes with dp-attention."""
+    scale-out NIC. One copy of a sequence's KV moves (MLA's latent is replicated on every tp rank: one copy);
+    the chips holding distinct shards of it send (receive) in parallel: ``min(tp, KV heads)`` per stage, 1
+    with dp-attention, where each chip holds whole sequences. A worker moves one transfer at a time per group
+    of such chips: one lane, or tp lanes with dp-attention."""
+    from jalapeno.perf.ops import attention_dims, kv_bytes_per_token_per_layer
+
     total = n_p * cm_p.chips_per_replica + n_d * cm_d.chips_per_replica
     up = cm_p.chip.scale_up
-    same_domain = (cm_p.chip.key == cm_d.chip.key and up.domain_size > 0 and total <= up.domain_size)
+    same_domain = cm_p.chip.key == cm_d.chip.key and up.domain_size > 0 and total <= up.domain_size
     fabric = "scale-up" if same_domain or cm_p.chip.scale_out is None or cm_d.chip.scale_out is None else "scale-out"
+    m = cm_p.model
+    one_copy = kv_bytes_per_token_per_layer(m, attention_dims(m, 1, False), cm_p.kv_bytes_per_element)
 
     def side(cm) -> tuple[float, float, int]:
         link = cm.chip.scale_up if fabric == "scale-up" else cm.chip.scale_out
         eff = cm.eff.scale_up if fabric == "scale-up" else cm.eff.scale_out
         par = cm.parallel
-        holders = (1 if par.dp_attention else par.tp) * par.pp
+        shard = kv_bytes_per_token_per_layer(m, attention_dims(m, par.tp, par.dp_attention), cm.kv_bytes_per_element)
+        holders = max(1, round(one_copy / shard)) * par.pp
         lanes = par.tp if par.dp_attention else 1
         return float(link.bandwidth_gbps) * 1e9 * eff * holders, float(link.latency_us) * 1e-6, lanes
 
     (bw_p, lat_p, lanes_p), (bw_d, lat_d, lanes_d) = side(cm_p), side(cm_d)
-    return KVLink(max(lat_p, lat_d), min(bw_p, bw_d), float(cm_p.memory_plan().kv_bytes_per_token),
+    return KVLink(max(lat_p, lat_d), min(bw_p, bw_d), one_copy * m.num_layers,
                   send_lanes=lanes_p, recv_lanes=lanes_d, fabric=fabric)
 
 

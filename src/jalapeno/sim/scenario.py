@@ -234,10 +234,10 @@ def _parse_acceptance(text: str | float, k: int) -> float | tuple[float, ...]:
 
 
 def _cost_model(sc: Scenario, arch, hardware: str, tp: int, ep: int, dp_attention: bool, *,
-                pp: int | None = None, precision: str | None = None):
+                pp: int | None = None, precision: str | None = None, efficiency=None):
     return cost_model_for(arch, hardware, tp=tp, ep=ep, pp=sc.pp if pp is None else pp, dp_attention=dp_attention,
                           precision=precision or sc.precision, kv=sc.kv_dtype, framework=sc.framework,
-                          hardware_dir=sc.hardware_dir)
+                          hardware_dir=sc.hardware_dir, efficiency=efficiency)
 
 
 def _workload(sc: Scenario):
@@ -303,8 +303,10 @@ def _kv_link(cm_p, cm_d, n_p: int, n_d: int) -> KVLink:
                   send_lanes=lanes_p, recv_lanes=lanes_d, fabric=fabric)
 
 
-def run_scenario(sc: Scenario, *, return_result: bool = False):
-    """Simulate ``sc``; returns the metrics dict (and the :class:`SimResult` when ``return_result``)."""
+def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
+    """Simulate ``sc``; returns the metrics dict (and the :class:`SimResult` when ``return_result``).
+    ``efficiency`` (an :class:`~jalapeno.hardware.schema.Efficiency`) replaces the chips' efficiency blocks
+    (what calibration searches); ``sc.framework`` still sets its request latency over it."""
     from jalapeno.hardware.confidence import confidence
     from jalapeno.metrics import SLO
     from jalapeno.models import load_model
@@ -330,7 +332,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False):
     in_flight = sc.concurrency or sc.max_concurrency or DEFAULT_MIN_NUM_SEQS
     limits = SimLimits(sc.max_num_seqs, sc.max_num_batched_tokens, sc.block_size)
     if not sc.disaggregated:
-        cm = _cost_model(sc, arch, sc.hardware, sc.tp, sc.ep, sc.dp_attention)
+        cm = _cost_model(sc, arch, sc.hardware, sc.tp, sc.ep, sc.dp_attention, efficiency=efficiency)
         replicas = 1 if sc.dp_attention else sc.dp
         engines = build_sim_engines(cm, replicas, spec=spec_for(cm), limits=limits, in_flight=in_flight)
         target = engines[0] if replicas == 1 else Cluster(engines)
@@ -341,8 +343,8 @@ def run_scenario(sc: Scenario, *, return_result: bool = False):
         roles = [("serving", cm.chip)]
     else:
         pp_, dp_ = sc.pool("prefill"), sc.pool("decode")
-        cm_p, cm_d = (_cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision)
-                      for q in (pp_, dp_))
+        cm_p, cm_d = (_cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
+                                  efficiency=efficiency) for q in (pp_, dp_))
         n_p, n_d = pp_.workers, dp_.workers
         pre = build_sim_engines(cm_p, n_p, limits=limits, in_flight=in_flight)
         dec = build_sim_engines(cm_d, n_d, spec=spec_for(cm_d), limits=limits, in_flight=in_flight)

@@ -81,8 +81,9 @@ _KEYS = {
 def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts_per_concurrency: int | None = None,
                     frameworks: bool = True, request_overhead_ms: float | None = None) -> dict[str, float]:
     """Predicted metrics of a disaggregated point (keys of ``points.METRICS``, SI units), with the arguments of
-    :func:`jalapeno.calibration.predict.simulate`. Per-chip throughputs divide by all GPUs of both pools, as
-    InferenceX's per-GPU numbers do."""
+    :func:`jalapeno.calibration.predict.simulate`. Per-chip throughputs are per *decode* GPU, as InferenceX's
+    disaggregated per-GPU numbers are (its rows: concurrency × output length / E2E ÷ per-GPU throughput = the
+    decode pool's GPU count, not both pools')."""
     from dataclasses import replace
 
     from jalapeno.sim.scenario import run_scenario
@@ -96,10 +97,7 @@ def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts
         base = efficiency if efficiency is not None else efficiency_of(spec.chip)
         efficiency = base.model_copy(update={"request_overhead_ms": float(request_overhead_ms)})
     m = run_scenario(sc, efficiency=efficiency)
-    chips = m["num_chips"]
     out = {k: float(m[s]) * f for k, (s, f) in _KEYS.items() if m.get(s) is not None}
-    out["output_tput_per_gpu"] = float(m["output_throughput"]) / chips
-    out["total_tput_per_gpu"] = float(m["total_token_throughput"]) / chips
     out["concurrency"] = float(spec.concurrency)
     return out
 

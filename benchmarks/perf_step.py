@@ -45,7 +45,7 @@ def main() -> None:
         prec = Precision("fp8") if model == "llama-3.1-70b" else Precision()
         init_ms = _best_us(lambda: CostModel(m, c, par, prec), 5) / 1e3
         cm = CostModel(m, c, par, prec)
-        s = _shape(kind, batch, m.sliding_window)
+        s = _shape(kind, batch, m.attention_window)
         step_us = _best_us(lambda: cm.step(s), 20000)
         bd_us = _best_us(lambda: cm.breakdown(s), 500)
         if kind == "decode":

@@ -23,7 +23,7 @@ def test_list_json(capsys):
     code, out, _ = run(capsys, "models", "list", "--json")
     assert code == 0
     rows = {r["name"]: r for r in json.loads(out)}
-    assert len(rows) == 14
+    assert len(rows) == 19
     assert rows["gpt-oss-120b"]["experts"] == "4/128"
     assert rows["deepseek-r1"]["experts"] == "8/256+1s"
     assert rows["llama-3.1-8b"]["max_context"] == 131072

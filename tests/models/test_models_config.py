@@ -20,7 +20,8 @@ def raw_config(name: str) -> dict:
 def test_catalogue_names_and_provenance():
     expected = {"gpt-oss-120b", "gpt-oss-20b", "deepseek-r1", "deepseek-v3", "kimi-k2", "kimi-k2.5",
                 "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.3-70b", "qwen3-235b-a22b",
-                "qwen3-30b-a3b", "mixtral-8x7b", "smollm2-135m"}
+                "qwen3-30b-a3b", "mixtral-8x7b", "smollm2-135m",
+                "minimax-m2.5", "qwen3.5-397b-a17b", "glm-5", "glm-5-fp8", "qwen3-32b"}
     assert set(list_models()) == expected
     for name in expected:
         entry = catalog_entry(name)

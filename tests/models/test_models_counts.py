@@ -28,6 +28,13 @@ PUBLISHED_TOTAL = {
     "qwen3-30b-a3b": 30.5 * B,
     "mixtral-8x7b": 46.7 * B,
     "smollm2-135m": 134.5e6,
+    # 2026 models (configs from the aiconfigurator-core wheel). MiniMax: "229B" (a third-party paper: 229.9B);
+    # Qwen3.5: "397B" counts the vision tower (~0.45B) we do not; GLM-5: "744B" (technical report)
+    "minimax-m2.5": 229 * B,
+    "qwen3.5-397b-a17b": 397 * B,
+    "glm-5": 744 * B,
+    "glm-5-fp8": 744 * B,
+    "qwen3-32b": 32.8 * B,
 }
 
 # name -> (published active parameters, whether the publisher counts the input embedding table)
@@ -41,6 +48,7 @@ PUBLISHED_ACTIVE = {
     "kimi-k2.5": (32 * B, False),
     "qwen3-235b-a22b": (22 * B, True),
     "mixtral-8x7b": (12.9 * B, True),
+    "qwen3-32b": (32.8 * B, True),
 }
 
 

@@ -27,6 +27,9 @@ def tiny_configs():
     mla = dict(TINY, num_key_value_heads=4, moe_intermediate_size=24, first_k_dense_replace=1, n_routed_experts=8,
                n_group=2, topk_group=1, num_experts_per_tok=2, kv_lora_rank=8, qk_rope_head_dim=4,
                qk_nope_head_dim=8, v_head_dim=8)
+    gdn = dict(TINY, head_dim=16, moe_intermediate_size=24, num_experts=6, num_experts_per_tok=2,
+               shared_expert_intermediate_size=20, linear_num_key_heads=2, linear_num_value_heads=4,
+               linear_key_head_dim=8, linear_value_head_dim=6, linear_conv_kernel_dim=3)
     return {
         "llama": t.LlamaConfig(**TINY),
         "llama-biases-tied": t.LlamaConfig(**TINY, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
@@ -42,6 +45,13 @@ def tiny_configs():
         "deepseek_v3": t.DeepseekV3Config(**mla, n_shared_experts=2, q_lora_rank=16),
         "deepseek_v3-no-q-lora-bias": t.DeepseekV3Config(**mla, n_shared_experts=1, q_lora_rank=None,
                                                          attention_bias=True),
+        # 2026 families: per-layer q/k norms; hybrid Gated DeltaNet + gated attention; MLA + DSA indexer
+        "minimax_m2": t.MiniMaxM2Config(**dict(TINY, intermediate_size=24), head_dim=16, num_local_experts=6,
+                                        num_experts_per_tok=2, use_qk_norm=True, qk_norm_type="per_layer"),
+        "qwen3_5_moe": t.Qwen3_5MoeTextConfig(**gdn, layer_types=["linear_attention"] * 3 + ["full_attention"]),
+        "qwen3_next": t.Qwen3NextConfig(**gdn, full_attention_interval=2),
+        "glm_moe_dsa": t.GlmMoeDsaConfig(**mla, n_shared_experts=1, q_lora_rank=16, index_topk=4, index_n_heads=2,
+                                         index_head_dim=8),
     }
 
 
@@ -54,7 +64,8 @@ def test_tiny_config_total_params_exact(case):
 
 def test_all_six_families_covered():
     families = {arch_from_config(c.to_dict()).family for c in tiny_configs().values()}
-    assert families >= {"llama", "qwen3", "qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3"}
+    assert families >= {"llama", "qwen3", "qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3", "minimax_m2",
+                        "qwen3_5_moe", "glm_moe_dsa"}
 
 
 @pytest.mark.parametrize("name", list_models())

@@ -12,9 +12,16 @@ from typing import Literal
 
 from jalapeno.errors import UnknownNameError
 
-Family = Literal["llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3"]
+Family = Literal[
+    "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss", "deepseek_v3", "minimax_m2", "qwen3_5_moe",
+    "glm_moe_dsa",
+]
 AttentionKind = Literal["gqa", "mla"]
-LayerAttn = Literal["full", "sliding"]
+LayerAttn = Literal["full", "sliding", "linear"]
+
+#: bytes one token's indexer key takes in one DSA layer: fp8 keys + one fp32 scale per 128-wide key
+#: (vLLM / SGLang DeepSeek-V3.2 indexer cache layout), whatever the KV-cache dtype
+INDEXER_KEY_SCALE_BYTES = 4.0
 
 #: Weight/KV storage formats the project understands, with bytes per element *including* block scales.
 #:   fp8  = E4M3 with one fp32 scale per 128x128 block (DeepSeek)        -> 1 + 4/16384
@@ -104,6 +111,26 @@ class ModelArch:
     #: bytes per quantized element of the native format when the checkpoint's block/group layout differs
     #: from the canonical one in BYTES_PER_ELEMENT (e.g. Kimi K2.5 int4 with a bf16 scale per 32 -> 0.5625)
     native_bytes_per_element: float | None = None
+    # --- attention variants of the 2026 models (MiniMax-M2.5, Qwen3.5, GLM-5) ---
+    #: q/k RMSNorm over all heads of the layer (MiniMax-M2 ``qk_norm_type: per_layer``) instead of per head
+    qk_norm_per_layer: bool = False
+    #: Qwen3.5/Qwen3-Next gated attention: q_proj also emits a sigmoid output gate (doubles its width)
+    attn_output_gate: bool = False
+    #: linear-attention (Gated DeltaNet) layers, ``layer_types`` "linear": q/k heads, v heads, head dims, conv
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0
+    #: dtype of the recurrent state (``mamba_ssm_dtype``); the conv state stays 16-bit
+    linear_state_dtype: str = "fp32"
+    #: DeepSeek sparse attention (DSA): each query attends its ``index_topk`` best keys, chosen by an indexer
+    #: with ``index_n_heads`` heads of width ``index_head_dim`` (0 = dense attention)
+    index_topk: int = 0
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    #: Qwen3.5-MoE: a sigmoid gate (1 x hidden) scales the shared expert's output
+    shared_expert_gate: bool = False
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     # ---------------------------------------------------------------------------------------------
@@ -116,6 +143,48 @@ class ModelArch:
 
     def is_sliding_layer(self, i: int) -> bool:
         return bool(self.layer_types) and self.layer_types[i] == "sliding"
+
+    def is_linear_layer(self, i: int) -> bool:
+        """True for a linear-attention (Gated DeltaNet) layer: a per-sequence state, no KV cache."""
+        return bool(self.layer_types) and self.layer_types[i] == "linear"
+
+    @property
+    def num_linear_layers(self) -> int:
+        return sum(self.is_linear_layer(i) for i in range(self.num_layers))
+
+    @property
+    def attention_window(self) -> int | None:
+        """Most keys one query attends in a capped layer: the sliding window, or DSA's ``index_topk``
+        (the cost model prices both with the same windowed sums); None when every layer is dense."""
+        return self.sliding_window or self.index_topk or None
+
+    @property
+    def linear_conv_dim(self) -> int:
+        """Channels of the Gated DeltaNet causal conv: q and k (key heads) and v (value heads)."""
+        return 2 * self.linear_num_key_heads * self.linear_key_head_dim + self.linear_value_dim
+
+    @property
+    def linear_value_dim(self) -> int:
+        return self.linear_num_value_heads * self.linear_value_head_dim
+
+    def linear_state_bytes(self, state_dtype: str | None = None, conv_dtype: str = "bf16") -> float:
+        """Recurrent state one sequence holds in ONE linear-attention layer, whatever its length: the
+        delta-rule state (v heads x key dim x value dim, ``linear_state_dtype``) + the conv window
+        ((kernel - 1) x conv channels, 16-bit)."""
+        if not self.linear_num_value_heads:
+            return 0.0
+        ssm = self.linear_num_value_heads * self.linear_key_head_dim * self.linear_value_head_dim
+        conv = (self.linear_conv_kernel - 1) * self.linear_conv_dim
+        return ssm * _kv_bytes(state_dtype or self.linear_state_dtype) + conv * _kv_bytes(conv_dtype)
+
+    def state_bytes_per_sequence(self) -> float:
+        """Recurrent state bytes of one sequence summed over the linear-attention layers (0 without)."""
+        return self.linear_state_bytes() * self.num_linear_layers
+
+    @property
+    def indexer_bytes_per_token_layer(self) -> float:
+        """DSA indexer cache: bytes one token's indexer key takes in one layer (0 without DSA)."""
+        return self.index_head_dim + INDEXER_KEY_SCALE_BYTES if self.index_topk else 0.0
 
     @property
     def num_moe_layers(self) -> int:
@@ -143,6 +212,10 @@ class ModelArch:
             w += h * kv_a + self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
             w += self.num_heads * self.v_head_dim * h
             other += self.kv_lora_rank  # kv_a_layernorm
+            if self.index_topk:  # DSA indexer: wq_b (from the q latent), wk, LayerNorm(k), weights_proj
+                iq = self.index_n_heads * self.index_head_dim
+                w += (self.q_lora_rank or h) * iq + h * self.index_head_dim
+                other += 2 * self.index_head_dim + h * self.index_n_heads
             if self.attention_bias:
                 other += kv_a
             if self.attn_o_bias:
@@ -151,14 +224,26 @@ class ModelArch:
             q_out = self.num_heads * self.head_dim
             kv_out = self.num_kv_heads * self.head_dim
             w = h * q_out + 2 * h * kv_out + q_out * h
+            if self.attn_output_gate:
+                w += h * q_out
             if self.attention_bias:
                 other += q_out + 2 * kv_out
             if self.attn_o_bias:
                 other += h
-            if self.qk_norm:
+            if self.qk_norm and self.qk_norm_per_layer:
+                other += q_out + kv_out
+            elif self.qk_norm:
                 other += 2 * self.head_dim
         if self.attention_sinks:
             other += self.num_heads
+        return w, other
+
+    def _linear_attn_params(self) -> tuple[int, int]:
+        """(linear weights, other) of one Gated DeltaNet block: in_proj qkv, z, b, a and out_proj; other =
+        the depthwise conv, A_log, dt_bias and the gated RMSNorm (one value-head wide)."""
+        h, nv = self.hidden_size, self.linear_num_value_heads
+        w = h * (self.linear_conv_dim + self.linear_value_dim + 2 * nv) + self.linear_value_dim * h
+        other = self.linear_conv_dim * self.linear_conv_kernel + 2 * nv + self.linear_value_head_dim
         return w, other
 
     def _mlp_params(self, inter: int) -> tuple[int, int]:
@@ -180,8 +265,9 @@ class ModelArch:
 
     @property
     def router_params(self) -> int:
-        """Router (gate) parameters of one MoE layer."""
-        return self.num_experts * self.hidden_size + (self.num_experts if self.router_bias else 0)
+        """Router (gate) parameters of one MoE layer (+ Qwen3.5's shared-expert gate)."""
+        gate = self.hidden_size if self.shared_expert_gate else 0
+        return self.num_experts * self.hidden_size + (self.num_experts if self.router_bias else 0) + gate
 
     def param_counts(self) -> "ParamCounts":
         """Per-component parameter counts of the main model (MTP module excluded)."""
@@ -191,13 +277,15 @@ class ModelArch:
         exp_w, exp_b = self._mlp_params(self.moe_intermediate_size)
         n_moe = self.num_moe_layers
         n_dense = self.num_layers - n_moe
+        n_lin = self.num_linear_layers
+        lin_w, lin_o = self._linear_attn_params() if n_lin else (0, 0)
         return ParamCounts(
             embedding=self.vocab_size * h,
             lm_head=0 if self.tie_word_embeddings else self.vocab_size * h,
             final_norm=h,
             layer_norms=2 * h * self.num_layers,
-            attn_weights=attn_w * self.num_layers,
-            attn_other=attn_o * self.num_layers,
+            attn_weights=attn_w * (self.num_layers - n_lin) + lin_w * n_lin,
+            attn_other=attn_o * (self.num_layers - n_lin) + lin_o * n_lin,
             mlp_weights=dense_w * n_dense,
             mlp_other=dense_b * n_dense,
             shared_expert_weights=self.shared_expert_params * n_moe,
@@ -297,20 +385,27 @@ class ModelArch:
             return self.kv_lora_rank + self.qk_rope_head_dim
         return 2 * self.num_kv_heads * self.head_dim
 
+    def kv_bytes_per_token_layer(self, kv_dtype: str = "bf16") -> float:
+        """KV-cache bytes one token stores in one attention layer (+ the DSA indexer key, fp8 + scale)."""
+        return self.kv_elems_per_token_layer() * _kv_bytes(kv_dtype) + self.indexer_bytes_per_token_layer
+
     def kv_bytes(self, context_len: int, kv_dtype: str = "bf16") -> float:
         """Bytes of KV cache one sequence of ``context_len`` tokens holds, summed over layers; a sliding
-        layer holds at most ``sliding_window`` tokens."""
-        per = self.kv_elems_per_token_layer() * _kv_bytes(kv_dtype)
+        layer holds at most ``sliding_window`` tokens, a linear-attention layer none (it holds a constant
+        state instead: :meth:`state_bytes_per_sequence`). A DSA layer keeps every token (it reads top-k)."""
+        per = self.kv_bytes_per_token_layer(kv_dtype)
         n_sliding = sum(self.is_sliding_layer(i) for i in range(self.num_layers))
+        n_full = self.num_layers - n_sliding - self.num_linear_layers
         window = self.sliding_window if self.sliding_window else context_len
-        return per * ((self.num_layers - n_sliding) * context_len + n_sliding * min(context_len, window))
+        return per * (n_full * context_len + n_sliding * min(context_len, window))
 
     def kv_bytes_per_token(self, kv_dtype: str = "bf16", context_len: int | None = None) -> float:
-        """KV bytes per token summed over layers. Without ``context_len``: every layer stores the token
-        (the marginal cost while the context is shorter than the window). With ``context_len``: the
-        per-token average ``kv_bytes(context_len) / context_len``, sliding layers capped at the window."""
+        """KV bytes per token summed over the layers that keep a KV cache (not linear-attention layers).
+        Without ``context_len``: every such layer stores the token (the marginal cost while the context is
+        shorter than the window). With ``context_len``: the per-token average ``kv_bytes(context_len) /
+        context_len``, sliding layers capped at the window."""
         if context_len is None:
-            return self.kv_elems_per_token_layer() * _kv_bytes(kv_dtype) * self.num_layers
+            return self.kv_bytes_per_token_layer(kv_dtype) * (self.num_layers - self.num_linear_layers)
         if context_len <= 0:
             raise ValueError("context_len must be positive")
         return self.kv_bytes(context_len, kv_dtype) / context_len

@@ -29,6 +29,10 @@ def _attention(a: ModelArch) -> str:
     kind = f"MLA {a.num_heads}h" if a.attention == "mla" else f"GQA {a.num_heads}/{a.num_kv_heads}"
     if a.sliding_window and any(a.is_sliding_layer(i) for i in range(a.num_layers)):
         kind += f" SWA{a.sliding_window}"
+    if a.num_linear_layers:
+        kind += f", GDN linear on {a.num_linear_layers} of {a.num_layers}"
+    if a.index_topk:
+        kind += f", DSA top-{a.index_topk}"
     return kind
 
 
@@ -66,6 +70,10 @@ def show_record(a: ModelArch, kv_dtype: str = "bf16", context: int | None = None
         "context_len": context,
         "kv_bytes_per_token": a.kv_bytes_per_token(kv_dtype, context),
         "kv_bytes_per_sequence": a.kv_bytes(context, kv_dtype) if context else None,
+        "kv_layers": a.num_layers - a.num_linear_layers,
+        "linear_attention_layers": a.num_linear_layers,
+        "state_bytes_per_sequence": a.state_bytes_per_sequence(),
+        "indexer_bytes_per_token_layer": a.indexer_bytes_per_token_layer,
         "native_weight_dtype": a.native_weight_dtype,
         "native_quant_scope": a.native_quant_scope,
         "weight_bytes": weight_bytes,
@@ -141,6 +149,9 @@ def register(app: typer.Typer) -> None:
         t.add_row(f"KV bytes/token ({kv_dtype}{ctx})", f"{rec['kv_bytes_per_token']:,.0f}")
         if context:
             t.add_row("KV bytes/sequence", _gb(rec["kv_bytes_per_sequence"]))
+        if a.num_linear_layers:
+            t.add_row("linear-attention state/sequence", f"{_gb(rec['state_bytes_per_sequence'])} "
+                      f"({a.num_linear_layers} layers, {a.linear_state_dtype} state; no KV in those layers)")
         t.add_row("native weights", f"{a.native_weight_dtype} (scope {a.native_quant_scope})")
         for d, v in rec["weight_bytes"].items():
             t.add_row(f"weights {d}", _gb(v) + (f"  ({BYTES_PER_ELEMENT[d]:.4g} B/elem)" if d != "native" else ""))

@@ -2,7 +2,10 @@
 
 Covers the model types the project serves: ``llama``, ``qwen2``, ``qwen3``, ``qwen3_moe``, ``mixtral``,
 ``gpt_oss``, ``deepseek_v3`` and the DeepSeek-V3 derivatives ``kimi_k2`` / ``kimi_k25`` (the latter a
-multimodal wrapper whose ``text_config`` holds the language model). Accepts both the classic field names
+multimodal wrapper whose ``text_config`` holds the language model), and the 2026 families: ``minimax_m2``
+(MiniMax-M2.x: GQA with per-layer q/k norms, 256 sigmoid-routed experts), ``qwen3_5_moe`` / ``qwen3_next``
+(hybrid Gated DeltaNet linear attention + gated full attention, MoE with a gated shared expert) and
+``glm_moe_dsa`` (GLM-5: MLA + DeepSeek sparse attention). Accepts both the classic field names
 (``rope_theta``, ``num_experts``) and the transformers-5 spellings (``rope_parameters``, ``num_local_experts``).
 No torch import: this runs in the simulator without it.
 """
@@ -26,10 +29,18 @@ FAMILIES: dict[str, Family] = {
     "deepseek_v3": "deepseek_v3",
     "kimi_k2": "deepseek_v3",
     "kimi_k25": "deepseek_v3",
+    "minimax_m2": "minimax_m2",
+    "qwen3_5_moe": "qwen3_5_moe",
+    "qwen3_5_moe_text": "qwen3_5_moe",
+    "qwen3_next": "qwen3_5_moe",
+    "glm_moe_dsa": "glm_moe_dsa",
 }
 
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16", "float": "fp32"}
-_LAYER_TYPES: dict[str, LayerAttn] = {"full_attention": "full", "sliding_attention": "sliding"}
+_LAYER_TYPES: dict[str, LayerAttn] = {
+    "full_attention": "full", "sliding_attention": "sliding", "linear_attention": "linear",
+    "indexed_attention": "full",  # transformers' GLM-5 spelling: full attention with a DSA indexer
+}
 
 
 class _Fields:
@@ -151,7 +162,7 @@ def _build(f: _Fields, name: str, model_type: str, family: Family, extra: dict[s
         mlp_bias=f.bool("mlp_bias", False),
         activation=str(cfg.get("hidden_act") or "silu"),
     )
-    if family == "deepseek_v3":
+    if family in ("deepseek_v3", "glm_moe_dsa"):
         _mla(f, kw)
     else:
         if f.has("head_dim"):
@@ -160,21 +171,79 @@ def _build(f: _Fields, name: str, model_type: str, family: Family, extra: dict[s
             raise f._fail(f"no 'head_dim' and hidden_size ({hidden}) is not a multiple of heads ({heads})")
         else:
             kw["head_dim"] = hidden // heads
-        kw["intermediate_size"] = f.int("intermediate_size")
+        # Qwen3.5-MoE has no dense MLP layers and no intermediate_size: its experts' width stands in
+        dense_default = f.int("moe_intermediate_size") if family == "qwen3_5_moe" else None
+        kw["intermediate_size"] = f.int("intermediate_size", dense_default)
     if family == "qwen2":
         kw["attention_bias"], kw["o_proj_bias"] = True, False  # Qwen2: q/k/v biased, o not
-    if family in ("qwen3", "qwen3_moe"):
+    if family in ("qwen3", "qwen3_moe", "qwen3_5_moe"):
         kw["qk_norm"] = True
+    if family == "minimax_m2" and f.bool("use_qk_norm", False):
+        kw["qk_norm"] = True
+        kw["qk_norm_per_layer"] = cfg.get("qk_norm_type", "per_layer") == "per_layer"
     _moe(f, family, kw)
     _sliding(f, family, layers, kw)
+    if "linear" in kw["layer_types"]:
+        _linear_attention(f, kw)
+    if family == "qwen3_5_moe":
+        kw["attn_output_gate"] = f.bool("attn_output_gate", True)  # Qwen3-Next: always gated
+    if family == "glm_moe_dsa" or f.has("index_topk"):
+        _sparse_attention(f, kw)
     if family == "gpt_oss":
         kw.update(attention_sinks=True, router_bias=True, mlp_bias=True)  # expert + router biases, sinks
         extra["swiglu_limit"] = cfg.get("swiglu_limit")
-    kw["mtp_layers"] = f.int("num_nextn_predict_layers", 0, min_value=0)
+    kw["mtp_layers"] = _mtp_layers(f)
     _quant(f, kw, extra)
     if cfg.get("rope_scaling") or cfg.get("rope_parameters"):
         extra["rope_scaling"] = cfg.get("rope_scaling") or cfg.get("rope_parameters")
     return ModelArch(**kw, extra=extra)
+
+
+def _mtp_layers(f: _Fields) -> int:
+    """Multi-token-prediction layers: DeepSeek/GLM ``num_nextn_predict_layers``, Qwen3.5/Qwen3-Next
+    ``mtp_num_hidden_layers``, MiniMax-M2 ``num_mtp_modules`` x ``mtp_transformer_layers`` (when ``use_mtp``)."""
+    if f.has("num_nextn_predict_layers"):
+        return f.int("num_nextn_predict_layers", min_value=0)
+    if f.has("mtp_num_hidden_layers"):
+        return f.int("mtp_num_hidden_layers", min_value=0)
+    if f.bool("use_mtp", False):
+        return f.int("num_mtp_modules", 1, min_value=0) * f.int("mtp_transformer_layers", 1, min_value=0)
+    return 0
+
+
+def _linear_attention(f: _Fields, kw: dict[str, Any]) -> None:
+    """Gated DeltaNet layers (Qwen3.5 / Qwen3-Next): head counts and widths, conv kernel, state dtype."""
+    nk, nv = f.int("linear_num_key_heads"), f.int("linear_num_value_heads")
+    if nv % nk:
+        raise f._fail(f"linear_num_value_heads ({nv}) is not a multiple of linear_num_key_heads ({nk})")
+    state = _TORCH_DTYPES.get(str(f.cfg.get("mamba_ssm_dtype") or "float32"))
+    if state is None:
+        raise f._fail(f"unsupported mamba_ssm_dtype {f.cfg.get('mamba_ssm_dtype')!r}; use float32 or bfloat16")
+    kw.update(
+        linear_num_key_heads=nk,
+        linear_num_value_heads=nv,
+        linear_key_head_dim=f.int("linear_key_head_dim"),
+        linear_value_head_dim=f.int("linear_value_head_dim"),
+        linear_conv_kernel=f.int("linear_conv_kernel_dim"),
+        linear_state_dtype=state,
+    )
+
+
+def _sparse_attention(f: _Fields, kw: dict[str, Any]) -> None:
+    """DeepSeek sparse attention (GLM-5, DeepSeek-V3.2): indexer heads/width and the top-k keys per query."""
+    if kw.get("attention") != "mla":
+        raise f._fail("'index_topk' (DeepSeek sparse attention) is only supported with MLA (kv_lora_rank)")
+    shared = [t for t in f.cfg.get("indexer_types") or () if t != "full"]
+    if shared or f.int("index_topk_freq", 1) > 1 or "S" in str(f.cfg.get("index_topk_pattern") or ""):
+        raise f._fail("layers that share another layer's top-k indexer ('indexer_types' 'shared') are not "
+                      "supported yet; use a config whose every layer runs its indexer")
+    kw.update(
+        index_topk=f.int("index_topk"),
+        index_n_heads=f.int("index_n_heads"),
+        index_head_dim=f.int("index_head_dim"),
+    )
+    if kw.get("sliding_window"):
+        raise f._fail("a model cannot have both a sliding window and DeepSeek sparse attention (index_topk)")
 
 
 def _rope_theta(cfg: Mapping[str, Any]) -> float:
@@ -228,7 +297,30 @@ def _moe(f: _Fields, family: Family, kw: dict[str, Any]) -> None:
             router="softmax_topk",
             moe_layers=tuple(i not in mlp_only and (i + 1) % step == 0 for i in range(layers)),
         )
-    elif family == "deepseek_v3":
+    elif family == "minimax_m2":
+        kw.update(
+            num_experts=f.int("num_local_experts"),
+            experts_per_token=f.int("num_experts_per_tok"),
+            moe_intermediate_size=kw["intermediate_size"],
+            num_shared_experts=1 if f.int("shared_intermediate_size", 0, min_value=0) else 0,
+            shared_expert_intermediate_size=f.int("shared_intermediate_size", 0, min_value=0),
+            router="sigmoid_group_topk" if cfg.get("scoring_func", "sigmoid") == "sigmoid" else "softmax_topk",
+        )
+    elif family == "qwen3_5_moe":
+        step = f.int("decoder_sparse_step", 1)
+        mlp_only = set(cfg.get("mlp_only_layers") or ())
+        shared = f.int("shared_expert_intermediate_size", 0, min_value=0)
+        kw.update(
+            num_experts=f.first_int("num_experts", "num_local_experts"),
+            experts_per_token=f.int("num_experts_per_tok"),
+            moe_intermediate_size=f.int("moe_intermediate_size"),
+            num_shared_experts=1 if shared else 0,
+            shared_expert_intermediate_size=shared,
+            shared_expert_gate=bool(shared),
+            router="softmax_topk",
+            moe_layers=tuple(i not in mlp_only and (i + 1) % step == 0 for i in range(layers)),
+        )
+    elif family in ("deepseek_v3", "glm_moe_dsa"):
         scoring = cfg.get("scoring_func", "sigmoid")
         first_dense = f.int("first_k_dense_replace", 0, min_value=0)
         freq = f.int("moe_layer_freq", 1)
@@ -265,6 +357,9 @@ def _sliding(f: _Fields, family: Family, layers: int, kw: dict[str, Any]) -> Non
     elif family in ("qwen2", "qwen3", "qwen3_moe") and f.bool("use_sliding_window", False):
         first = f.int("max_window_layers", layers, min_value=0)
         types = tuple("sliding" if i >= first else "full" for i in range(layers))
+    elif family == "qwen3_5_moe" and f.has("full_attention_interval"):  # every n-th layer is full attention
+        n = f.int("full_attention_interval")
+        types = tuple("full" if (i + 1) % n == 0 else "linear" for i in range(layers))
     elif family == "mixtral" and f.has("sliding_window"):
         types = ("sliding",) * layers
     else:

@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
         chip = get_chip(hardware, hardware_dir) if hardware_dir else get_chip(hardware)
         cm = CostModel(arch, chip, Parallelism(tp=tp, ep=ep, pp=pp, dp=dp, dp_attention=dp_attention),
                        Precision(weights=weight_dtype, kv=kv_dtype))
-        shape = _shape(phase, batch, context, arch.sliding_window)
+        shape = _shape(phase, batch, context, arch.attention_window)
         bd = cm.breakdown(shape)
         try:  # KV capacity with an activation reserve sized for this step
             kv_cap: int | str = cm.memory_plan(max_batch_tokens=max(1, shape.tokens)).kv_capacity_tokens
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
             from jalapeno.perf.plot import roofline_chart
 
             other = "prefill" if phase == "decode" else "decode"
-            bds = {phase: bd, other: cm.breakdown(_shape(other, batch, context, arch.sliding_window))}
+            bds = {phase: bd, other: cm.breakdown(_shape(other, batch, context, arch.attention_window))}
             title = (f"{arch.name} on {cm.chips_per_replica}x{chip.key} ({cm.parallel.describe()}), "
                      f"batch {batch}, context {context}")
             roofline_chart(cm, bds, plot, title=title)

@@ -18,7 +18,10 @@ from jalapeno.hardware.schema import ChipSpec, Efficiency
 from jalapeno.models.arch import ModelArch
 from jalapeno.perf import dtypes as dt
 from jalapeno.perf.network import collective, p2p
-from jalapeno.perf.ops import IDX, NF, OpSpec, Routing, attention_dims, build_ops, features, kv_bytes_per_token_per_layer, vec
+from jalapeno.perf.ops import (
+    IDX, NF, OpSpec, Routing, attention_dims, build_ops, features, kv_bytes_per_token_per_layer,
+    linear_state_bytes_per_layer, vec,
+)
 from jalapeno.perf.shape import StepShape
 from jalapeno.perf.types import MemoryPlan, OpCost, Parallelism, Precision, StepBreakdown, StepCost
 
@@ -39,6 +42,8 @@ FALLBACK_COMPUTE_POWER_FRACTION = 0.7
 FALLBACK_PJ_PER_FLOP_NO_TDP = 0.5
 #: with no idle power given, assume this fraction of TDP
 FALLBACK_IDLE_FRACTION = 0.2
+#: sequences whose linear-attention state ``memory_plan`` reserves by default (the engine's max_num_seqs default)
+DEFAULT_STATE_SEQS = 256
 
 
 def advance_decode(shape: StepShape, steps: int, window: int | None = None) -> StepShape:
@@ -131,6 +136,12 @@ class CostModel:
                 raise ConfigError(
                     f"tp={p.tp} must divide num_heads={m.num_heads} of {m.name}; pick tp among its divisors"
                 )
+            for key in ("linear_num_key_heads", "linear_num_value_heads"):
+                if getattr(m, key) % p.tp:
+                    raise ConfigError(
+                        f"tp={p.tp} must divide {key}={getattr(m, key)} of {m.name} (linear-attention heads are "
+                        "split over tp ranks); pick tp among its divisors"
+                    )
             if m.attention == "gqa" and m.num_kv_heads % p.tp and p.tp % m.num_kv_heads:
                 raise ConfigError(
                     f"tp={p.tp} and num_kv_heads={m.num_kv_heads} of {m.name}: one must divide the other "
@@ -395,9 +406,9 @@ class CostModel:
         r = shape.decode_tokens / d if d else 0.0
         km = k - 1
         dcw = float(d)
-        if self.model.sliding_window:
+        if self.model.attention_window:
             dcw = float(shape.decode_below_window)
-            if shape.decode_ctx_sum_window + km * dcw > d * self.model.sliding_window:
+            if shape.decode_ctx_sum_window + km * dcw > d * self.model.attention_window:
                 return None  # the window cap binds inside the run
         y0 = self._M.dot(np.array(features(shape, self._routing), dtype=np.float64)).tolist()
         g = self._M_ctx.dot(np.array((d, dcw, d * r, dcw * r))).tolist()
@@ -428,7 +439,7 @@ class CostModel:
         i = np.arange(k, dtype=float)
         d = shape.decode_seqs
         r = shape.decode_tokens / d if d else 0.0
-        w = self.model.sliding_window
+        w = self.model.attention_window
         c = shape.decode_ctx_sum + i * d
         if w:
             cw = np.minimum(shape.decode_ctx_sum_window + i * shape.decode_below_window, float(d * w))
@@ -487,8 +498,21 @@ class CostModel:
             stage_time_s=stage_t,
         )
 
-    def memory_plan(self, max_batch_tokens: int = 8192) -> MemoryPlan:
-        """Per-chip placement of weights, activation reserve and KV cache; KV capacity of one replica."""
+    def _state_plan(self, max_seqs: int) -> tuple[float, float]:
+        """Linear-attention state: (bytes one sequence keeps on one chip of the fullest stage, bytes reserved
+        per chip for ``max_seqs`` sequences). With dp-attention a rank keeps whole states for its share."""
+        m, p = self.model, self.parallel
+        if not m.num_linear_layers:
+            return 0.0, 0.0
+        per_layer = linear_state_bytes_per_layer(m, self._dims)
+        per_seq = per_layer * max(sum(m.is_linear_layer(i) for i in r) for r in self._stages)
+        seqs = math.ceil(max_seqs / p.tp) if p.dp_attention else max_seqs
+        return per_seq, per_seq * seqs
+
+    def memory_plan(self, max_batch_tokens: int = 8192, max_seqs: int = DEFAULT_STATE_SEQS) -> MemoryPlan:
+        """Per-chip placement of weights, activation reserve and KV cache; KV capacity of one replica.
+        Models with linear-attention layers also reserve, next to the KV cache, the constant recurrent state
+        of ``max_seqs`` sequences (the engine's max_num_seqs: a state slot for every sequence it may run)."""
         m, p = self.model, self.parallel
         tp = p.tp
         a = self.act_bytes
@@ -509,14 +533,18 @@ class CostModel:
         if lv_a is lv_kv or on_level.get(lv_a.name, 0.0) + reserve > usable(lv_a):
             free -= reserve  # activations live with the KV cache, or spill to it when SRAM is full
         per_layer = kv_bytes_per_token_per_layer(m, self._dims, self.kv_bytes_per_element)
-        max_stage = max(len(r) for r in self._stages)
+        max_stage = max(sum(not m.is_linear_layer(i) for i in r) for r in self._stages)  # layers with a KV cache
         per_chip_token = per_layer * max_stage
         holders = 1 if p.dp_attention else tp  # chips holding one sequence's KV in one stage
-        kv_per_token = per_layer * m.num_layers * holders
+        kv_per_token = per_layer * (m.num_layers - m.num_linear_layers) * holders
+        state_seq, state_reserve = self._state_plan(max_seqs)
+        free -= state_reserve
         if free <= 0:
             raise CapacityError(
-                f"does not fit: the weights ({self.weight_bytes_per_chip / 1e9:.1f} GB per chip) and activations "
-                f"leave no room for the KV cache in {lv_kv.name} (model {m.name} on "
+                f"does not fit: the weights ({self.weight_bytes_per_chip / 1e9:.1f} GB per chip) and activations"
+                + (f" and the linear-attention state of {max_seqs} sequences ({state_reserve / 1e9:.1f} GB)"
+                   if state_reserve else "") +
+                f" leave no room for the KV cache in {lv_kv.name} (model {m.name} on "
                 f"{p.chips_per_replica}x{self.chip.key}, {p.describe()}); try more chips, a smaller weight dtype "
                 "or a smaller max_batch_tokens"
             )
@@ -532,5 +560,6 @@ class CostModel:
             weight_location=lv_w.name, kv_location=lv_kv.name, activation_reserve_bytes=reserve,
             kv_bytes_available_per_chip=free, kv_bytes_per_token=kv_per_token, kv_capacity_tokens=tokens,
             weights_in_sram=self.weights_in_sram, sram_weight_bytes_per_chip=self.sram_weight_bytes_per_chip,
-            notes=tuple(notes),
+            notes=tuple(notes), state_bytes_per_sequence=state_seq * (1 if p.dp_attention else tp),
+            state_reserve_bytes_per_chip=state_reserve, state_sequences=max_seqs if state_reserve else 0,
         )

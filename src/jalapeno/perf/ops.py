@@ -39,7 +39,10 @@ FEATURES = (
     "U",  # expected fraction of routed experts touched by T tokens: 1 - (1 - k/E)^T
     "Ue",  # the same on the busiest expert-parallel rank (= U without expert parallelism)
     "Tm",  # tokens whose (token, expert) pairs load the busiest EP rank as much as it is loaded (= T without EP)
+    "N",  # sequences in the step (decode + prefill chunks): each reads and writes its recurrent state once
 )
+#: chunk length of the chunked (parallel) Gated DeltaNet prefill kernels (flash-linear-attention's default)
+GDN_CHUNK = 64
 NF = len(FEATURES)
 IDX = {n: i for i, n in enumerate(FEATURES)}
 
@@ -114,6 +117,7 @@ def features(shape: StepShape, moe: "float | Routing") -> list[float]:
         u,
         ue,
         tm,
+        shape.decode_seqs + shape.prefill_seqs,
     ]
 
 
@@ -157,10 +161,61 @@ def attention_dims(m: ModelArch, tp: int, dp_attention: bool) -> Dims:
 
 
 def kv_bytes_per_token_per_layer(m: ModelArch, d: Dims, kvb: float) -> float:
-    """KV bytes one token occupies on one chip in one layer (MLA: the latent, replicated on every rank)."""
+    """KV bytes one token occupies on one chip in one attention layer (MLA: the latent, replicated on every
+    rank; DSA adds the indexer key, also replicated). Linear-attention layers hold no KV (see
+    :func:`linear_state_bytes_per_layer`)."""
     if m.attention == "mla":
-        return (m.kv_lora_rank + m.qk_rope_head_dim) * kvb
+        return (m.kv_lora_rank + m.qk_rope_head_dim) * kvb + m.indexer_bytes_per_token_layer
     return 2 * d.kv_heads * m.head_dim * kvb
+
+
+def linear_state_bytes_per_layer(m: ModelArch, d: Dims) -> float:
+    """Recurrent state one sequence keeps on one chip in one linear-attention layer (heads split by tp):
+    the delta-rule state (v heads x dk x dv at the state dtype) + the conv window ((kernel - 1) x channels)."""
+    if not m.linear_num_value_heads:
+        return 0.0
+    return m.linear_state_bytes() / d.att_shard
+
+
+def _linear_attention_ops(m: ModelArch, d: Dims, layer_op, lin_ids, wb: float, dt_w: str, dt_att: str,
+                          a: float) -> None:
+    """Gated DeltaNet layers: in-projections, the conv + delta-rule recurrence (a constant per-sequence state,
+    read and written once per sequence per step; FLOPs linear in tokens), out-projection. Heads split by tp."""
+    h, sh, sp = m.hidden_size, d.att_shard, d.att_split
+    nk, nv = m.linear_num_key_heads / sh, m.linear_num_value_heads / sh
+    dk, dv, kern = m.linear_key_head_dim, m.linear_value_head_dim, m.linear_conv_kernel
+    conv, vdim = 2 * nk * dk + nv * dv, nv * dv  # conv channels (q, k, v) and the value width, per chip
+    tok = vec(T=1.0 / sp)
+    p_in = h * (conv + vdim + 2 * nv)  # in_proj_qkv, in_proj_z (output gate), in_proj_b (beta), in_proj_a (decay)
+    layer_op("linear_in_proj", lin_ids, dt_w, 2 * p_in * tok, p_in * wb, p_in * wb,
+             act=tok * (h + conv + vdim + 2 * nv) * a)
+    # recurrent decode: decay (1) + k^T S (2) + rank-1 update (2) + q^T S (2) = 7 dk dv per value head;
+    # chunked prefill: 6 dk dv (inter-chunk state products) + 4 c (dk + dv) (intra-chunk, c = GDN_CHUNK)
+    per_head_dec = 7 * dk * dv
+    per_head_pre = 6 * dk * dv + 4 * GDN_CHUNK * (dk + dv)
+    flops = (2 * conv * kern + 10 * vdim) * tok + nv * vec(Td=per_head_dec / sp, Tp=per_head_pre / sp)
+    state = vec(N=2.0 * m.linear_state_bytes() / sh / sp)  # read + write the whole state once per sequence
+    small = (conv * kern + 2 * nv + dv) * 2.0  # conv weights, A_log, dt_bias, gated-norm weight (16-bit)
+    layer_op("linear_attention", lin_ids, dt_att, flops, small, small, kv=state,
+             act=tok * (conv + 2 * vdim + 2 * nv) * a)
+    p_o = vdim * h
+    layer_op("linear_out_proj", lin_ids, dt_w, 2 * p_o * tok, p_o * wb, p_o * wb, act=tok * (vdim + h) * a)
+
+
+def _indexer_op(m: ModelArch, layer_op, ids, sp: int, wb: float, dt_w: str, a: float) -> None:
+    """DSA lightning indexer, replicated on every tensor-parallel rank (vLLM builds it from replicated
+    linears): q from the q latent (wq_b), one shared key per token (wk + LayerNorm), per-head weights
+    (weights_proj); it scores EVERY previous key (2 FLOPs per head-dim per head per (query, key) pair, FLOPs
+    ∝ context) from its own small key cache (fp8 + fp32 scale per token), then picks the top-k."""
+    h, ih, idim = m.hidden_size, m.index_n_heads, m.index_head_dim
+    p_w = (m.q_lora_rank or h) * ih * idim + h * idim  # wq_b, wk (quantized with the attention)
+    p_o = (h * ih + 2 * idim) * 2.0  # weights_proj and the key LayerNorm stay 16-bit
+    tok = vec(T=1.0 / sp)  # sp: the attention batch split (dp-attention)
+    flops = 2 * (p_w + h * ih) * tok + 2 * ih * idim * vec(P=1.0 / sp, Cr=1.0 / sp)
+    ib = m.indexer_bytes_per_token_layer
+    kv = ib * vec(K=1.0 / sp, C=1.0 / sp, T=1.0 / sp)  # read every cached key, write the new ones
+    act = tok * (h + (m.q_lora_rank or h) + ih * idim + idim + ih) * a
+    layer_op("indexer", ids, dt_w, flops, p_w * wb + p_o, p_w * wb + p_o, kv=kv, act=act)
 
 
 def build_ops(
@@ -217,8 +272,15 @@ def build_ops(
     # ---------------- attention ----------------
     dt_w, dt_att = wdtype["attn"], wdtype["attn_math"]
     wb = wbytes["attn"]
-    full_ids = tuple(i for i in all_layers if not m.is_sliding_layer(i))
+    lin_ids = tuple(i for i in all_layers if m.is_linear_layer(i))
+    full_ids = tuple(i for i in all_layers if not m.is_sliding_layer(i) and not m.is_linear_layer(i))
     slide_ids = tuple(i for i in all_layers if m.is_sliding_layer(i))
+    att_ids = full_ids + slide_ids if lin_ids else all_layers  # layers with softmax attention (KV cache)
+    if lin_ids:
+        _linear_attention_ops(m, d, layer_op, lin_ids, wb, dt_w, dt_att, a)
+    # DSA: attention reads only the indexer's top-k keys per query -- the sliding-window sums with the window
+    # at index_topk (StepShape is built with ModelArch.attention_window); the indexer itself scores every key
+    K_att, P_att, C_att, Cr_att = ("Kw", "Pw", "Cw", "Cwr") if m.index_topk else ("K", "P", "C", "Cr")
     if m.attention == "mla":
         nope, rope, vd, kvl = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
         qk = nope + rope
@@ -239,25 +301,32 @@ def build_ops(
                      (p_a + p_q) * wb + kvl * b16, act=tok_att * (h + kvl + rope + d.q_heads * qk) * a)
         # kv_b: prefill expands every context latent (non-absorbed); decode absorbs W_UK / W_UV per query token
         p_kvb = kvl * d.q_heads * (nope + vd)
-        kvb_tokens = vec(K=1.0 / sp, Td=1.0 / sp)
+        kvb_tokens = vec(**{K_att: 1.0 / sp, "Td": 1.0 / sp})
         layer_op("kv_b_proj", all_layers, dt_w, 2 * p_kvb * kvb_tokens, p_kvb * wb, p_kvb * wb,
-                 act=vec(K=1.0 / sp) * (kvl + d.q_heads * (nope + vd)) * a
+                 act=vec(**{K_att: 1.0 / sp}) * (kvl + d.q_heads * (nope + vd)) * a
                  + vec(Td=1.0 / sp) * d.q_heads * (nope + vd + 2 * kvl) * a)
         lat_tok = (kvl + rope) * kvb
-        flops = (2 * d.q_heads * (qk + vd)) * vec(P=1.0 / sp) + (2 * d.q_heads * (2 * kvl + rope)) * vec(Cr=1.0 / sp)
-        kv = lat_tok * vec(K=1.0 / sp, C=1.0 / sp, T=1.0 / sp)  # read prefix + chunk, read decode ctx, write new
-        act = vec(T=1.0 / sp) * d.q_heads * (qk + vd) * a + vec(K=1.0 / sp) * d.q_heads * (nope + vd) * a
+        flops = (2 * d.q_heads * (qk + vd)) * vec(**{P_att: 1.0 / sp}) \
+            + (2 * d.q_heads * (2 * kvl + rope)) * vec(**{Cr_att: 1.0 / sp})
+        # read prefix + chunk, read decode ctx, write new
+        kv = lat_tok * vec(**{K_att: 1.0 / sp, C_att: 1.0 / sp, "T": 1.0 / sp})
+        act = vec(T=1.0 / sp) * d.q_heads * (qk + vd) * a + vec(**{K_att: 1.0 / sp}) * d.q_heads * (nope + vd) * a
         layer_op("attention", all_layers, dt_att, flops, 0.0, 0.0, kv=kv, act=act)
+        if m.index_topk:
+            _indexer_op(m, layer_op, all_layers, sp, wb, dt_w, a)
         p_o = d.q_heads * vd * h
         layer_op("o_proj", all_layers, dt_w, 2 * p_o * tok_att, p_o * wb, p_o * wb,
                  act=tok_att * (d.q_heads * vd + h) * a)
     else:
         hd = m.head_dim
-        p_qkv = h * (d.q_heads + 2 * d.kv_heads) * hd
+        gate = d.q_heads if m.attn_output_gate else 0.0  # gated attention: q_proj also emits the output gate
+        p_qkv = h * (d.q_heads + gate + 2 * d.kv_heads) * hd
         bias = (d.q_heads + 2 * d.kv_heads) * hd * b16 if m.attention_bias else 0.0
         qkn = 2 * hd * b16 if m.qk_norm else 0.0
-        layer_op("qkv_proj", all_layers, dt_w, 2 * p_qkv * tok_att, p_qkv * wb + bias + qkn, p_qkv * wb + bias + qkn,
-                 act=tok_att * (h + (d.q_heads + 2 * d.kv_heads) * hd) * a)
+        if m.qk_norm and m.qk_norm_per_layer:  # MiniMax: one norm over all (local) heads
+            qkn = (d.q_heads + d.kv_heads) * hd * b16
+        layer_op("qkv_proj", att_ids, dt_w, 2 * p_qkv * tok_att, p_qkv * wb + bias + qkn, p_qkv * wb + bias + qkn,
+                 act=tok_att * (h + (d.q_heads + gate + 2 * d.kv_heads) * hd) * a)
         per_tok = 2 * d.kv_heads * hd * kvb
         sink = 2 * d.q_heads * tok_att if m.attention_sinks else vec()
         sink_w = d.q_heads * b16 if m.attention_sinks else 0.0
@@ -272,7 +341,7 @@ def build_ops(
         p_o = d.q_heads * hd * h
         o_bias = getattr(m, "attn_o_bias", m.attention_bias and m.family == "gpt_oss")
         obias = h * b16 if o_bias else 0.0
-        layer_op("o_proj", all_layers, dt_w, 2 * p_o * tok_att, p_o * wb + obias, p_o * wb + obias,
+        layer_op("o_proj", att_ids, dt_w, 2 * p_o * tok_att, p_o * wb + obias, p_o * wb + obias,
                  act=tok_att * (d.q_heads * hd + h) * a)
     if not dp_attention:
         net_op("attn_allreduce", L, "tp_allreduce", vec(T=h * a))
@@ -317,7 +386,7 @@ def build_ops(
         if m.num_shared_experts:
             isz = (m.shared_expert_intermediate_size or im) * m.num_shared_experts / tp
             p_s = 3 * h * isz
-            ws = p_s * wbytes["shared"]
+            ws = p_s * wbytes["shared"] + (h * b16 if m.shared_expert_gate else 0.0)
             layer_op("moe_shared", moe_ids, wdtype["shared"], 2 * p_s * T, ws, ws, act=T * (2 * h + 6 * isz) * a)
         if dp_attention and ep > 1:
             # DeepEP-style: each rank sends its T/tp tokens x k copies to expert owners (a fraction 1-1/ep

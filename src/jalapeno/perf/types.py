@@ -202,3 +202,9 @@ class MemoryPlan:
     #: weight bytes per chip pinned in resident SRAM (all of them when ``weights_in_sram``)
     sram_weight_bytes_per_chip: float = 0.0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: linear-attention recurrent state one sequence keeps, summed over the chips holding it (per replica,
+    #: fullest pipeline stage); constant in the context length. 0 for models without linear attention
+    state_bytes_per_sequence: float = 0.0
+    #: per chip, set aside from the KV pool for ``state_sequences`` sequences' states
+    state_reserve_bytes_per_chip: float = 0.0
+    state_sequences: int = 0

@@ -88,17 +88,21 @@ class SimBackend(Backend):
 
     def __init__(
         self, cost_model: CostModelLike, spec: SpecDecode | None = None, keep_trace: bool = False,
-        max_batch_tokens: int = 8192,
+        max_batch_tokens: int = 8192, state_seqs: int | None = None,
     ) -> None:
         self.cm = cost_model
         #: the engine's token budget per step: the activation reserve the memory plan sets aside before KV
         #: (what decides whether a model fits on small-SRAM chips such as Groq's 230 MB)
         self.max_batch_tokens = max_batch_tokens
+        #: sequences whose linear-attention state the memory plan reserves (the engine's max_num_seqs)
+        self.state_seqs = state_seqs
         self.spec = spec
         self.k = spec.num_tokens if spec else 0
         self._e_num = int(round(spec.expected_tokens * _ONE)) if spec else _ONE
         self._acc: dict[int | str, int] = {}
-        self.window: int | None = getattr(cost_model.model, "sliding_window", None) or None
+        model = cost_model.model  # the keys one query may read: sliding window or DSA top-k (fakes: sliding only)
+        window = getattr(model, "attention_window", None) or getattr(model, "sliding_window", None)
+        self.window: int | None = window or None
         self.num_layers: int = max(1, int(getattr(cost_model.model, "num_layers", 1)))
         self._plan = None
         self.trace: list[dict] | None = [] if keep_trace else None
@@ -109,7 +113,11 @@ class SimBackend(Backend):
 
     def memory_plan(self):
         if self._plan is None:
-            self._plan = self.cm.memory_plan(max_batch_tokens=self.max_batch_tokens)
+            if self.state_seqs and getattr(self.cm.model, "num_linear_layers", 0):
+                self._plan = self.cm.memory_plan(max_batch_tokens=self.max_batch_tokens,  # type: ignore[call-arg]
+                                                 max_seqs=self.state_seqs)
+            else:
+                self._plan = self.cm.memory_plan(max_batch_tokens=self.max_batch_tokens)
         return self._plan
 
     @property

@@ -32,11 +32,13 @@ from jalapeno.workload import Workload
 @dataclass(frozen=True)
 class KVLink:
     """The network between the pools: seconds = ``latency_s + bytes / bytes_per_s``; ``bytes_per_token`` is
-    the KV one prompt token occupies (all layers, all chips holding it)."""
+    the KV one prompt token occupies (all layers, all chips holding it); ``state_bytes`` the linear-attention
+    state each request carries whatever its length (0 without linear attention)."""
 
     latency_s: float
     bytes_per_s: float  # one transfer (all the chips holding the sequence's KV sending at once)
     bytes_per_token: float
+    state_bytes: float = 0.0
     #: parallel transfers one prefill (decode) worker can send (receive) at once
     send_lanes: int = 1
     recv_lanes: int = 1
@@ -44,7 +46,7 @@ class KVLink:
 
     def busy_s(self, tokens: int) -> float:
         """Seconds one transfer of ``tokens`` prompt tokens occupies its lanes."""
-        return tokens * self.bytes_per_token / self.bytes_per_s
+        return (tokens * self.bytes_per_token + self.state_bytes) / self.bytes_per_s
 
     def transfer_s(self, tokens: int) -> float:
         return self.latency_s + self.busy_s(tokens)

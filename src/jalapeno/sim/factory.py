@@ -111,7 +111,8 @@ def build_sim_engines(
     cfg = (limits or SimLimits()).engine_config(in_flight, spec.num_tokens if spec else 0)
     engines = []
     for _ in range(replicas):
-        backend = SimBackend(cost_model, spec=spec, max_batch_tokens=cfg.max_num_batched_tokens)
+        backend = SimBackend(cost_model, spec=spec, max_batch_tokens=cfg.max_num_batched_tokens,
+                             state_seqs=cfg.max_num_seqs)  # a state slot per sequence
         if single_step:
             backend.max_multi_step = 1  # instance override: one step per engine.step(), so tokens stream per step
         engines.append(Engine(backend, cfg))

@@ -276,11 +276,12 @@ def _workload(sc: Scenario):
 def _kv_link(cm_p, cm_d, n_p: int, n_d: int) -> KVLink:
     """The link the KV cache crosses between the pools: the scale-up fabric (NVLink) when both pools are one
     chip type inside one scale-up domain (GB200 NVL72: ``domain_size`` 72 ≥ all their chips), else the
-    scale-out NIC. One copy of a sequence's KV moves (MLA's latent is replicated on every tp rank: one copy);
+    scale-out NIC. One copy of a sequence's KV (and a hybrid model's linear-attention state) moves (MLA's
+    latent is replicated on every tp rank: one copy);
     the chips holding distinct shards of it send (receive) in parallel: ``min(tp, KV heads)`` per stage, 1
     with dp-attention, where each chip holds whole sequences. A worker moves one transfer at a time per group
     of such chips: one lane, or tp lanes with dp-attention."""
-    from jalapeno.perf.ops import attention_dims, kv_bytes_per_token_per_layer
+    from jalapeno.perf.ops import attention_dims, kv_bytes_per_token_per_layer, linear_state_bytes_per_layer
 
     total = n_p * cm_p.chips_per_replica + n_d * cm_d.chips_per_replica
     up = cm_p.chip.scale_up
@@ -299,7 +300,9 @@ def _kv_link(cm_p, cm_d, n_p: int, n_d: int) -> KVLink:
         return float(link.bandwidth_gbps) * 1e9 * eff * holders, float(link.latency_us) * 1e-6, lanes
 
     (bw_p, lat_p, lanes_p), (bw_d, lat_d, lanes_d) = side(cm_p), side(cm_d)
-    return KVLink(max(lat_p, lat_d), min(bw_p, bw_d), one_copy * m.num_layers,
+    d1 = attention_dims(m, 1, False)
+    state = linear_state_bytes_per_layer(m, d1) * m.num_linear_layers  # one copy of a hybrid model's state
+    return KVLink(max(lat_p, lat_d), min(bw_p, bw_d), one_copy * (m.num_layers - m.num_linear_layers), state,
                   send_lanes=lanes_p, recv_lanes=lanes_d, fabric=fabric)
 
 

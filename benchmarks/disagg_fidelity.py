@@ -93,9 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         with ProcessPoolExecutor(a.workers) as ex:  # every point: does it simulate (one request per slot)?
             for i, (_, err, _) in enumerate(ex.map(_predict, [(s, 1) for _, s, _ in jobs])):
                 checked[i] = err
+                print(f"check {i + 1}/{len(jobs)}: {err or 'ok'}", file=sys.stderr, flush=True)
         jobs = [jobs[i] for i in picked]
+    res = []
     with ProcessPoolExecutor(a.workers) as ex:
-        res = list(ex.map(_predict, [(s, per) for _, s, per in jobs]))
+        for (p, s, per), r in zip(jobs, ex.map(_predict, [(s, per) for _, s, per in jobs])):
+            res.append(r)
+            print(f"{p.label}: {r[1] or 'ok'} ({r[2]:.0f} s)", file=sys.stderr, flush=True)
     wall = time.time() - t0
     rows, failed = [], defaultdict(int)
     for (p, s, per), (pred, err, dt) in zip(jobs, res):

@@ -18,6 +18,7 @@ import sys
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--sample", type=int, default=0,
                     help="error tables on N points evenly spread over the file (0: all); every point is still "
-                         "checked to simulate, on a short run of one request per slot")
+                         "checked to simulate: its pools built and one request run through them")
     ap.add_argument("--min-per-concurrency", type=int, default=4, help="requests per slot never below this")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
@@ -91,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         step = len(jobs) / a.sample
         picked = sorted({int(i * step) for i in range(a.sample)})
         with ProcessPoolExecutor(a.workers) as ex:  # every point: does it simulate (one request per slot)?
-            for i, (_, err, _) in enumerate(ex.map(_predict, [(s, 1) for _, s, _ in jobs])):
+            one = [(replace(s, concurrency=1), 1) for _, s, _ in jobs]  # layout, fit and one request end to end
+            for i, (_, err, _) in enumerate(ex.map(_predict, one)):
                 checked[i] = err
                 print(f"check {i + 1}/{len(jobs)}: {err or 'ok'}", file=sys.stderr, flush=True)
         jobs = [jobs[i] for i in picked]
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         for e in checked.values():
             if e is not None:
                 failed[e] += 1
-        print(f"disaggregated points: {n}; simulated without error (short run): {ok} ({100 * ok / max(n, 1):.1f}%); "
+        print(f"disaggregated points: {n}; simulated without error (pools built, one request run): {ok} ({100 * ok / max(n, 1):.1f}%); "
               f"error tables on {len(rows)} evenly spread points")
     else:
         print(f"disaggregated points: {n}; simulated without error: {len(rows)} ({100 * len(rows) / max(n, 1):.1f}%)")

@@ -207,7 +207,7 @@ def _validate(sc: Scenario) -> None:
     if sc.dp_attention and sc.dp > 1 and sc.dp != sc.tp:
         raise ConfigError(
             f"--dp {sc.dp} with --dp-attention: dp counts the attention replicas inside one engine (SGLang's "
-            f"--dp), which run over its tp={sc.tp} chips; give --dp {sc.tp} (or --dp 1), or raise --tp to {sc.dp}")
+            f"--dp), which run over its tp={sc.tp} chips; give --dp {sc.tp} (or --dp 1), or set --tp {sc.dp}")
     if sc.disaggregated and sc.dp > 1 and not sc.dp_attention:
         raise ConfigError(f"--dp {sc.dp} does not apply to a disaggregated run; give --prefill-workers / --decode-workers")
     if sc.kv_dtype not in ("bf16", "fp8"):

@@ -23,6 +23,7 @@ same thread count:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -124,13 +125,14 @@ def build_hf_reference(loaded):
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.initialization import no_init_weights
 
-    c = loaded.config
+    c = loaded.config  # ModelArch
+    rope = {k: v for k, v in dataclasses.asdict(c.rope_scaling).items() if v is not None and k != "truncate"}
     cfg = LlamaConfig(
         vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-        num_hidden_layers=c.num_hidden_layers, num_attention_heads=c.num_attention_heads,
-        num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps,
+        num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads,
+        num_key_value_heads=c.num_kv_heads, head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps,
         max_position_embeddings=c.max_position_embeddings, tie_word_embeddings=c.tie_word_embeddings,
-        rope_parameters=dict(c.rope),
+        rope_parameters={**rope, "rope_theta": c.rope_theta},
     )
     with no_init_weights():
         model = LlamaForCausalLM(cfg)
@@ -158,7 +160,8 @@ def main() -> None:
 
     from jalapeno.backends.torch.backend import TorchBackend
     from jalapeno.backends.torch.fused_decode import MAX_BATCH
-    from jalapeno.backends.torch.models.common import set_weight_layout
+    from jalapeno.backends.torch.models.layers import set_weight_layout
+    from jalapeno.backends.torch.runner import PYTORCH_ONLY, DecodePolicy
 
     backend = TorchBackend(None, kv_cache_gb=1.0, max_multi_step=args.max_multi_step)
     hf = build_hf_reference(backend.loaded)
@@ -184,7 +187,7 @@ def main() -> None:
             variants = [("fused" if b <= MAX_BATCH and args.layout == "batched" else "torch-ops", args.layout, True)]
         for path, layout, fused in variants:
             set_weight_layout(backend.model, layout)
-            backend.model.fused_decode = fused
+            backend.set_decode_policy(DecodePolicy() if fused else PYTORCH_ONLY)
             jalapeno_run(backend, prompts[:1], 2)  # warm-up in this layout (builds the kernel's plan)
             ours_runs, ref_runs = [], []
             for _ in range(reps):
@@ -198,7 +201,7 @@ def main() -> None:
                          "jalapeno_step_ms": ours["decode_step_ms"], "hf_step_ms": ref["decode_step_ms"],
                          "jalapeno_runs_tok_s": [round(r["decode_tok_s"], 2) for r in ours_runs],
                          "hf_runs_tok_s": [round(r["decode_tok_s"], 2) for r in ref_runs]})
-        backend.model.fused_decode = True
+        backend.set_decode_policy(DecodePolicy())
     roof_tok_s = bw / wbytes
     read_bw = measure_read_bandwidth()
     set_weight_layout(backend.model, "batched" if args.layout == "auto" else args.layout)

@@ -2,10 +2,11 @@
 
     python benchmarks/fused_decode_batch.py [--batches 1,4,8,12,16,24,32,64] [--repeat 2] [--decode-tokens 32]
 
-Same process, same weights (row-major "batched" layout), the two paths alternating (``CausalLM.fused_decode``
-on/off), each measured as in benchmarks/engine_cpu.py: decode = wall(N new tokens) - wall(1 new token) through
-the shared Engine. The kernel is used only for batches up to ``fused_decode.MAX_BATCH``; the script lifts the
-cap while it runs so the crossover can be seen. Prints decode tok/s per batch and path (docs/performance.md).
+Same process, same weights (row-major "batched" layout), the two paths alternating (the runner's
+``DecodePolicy``: kernel on/off), each measured as in benchmarks/engine_cpu.py: decode = wall(N new tokens) -
+wall(1 new token) through the shared Engine. By default the kernel takes batches up to
+``fused_decode.MAX_BATCH``; the script sets the policy's crossover past the largest batch so the crossover can
+be seen. Prints decode tok/s per batch and path (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -29,14 +30,13 @@ def main() -> None:
     ap.add_argument("--decode-tokens", type=int, default=32)
     args = ap.parse_args()
 
-    from jalapeno.backends.torch import fused_decode
     from jalapeno.backends.torch.backend import TorchBackend
+    from jalapeno.backends.torch.runner import PYTORCH_ONLY, DecodePolicy
 
     backend = TorchBackend(None, kv_cache_gb=1.0)
-    model = backend.model
     g = torch.Generator().manual_seed(0)
     batches = [int(x) for x in args.batches.split(",")]
-    fused_decode.MAX_BATCH = max(batches)  # this process only: measure past the cap
+    uncapped = DecodePolicy(fused_max_batch=max(batches))  # measure past the default crossover
     print(f"load average {os.getloadavg()[0]:.2f}; threads {torch.get_num_threads()}")
     print("| sequences | fused tok/s | PyTorch ops tok/s | ratio |")
     print("|---:|---:|---:|---:|")
@@ -45,7 +45,7 @@ def main() -> None:
         runs: dict[bool, list[float]] = {True: [], False: []}
         for _ in range(args.repeat):
             for fused in (True, False):
-                model.fused_decode = fused
+                backend.set_decode_policy(uncapped if fused else PYTORCH_ONLY)
                 jalapeno_run(backend, prompts[:1], 2)
                 runs[fused].append(jalapeno_run(backend, prompts, args.decode_tokens)["decode_tok_s"])
         f, t = max(runs[True]), max(runs[False])

@@ -165,13 +165,13 @@ def engine_speed(quick: bool) -> dict:
     import transformers
 
     from jalapeno.backends.torch.backend import TorchBackend
-    from jalapeno.backends.torch.config import ModelConfig
     from jalapeno.backends.torch.loader import LoadedModel, materialize
+    from jalapeno.backends.torch.models import torch_arch
     from jalapeno.engine import Engine, EngineConfig, SamplingParams
 
     hf_cfg = json.loads((ROOT / "src/jalapeno/models/configs/llama-3.1-8b.json").read_text())["config"]
     hf_cfg = {**hf_cfg, "torch_dtype": "bfloat16"}
-    cfg = ModelConfig.from_hf(hf_cfg)
+    cfg = torch_arch(hf_cfg, "llama-3.1-8b")
     with torch.device("cuda"):
         torch.manual_seed(0)
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**hf_cfg)).to(torch.bfloat16).eval()

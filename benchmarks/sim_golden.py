@@ -153,10 +153,17 @@ def _server_engine() -> dict:
 def _study() -> list:
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("jalapeno_study", ROOT / "benchmarks" / "jalapeno_study.py")
-    js = importlib.util.module_from_spec(spec)
-    sys.modules["jalapeno_study"] = js
-    spec.loader.exec_module(js)  # type: ignore[union-attr]
+    try:  # the study's library (since the sim refactor), else the script that held it before
+        from types import SimpleNamespace
+
+        from jalapeno.study import design, points
+
+        js = SimpleNamespace(**vars(design), **{k: v for k, v in vars(points).items() if k not in vars(design)})
+    except ImportError:
+        spec = importlib.util.spec_from_file_location("jalapeno_study", ROOT / "benchmarks" / "jalapeno_study.py")
+        js = importlib.util.module_from_spec(spec)
+        sys.modules["jalapeno_study"] = js
+        spec.loader.exec_module(js)  # type: ignore[union-attr]
     from jalapeno.hardware import get_chip
 
     out = []

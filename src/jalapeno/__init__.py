@@ -1,8 +1,8 @@
 """Jalapeño: an inference-first accelerator stack in software.
 
 Three pillars share one design: a chip twin and serving simulator (``hardware``, ``models``, ``perf``,
-``engine`` + ``backends.sim``), a real inference engine (``engine`` + ``backends.torch``, ``quant``,
-``kernels``, ``server``) and a bench client (``bench``) whose metrics serve both.
+``engine`` + ``sim``), a real inference engine (``engine`` + ``backends.torch``, ``quant``,
+``kernels``, ``server``) and a bench client (``bench``); ``metrics`` serves both.
 """
 
 __version__ = "0.1.0"

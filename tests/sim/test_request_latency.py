@@ -42,7 +42,7 @@ def test_closed_loop_with_latency_lowers_throughput_and_multi_step_still_equals_
 
 
 def test_the_simulated_backend_brings_its_chips_serving_latency():
-    """SimBackend reads ``efficiency.request_overhead_ms`` from its cost model; the driver adds it to arrivals."""
+    """SimBackend reads ``efficiency.request_overhead_ms`` from its cost model; the simulated client adds it to arrivals."""
     import types
 
     class WithEff(FakeCostModel):

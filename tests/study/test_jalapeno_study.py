@@ -1,11 +1,12 @@
-"""The Jalapeño study's statistics and its chip variants (benchmarks/jalapeno_study.py, docs/jalapeno-study.md)."""
+"""The Jalapeño study's statistics and its chip variants (jalapeno.study, benchmarks/jalapeno_study.py,
+docs/jalapeno-study.md)."""
 
 from __future__ import annotations
 
 import importlib.util
 import math
-import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -16,11 +17,22 @@ YAML = ROOT / "src" / "jalapeno" / "hardware" / "chips" / "jalapeno.yaml"
 
 @pytest.fixture(scope="module")
 def js():
+    """The study's library (``jalapeno.study``) under one namespace."""
+    from jalapeno.study import design, points, stats
+
+    return SimpleNamespace(**{k: v for m in (design, points, stats) for k, v in vars(m).items()
+                              if not k.startswith("__")})
+
+
+def test_the_script_is_a_thin_caller_of_the_package():
     spec = importlib.util.spec_from_file_location("jalapeno_study", ROOT / "benchmarks" / "jalapeno_study.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["jalapeno_study"] = mod  # dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+    from jalapeno.study.points import simulate
+    from jalapeno.study.stats import front
+
+    assert mod.front is front and mod.run_tasks.__module__ == simulate.__module__
+    assert callable(mod.main)
 
 
 def _pt(inter, tput, c=4, e2e=1.0, tpj=1.0, chips=1):

@@ -73,13 +73,14 @@ def test_corrupt_or_mismatched_weights(tiny_model, tmp_path, capsys):
 def test_auto_layout_one_prompt(tiny_model, capsys, monkeypatch, family, fused):
     """One prompt on CPU: a model the fused decode kernel covers keeps row-major weights and decodes through
     the kernel; any other model is re-laid out "single" for the PyTorch one-row GEMVs."""
-    import jalapeno.backends.torch.models.common as common
+    import jalapeno.backends.torch.models.layers as layers
+    import jalapeno.backends.torch.runner as runner
 
     hf, path = tiny_model(family)
     kernel_calls, layouts = [], []
-    real_step, real_layout = common.fused_decode_step, common.set_weight_layout
-    monkeypatch.setattr(common, "fused_decode_step", lambda *a, **k: kernel_calls.append(1) or real_step(*a, **k))
-    monkeypatch.setattr(common, "set_weight_layout", lambda m, lay: layouts.append(lay) or real_layout(m, lay))
+    real_step, real_layout = runner.fused_decode_step, layers.set_weight_layout
+    monkeypatch.setattr(runner, "fused_decode_step", lambda *a, **k: kernel_calls.append(1) or real_step(*a, **k))
+    monkeypatch.setattr(layers, "set_weight_layout", lambda m, lay: layouts.append(lay) or real_layout(m, lay))
     code, out, _ = _run(["--model", str(path), "--prompt-token-ids", "5,17,99,3", "--max-tokens", "8", "--json"],
                         capsys)
     assert code == 0 and json.loads(out)["token_ids"] == hf_greedy(hf, [5, 17, 99, 3], 8)

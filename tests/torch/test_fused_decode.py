@@ -18,8 +18,10 @@ from jalapeno.backends.torch import fused_decode as fd
 from jalapeno.backends.torch.attention import SeqSlice
 from jalapeno.backends.torch.backend import TorchBackend
 from jalapeno.backends.torch.generate import generate_tokens
-from jalapeno.backends.torch.models.common import set_weight_layout
+from jalapeno.backends.torch.models.layers import set_weight_layout
+from jalapeno.backends.torch.runner import PYTORCH_ONLY, DecodePolicy
 from jalapeno.engine import EngineConfig, SamplingParams
+from jalapeno.errors import JalapenoError
 from jalapeno.kernels import cpu_build
 
 from jalapeno.testing.torch_models import BASE, hf_greedy
@@ -36,14 +38,14 @@ def _counting(monkeypatch) -> list[int]:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("jalapeno.backends.torch.models.common.fused_decode_step", spy)
+    monkeypatch.setattr("jalapeno.backends.torch.runner.fused_decode_step", spy)
     return calls
 
 
 def _decode_logits(backend: TorchBackend, prompt: list[int], fused: bool, threads: int = 1) -> torch.Tensor:
     """Prefill ``prompt[:-1]`` over TABLE (block size 4), then the last token as a one-token decode step."""
-    backend.model.fused_decode = fused
     runner = backend.runner
+    runner.policy = DecodePolicy() if fused else PYTORCH_ONLY
     n = len(prompt) - 1
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -88,7 +90,7 @@ def test_batched_decode_step_matches_pytorch_path_and_transformers(family, tiny_
     calls = _counting(monkeypatch)
     out = {}
     for fused in (True, False):
-        model.fused_decode = fused
+        runner.policy = DecodePolicy() if fused else PYTORCH_ONLY
         for p, t in zip(prompts, tables):
             runner.forward([SeqSlice(0, len(p) - 1, t)], p[:-1], [len(p) - 2])
         slices = [SeqSlice(len(p) - 1, 1, t) for p, t in zip(prompts, tables)]
@@ -100,7 +102,7 @@ def test_batched_decode_step_matches_pytorch_path_and_transformers(family, tiny_
             ref = hf(torch.tensor([p])).logits[0, -1]
         torch.testing.assert_close(out[True][i], ref, atol=1e-4, rtol=1e-4)
     # a subset of rows asked for, in another order
-    model.fused_decode = True
+    runner.policy = DecodePolicy()
     for p, t in zip(prompts, tables):
         runner.forward([SeqSlice(0, len(p) - 1, t)], p[:-1], [len(p) - 2])
     sub = runner.forward(slices, [p[-1] for p in prompts], [3, 0])
@@ -118,6 +120,38 @@ def test_decode_batches_above_the_cap_take_the_pytorch_path(tiny_model, monkeypa
     assert not calls
     backend.runner.forward(slices[: fd.MAX_BATCH], list(range(fd.MAX_BATCH)), list(range(fd.MAX_BATCH)))
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("cap", [0, 3, 5])
+def test_runner_choice_follows_the_policy_crossover(cap, tiny_model, monkeypatch):
+    """The runner sends a pure decode step to the kernel exactly when it has at most ``fused_max_batch``
+    sequences; both paths give the same logits."""
+    _, path = tiny_model("llama")
+    backend = TorchBackend(path, num_blocks=16, decode_policy=DecodePolicy(fused_max_batch=cap))
+    backend.num_kv_blocks(4)
+    calls = _counting(monkeypatch)
+    for n in (1, 3, 4, 5, 6):
+        slices = [SeqSlice(0, 1, [i]) for i in range(n)]
+        before = len(calls)
+        out = backend.runner.forward(slices, list(range(n)), list(range(n)))
+        assert (len(calls) > before) == (n <= cap), n
+        backend.runner.policy = PYTORCH_ONLY
+        ref = backend.runner.forward(slices, list(range(n)), list(range(n)))
+        backend.runner.policy = DecodePolicy(fused_max_batch=cap)
+        torch.testing.assert_close(out, ref, atol=2e-5, rtol=2e-5)
+
+
+def test_decode_policy_takes_only_pure_cpu_decode_steps():
+    policy = DecodePolicy(fused_max_batch=8)
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert policy.wants_fused(cpu, 8, 1) and policy.wants_fused(cpu, 1, 1)
+    assert not policy.wants_fused(cpu, 9, 1)  # past the crossover
+    assert not policy.wants_fused(cpu, 8, 2)  # a prefill or mixed step
+    assert not policy.wants_fused(cuda, 1, 1)
+    assert not PYTORCH_ONLY.wants_fused(cpu, 1, 1)
+    assert DecodePolicy().fused_max_batch == fd.MAX_BATCH  # the measured default
+    with pytest.raises(JalapenoError, match="fused_max_batch"):
+        DecodePolicy(fused_max_batch=-1)
 
 
 def test_odd_dimensions(tmp_path, monkeypatch):
@@ -188,12 +222,12 @@ def test_plan_follows_the_model(tiny_model):
     backend.num_kv_blocks(4)
     model, caches = backend.model, backend.runner.kv_cache
     plan = fd.plan_for(model, caches, 4)
-    assert plan is not None and fd.plan_for(model, caches, 4) is plan  # reused while nothing changed
-    assert fd.plan_for(model, caches, 8) is None or fd.plan_for(model, caches, 8) is not plan
+    assert plan is not None and fd.plan_for(model, caches, 4, plan) is plan  # reused while nothing changed
+    assert fd.plan_for(model, caches, 8, plan) is None or fd.plan_for(model, caches, 8, plan) is not plan
     set_weight_layout(model, "single")  # input-major weights: not the kernel's layout
-    assert fd.plan_for(model, caches, 4) is None and not fd.supports_fused_decode(model)
+    assert fd.plan_for(model, caches, 4, plan) is None and not fd.supports_fused_decode(model)
     set_weight_layout(model, "batched")
-    fresh = fd.plan_for(model, caches, 4)
+    fresh = fd.plan_for(model, caches, 4, plan)
     assert fresh is not None and fresh is not plan
     # in-place weight writes reach the kernel (the plan points at the model's storage)
     prompt = list(range(1, 12))
@@ -207,7 +241,7 @@ def test_plan_follows_the_model(tiny_model):
     attn = model.model.layers[0].self_attn
     new = torch.nn.Linear(attn.q_proj.in_features, attn.q_proj.out_features, bias=False)
     attn.q_proj = new
-    assert fd.plan_for(model, caches, 4) is None
+    assert fd.plan_for(model, caches, 4, fresh) is None
     torch.testing.assert_close(
         _decode_logits(backend, prompt, fused=True), _decode_logits(backend, prompt, fused=False)
     )

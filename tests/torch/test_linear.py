@@ -10,7 +10,7 @@ from torch import nn
 
 from jalapeno.backends.torch.linear import input_major, is_input_major, linear, relayout
 from jalapeno.backends.torch.loader import load_model
-from jalapeno.backends.torch.models.common import GatedMLP, set_weight_layout
+from jalapeno.backends.torch.models.layers import GatedMLP, set_weight_layout
 from jalapeno.errors import ConfigError
 
 

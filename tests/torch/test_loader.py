@@ -42,7 +42,7 @@ def test_gguf_names():
 
 def test_unsupported_and_missing_models(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "vocab_size": 8}))
-    with pytest.raises(JalapenoError, match="not supported"):
+    with pytest.raises(JalapenoError, match="unsupported model_type 'bert'"):
         load_model(tmp_path)
     with pytest.raises(JalapenoError, match="does not exist"):
         load_model(tmp_path / "nope")

@@ -80,7 +80,7 @@ def generate(
     )
     if auto_layout and (len(texts) if texts else 1) == 1 and backend.device.type == "cpu":
         from jalapeno.backends.torch.fused_decode import supports_fused_decode
-        from jalapeno.backends.torch.models.common import set_weight_layout
+        from jalapeno.backends.torch.models.layers import set_weight_layout
 
         if not supports_fused_decode(backend.model):  # the fused kernel reads row-major weights
             set_weight_layout(backend.model, "single")

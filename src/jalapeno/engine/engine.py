@@ -1,8 +1,8 @@
-"""The engine loop: schedule → backend.execute → apply results, on a clock.
+"""The engine loop: schedule → backend.execute → ``Scheduler.update_from_output``, on a clock.
 
 ``Engine(backend, config)`` serves every backend through the one scheduler. It runs on a
-:class:`~jalapeno.engine.interface.VirtualClock` when the backend is simulated (time jumps by the predicted
-step times) and on a :class:`~jalapeno.engine.interface.WallClock` otherwise.
+:class:`~jalapeno.engine.interface.VirtualClock` when the backend declares ``capabilities.virtual_time`` (time
+jumps by the predicted step times) and on a :class:`~jalapeno.engine.interface.WallClock` otherwise.
 
 Thread safety: ``add_request``, ``abort`` and ``step`` take one lock, so a server may call the first two from
 its event loop while another thread runs ``step`` in a loop.
@@ -16,16 +16,16 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass
-from itertools import accumulate
-from operator import sub
 
 import numpy as np
 
 from jalapeno.engine.block_manager import BlockManager
 from jalapeno.engine.config import EngineConfig
-from jalapeno.engine.interface import Backend, Clock, ScheduledBatch, StepResult, VirtualClock, WallClock
+from jalapeno.engine.batch import ScheduledBatch, StepResult
+from jalapeno.engine.interface import Backend, Clock, VirtualClock, WallClock
 from jalapeno.engine.scheduler import Scheduler
-from jalapeno.engine.sequence import RequestOutput, SamplingParams, Sequence, SeqStatus
+from jalapeno.engine.sequence import RequestOutput, SamplingParams, Sequence
+from jalapeno.engine.timing import LatencyRecorder, StepTiming
 from jalapeno.errors import CapacityError, RequestError
 
 
@@ -62,7 +62,7 @@ class Engine:
             num_blocks,
             config.block_size,
             enable_prefix_caching=config.enable_prefix_caching,
-            track_ids=not backend.is_simulated,
+            track_ids=not backend.capabilities.length_only,
         )
         # no sequence may outgrow the KV cache (else, alone and preempted, it could never be readmitted):
         # like vLLM, cap max_model_len at the cache's capacity (less the speculative look-ahead)
@@ -70,8 +70,7 @@ class Engine:
         if config.max_model_len is None or config.max_model_len > cap:
             self.config = config = dataclasses.replace(config, max_model_len=cap)
         self.scheduler = Scheduler(config, self.block_manager, on_free=backend.free_sequence)
-        self.clock: Clock = clock or (VirtualClock() if backend.is_simulated else WallClock())
-        self._virtual = isinstance(self.clock, VirtualClock)
+        self.clock: Clock = clock or (VirtualClock() if backend.capabilities.virtual_time else WallClock())
         self._max_steps = max(1, int(backend.max_multi_step))
         self._lock = threading.RLock()
         self._seqs: dict[int | str, Sequence] = {}
@@ -84,10 +83,8 @@ class Engine:
         self.num_steps = 0
         self.tokens_generated = 0
         self.prompt_tokens_computed = 0
-        # pooled inter-token gaps (s): scalars with a count, and arrays with one count each
-        self._itl_v: list[float] = []
-        self._itl_c: list[int] = []
-        self._itl_arrays: list[tuple[list[float], int]] = []  # (gaps of a multi-step batch, sequences)
+        #: pooled inter-token gaps (s)
+        self.latency = LatencyRecorder()
 
     # --- requests ---------------------------------------------------------------------------------
     def add_request(
@@ -190,179 +187,32 @@ class Engine:
             result = self.backend.execute(batch)
             return self._apply(batch, result, t0, outputs)
 
+    def _advance_clock(self, batch: ScheduledBatch, result: StepResult, t0: float) -> StepTiming:
+        """Move the clock over the step(s) ``result`` reports; a multi-step batch's gaps go to the recorder."""
+        durations = result.step_durations or (result.duration_s,)
+        t_first, t_last, step_ends = self.clock.advance_steps(durations)
+        if step_ends is not None:
+            self.latency.add_steps(step_ends, len(batch.chunks))
+        return StepTiming(t0, t_first, t_last, len(durations))
+
     def _apply(
         self, batch: ScheduledBatch, result: StepResult, t0: float, outputs: list[RequestOutput] | None
     ) -> list[Sequence]:
-        clock = self.clock
-        durations = result.step_durations or (result.duration_s,)
-        n_steps = len(durations)
-        if not self._virtual:
-            clock.advance(result.duration_s)
-            t_first = t_last = clock.now()
-        elif n_steps == 1:
-            clock.advance(durations[0])
-            t_first = t_last = clock.now()
-        else:  # step ends summed one by one, exactly as clock.advance would
-            times = list(accumulate(durations, initial=t0))
-            t_first, t_last = times[1], times[-1]
-            clock.wait_until(t_last)
-            # gaps of steps 2..n: one per sequence of the batch (all of them sample every step)
-            self._itl_arrays.append((list(map(sub, times[2:], times[1:-1])), len(batch.chunks)))
-        self.num_steps += n_steps
+        timing = self._advance_clock(batch, result, t0)
+        self.num_steps += timing.num_steps
         self.energy_j += result.energy_j
-        chunks = batch.chunks
-        counts = result.token_counts
-        if counts is None:
-            counts = [len(t) for t in result.tokens]
-        tokens = result.tokens if result.tokens else None
-        nd = batch.num_decodes
-        bm = self.block_manager
-        prefix = bm.prefix_caching
-        max_len = self.config.max_model_len
-        trim = self.config.num_speculative_tokens > 0 or n_steps < batch.num_steps
-        generated = prefilled = 0
-        common = 0  # sequences whose previous token came at t0 (their first gap is t_first - t0)
-        finished: list[Sequence] = []
-        itl_v, itl_c = self._itl_v, self._itl_c
-        sched = self.scheduler
-        group = sched.group
-        first = sched.num_grouped
-        if first:
-            # the lockstep group (the batch's head): each member gained one token per step and sampled at t0
-            assert group is not None and not self.config.num_speculative_tokens
-            generated += first * n_steps
-            common += first
-            for seq in group.advance(n_steps, t_last):
-                seq.finish_s = t_last
-                sched.finish(seq, "length")
-                self._seqs.pop(seq.seq_id, None)
-                finished.append(seq)
-            if trim:
-                bm.give(group.trim())
-        fast = nd and tokens is None and outputs is None and not prefix
-        bs = bm.block_size
-        if fast:
-            # simulation fast path over the other decode chunks: counters only
-            for c, new in zip(chunks[first:nd], counts[first:nd]):
-                seq = c.seq
-                out = seq.num_output_tokens + new
-                mt = seq.max_tokens
-                if out > mt:
-                    new -= out - mt
-                    out = mt
-                seq.num_output_tokens = out
-                plen = seq.prompt_len
-                comp = seq.num_computed_tokens = plen + out - 1
-                generated += new
-                last = seq.last_token_s
-                if last == t0:
-                    common += 1
-                else:
-                    itl_v.append(t_first - last)
-                    itl_c.append(1)
-                seq.last_token_s = t_last
-                if out == mt or plen + out >= max_len:
-                    seq.finish_s = t_last
-                    sched.finish(seq, "length")
-                    self._seqs.pop(seq.seq_id, None)
-                    finished.append(seq)
-                    continue
-                if trim and seq.num_blocks * bs >= comp + bs:  # holds a block beyond its computed tokens
-                    bm.trim(seq, comp)
-            first = nd
-        for i in range(first, len(chunks)):
-            c = chunks[i]
-            seq = c.seq
-            out = seq.num_output_tokens
-            if (i >= nd) if nd is not None else (not out or c.start < seq.prompt_len + out - 1):
-                prefilled += c.num_tokens
-            new = counts[i]
-            if not new:  # a prefill chunk that does not end the prompt
-                seq.num_computed_tokens = c.start + c.num_tokens
-                if prefix:
-                    bm.register_full_blocks(seq)
-                continue
-            left = seq.max_tokens - out
-            if new > left:
-                new = left
-            reason = None
-            new_ids: list[int] = []
-            if tokens is not None and seq.output_token_ids is not None:
-                new_ids = list(tokens[i][:new])
-                sp = seq.sampling
-                if sp.stop_token_ids and not sp.ignore_eos:
-                    for j, tok in enumerate(new_ids):
-                        if tok in sp.stop_token_ids:
-                            new_ids = new_ids[: j + 1]
-                            new = j + 1
-                            reason = "stop"
-                            break
-                seq.output_token_ids.extend(new_ids)
-            seq.num_output_tokens = out = out + new
-            seq.num_computed_tokens = seq.prompt_len + out - 1  # all but the newest token are in the cache
-            if prefix:
-                bm.register_full_blocks(seq)
-            generated += new
-            last = seq.last_token_s
-            if last == t0:
-                common += 1
-            elif last is None:
-                seq.first_token_s = t_first
-            else:
-                itl_v.append(t_first - last)
-                itl_c.append(1)
-            seq.last_token_s = t_last
-            if reason is None and (out >= seq.max_tokens or (max_len is not None and seq.prompt_len + out >= max_len)):
-                reason = "length"
-            if reason is not None:
-                seq.finish_s = t_last
-                self.scheduler.finish(seq, reason)
-                self._seqs.pop(seq.seq_id, None)
-                finished.append(seq)
-            elif trim:
-                # drop blocks reserved for rejected draft tokens or for steps cut off at an arrival
-                bm.trim(seq, seq.num_computed_tokens)
-            if outputs is not None:
-                outputs.append(
-                    RequestOutput(
-                        seq.seq_id,
-                        new_ids,
-                        new,
-                        reason is not None,
-                        seq.finish_reason if reason is not None else None,
-                        out,
-                        seq.prompt_len,
-                    )
-                )
-        self.tokens_generated += generated
-        self.prompt_tokens_computed += prefilled
-        if common:
-            itl_v.append(t_first - t0)
-            itl_c.append(common)
-        running = sched.running
-        for seq in finished:
-            running.remove(seq)
-        if fast and group is not None:
-            # the decodes behind the group join it, in running order, once they hold exactly the blocks of
-            # their computed tokens (a prompt that just finished may hold one more: it joins a step later)
-            for c in chunks[sched.num_grouped : nd]:
-                seq = c.seq
-                if seq.status is SeqStatus.FINISHED:
-                    continue
-                n = len(group)
-                if running[n] is not seq or seq.num_blocks != -(-seq.num_computed_tokens // bs):
-                    break
-                group.join(seq, min(seq.max_tokens, max_len - seq.prompt_len))
-        last_is_decode = n_steps > 1 or prefilled == 0
-        self.last_decode_step_s = durations[-1] if last_is_decode and not finished else 0.0
-        return finished
+        update = self.scheduler.update_from_output(batch, result, timing, self.latency, outputs)
+        self.tokens_generated += update.generated
+        self.prompt_tokens_computed += update.prefilled
+        seqs = self._seqs
+        for seq in update.finished:
+            seqs.pop(seq.seq_id, None)
+        last_is_decode = timing.num_steps > 1 or update.prefilled == 0
+        durations = result.step_durations or (result.duration_s,)
+        self.last_decode_step_s = durations[-1] if last_is_decode and not update.finished else 0.0
+        return update.finished
 
     # --- results ----------------------------------------------------------------------------------
     def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
         """Pooled inter-token gaps (s) and their counts, over the engine's life."""
-        vals = [np.asarray(self._itl_v, dtype=np.float64)]
-        cnts = [np.asarray(self._itl_c, dtype=np.int64)]
-        for gaps, w in self._itl_arrays:
-            vals.append(np.asarray(gaps, dtype=np.float64))
-            cnts.append(np.full(len(gaps), w, dtype=np.int64))
-        return np.concatenate(vals), np.concatenate(cnts)
+        return self.latency.samples()

@@ -4,9 +4,12 @@ One scheduler, many backends: the scheduler decides *which* tokens of *which* se
 which KV blocks they use; a backend executes that step and reports how long it took and what it cost.
 
 * A real backend (``backends.torch``) runs the model and returns sampled tokens and its measured wall time.
-* The simulated backend (``backends.sim``) runs nothing; it returns placeholder tokens and the time and
-  energy the cost model predicts for the chip, and the engine advances a virtual clock by that time.
+* The simulated backend (``sim.backend``) runs nothing; it returns token counts and the time and energy the
+  cost model predicts for the chip, and the engine advances a virtual clock by that time.
 
+What differs between them is declared, never probed: :attr:`Backend.capabilities` (virtual time, length-only
+sequences), :attr:`Backend.max_multi_step`, and the two numbers a simulated client reads
+(:attr:`Backend.request_latency_s`, :attr:`Backend.idle_power_w`). The batch types live in ``batch.py``.
 Nothing in the scheduler may know which kind of backend it drives.
 """
 
@@ -14,8 +17,11 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import accumulate
 from typing import TYPE_CHECKING, Sequence as Seq
+
+from jalapeno.engine.batch import ScheduledBatch, StepResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from jalapeno.engine.sequence import Sequence
@@ -38,6 +44,11 @@ class Clock(ABC):
     def wait_until(self, t: float) -> None:
         """Idle until time ``t`` (virtual clocks jump; wall clocks sleep)."""
 
+    @abstractmethod
+    def advance_steps(self, durations: Seq[float]) -> tuple[float, float, list[float] | None]:
+        """Account for consecutive steps of ``durations`` (s): (end of the first, end of the last, every step
+        end with the start first — or None when the clock knows only that they ended now)."""
+
 
 class VirtualClock(Clock):
     def __init__(self, start: float = 0.0) -> None:
@@ -51,6 +62,14 @@ class VirtualClock(Clock):
 
     def wait_until(self, t: float) -> None:
         self._t = max(self._t, t)
+
+    def advance_steps(self, durations: Seq[float]) -> tuple[float, float, list[float] | None]:
+        if len(durations) == 1:
+            self._t += durations[0]
+            return self._t, self._t, None
+        ends = list(accumulate(durations, initial=self._t))  # step ends summed one by one, as advance() would
+        self._t = max(self._t, ends[-1])
+        return ends[1], ends[-1], ends
 
 
 class WallClock(Clock):
@@ -68,83 +87,21 @@ class WallClock(Clock):
         if d > 0:
             time.sleep(d)
 
-
-# ---------------------------------------------------------------------------------------------------------
-# What the scheduler hands a backend, and what comes back
-# ---------------------------------------------------------------------------------------------------------
-@dataclass
-class SeqChunk:
-    """One sequence's share of a step.
-
-    ``start`` is the position of the first token fed this step (== tokens already in the KV cache), and
-    ``num_tokens`` how many are fed: a prefill chunk, or 1 for decode (1 + k with speculative decoding).
-    ``sample`` is True when the step must return a new token for the sequence (decode, or the last chunk
-    of its prefill).
-    """
-
-    seq: "Sequence"
-    start: int
-    num_tokens: int
-    sample: bool
-
-    @property
-    def is_prefill(self) -> bool:
-        return self.start < self.seq.prompt_len
-
-    @property
-    def context_len(self) -> int:
-        """Tokens in the KV cache after this step."""
-        return self.start + self.num_tokens
+    def advance_steps(self, durations: Seq[float]) -> tuple[float, float, list[float] | None]:
+        now = self.now()  # the steps already took their time: every token came back now
+        return now, now, None
 
 
-@dataclass
-class ScheduledBatch:
-    chunks: list[SeqChunk]
-    #: K > 1 asks the backend for K steps at once: this step as scheduled, then K-1 decode steps of every
-    #: chunk's sequence (only when every chunk samples — decodes, and prompts whose last chunk this is —
-    #: and the scheduler proved that nothing can change the batch for K steps). Real backends may refuse
-    #: (see :attr:`Backend.max_multi_step`).
-    num_steps: int = 1
-    #: multi-step only (simulated backends): stop after the first step that ends at or after ``stop_at_s``,
-    #: where step ends are ``start_s + d1``, ``+ d2``, ... summed one by one in float64 on the engine's clock
-    #: (the next external arrival). ``None``: run all ``num_steps``. Report the steps run in ``step_durations``.
-    stop_at_s: float | None = None
-    start_s: float = 0.0
-    #: when set, ``chunks[:num_decodes]`` are the decode chunks (each feeds a sequence's newest token on)
-    #: and the rest are prefill chunks (the scheduler orders them so); None: not stated
-    num_decodes: int | None = None
-    #: when set, the sum of the decode chunks' ``start`` (the scheduler may know it without summing)
-    decode_start_sum: int | None = None
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend declares about itself; the engine (and a server) read these, never the backend's type."""
 
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(c.num_tokens for c in self.chunks if c.is_prefill)
-
-    @property
-    def num_decode_seqs(self) -> int:
-        return sum(1 for c in self.chunks if not c.is_prefill)
-
-
-@dataclass
-class StepResult:
-    """Outcome of one (or ``num_steps``) step(s).
-
-    ``tokens[i]`` holds the tokens produced for ``batch.chunks[i]`` (empty when the chunk did not sample);
-    with speculative decoding or multi-step decode a chunk can produce several. ``step_durations`` lists the
-    duration of each of the ``num_steps`` steps (seconds); ``duration_s`` is their sum.
-    """
-
-    tokens: list[list[int]]
-    duration_s: float
-    energy_j: float = 0.0
-    step_durations: Seq[float] = field(default_factory=tuple)
-    #: tokens accepted per chunk per step when speculative decoding is on (simulation may use expectations)
-    extra: dict = field(default_factory=dict)
-    #: energy of each step run (J), parallel to ``step_durations`` (optional)
-    step_energies: Seq[float] = field(default_factory=tuple)
-    #: simulated backends: how many (placeholder) tokens each chunk produced over all steps run, instead of
-    #: materialising them in ``tokens`` (which may then be empty)
-    token_counts: Seq[int] | None = None
+    #: steps are priced, not run: ``execute`` returns predicted durations at once, so the engine runs on a
+    #: :class:`VirtualClock` (a server paces released tokens to it)
+    virtual_time: bool = False
+    #: sequences are lengths only (no token ids; ``StepResult.token_counts`` instead of tokens): the block
+    #: manager only counts blocks, and decodes may advance together in a lockstep group
+    length_only: bool = False
 
 
 class Backend(ABC):
@@ -152,6 +109,7 @@ class Backend(ABC):
 
     #: largest K a backend accepts in :attr:`ScheduledBatch.num_steps` (1 = step by step only)
     max_multi_step: int = 1
+    capabilities: Capabilities = Capabilities()
 
     @abstractmethod
     def num_kv_blocks(self, block_size: int) -> int:
@@ -165,6 +123,12 @@ class Backend(ABC):
         """Called when a sequence finishes or is preempted (e.g. to drop per-sequence backend state)."""
 
     @property
-    def is_simulated(self) -> bool:
-        """True when ``execute`` does no real work; the engine then runs on a :class:`VirtualClock`."""
-        return False
+    def request_latency_s(self) -> float:
+        """Serving-stack latency (s) a request spends before the engine sees it, when the backend models it
+        (simulated backends; a real one's is measured, so 0)."""
+        return 0.0
+
+    @property
+    def idle_power_w(self) -> float:
+        """Power (W) the backend's chips draw while no step runs, when it models it (simulated backends)."""
+        return 0.0

@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from jalapeno.engine.interface import SeqChunk
+from jalapeno.engine.batch import SeqChunk
 from jalapeno.engine.sequence import Sequence
 
 

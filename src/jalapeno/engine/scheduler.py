@@ -25,13 +25,25 @@ only the rest of the batch. Decisions are exactly those of the per-sequence walk
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Sequence as Seq
 
 from jalapeno.engine.block_manager import BlockManager
 from jalapeno.engine.config import EngineConfig
-from jalapeno.engine.interface import ScheduledBatch, SeqChunk
+from jalapeno.engine.batch import ScheduledBatch, SeqChunk, StepResult
 from jalapeno.engine.lockstep import DecodeGroup
-from jalapeno.engine.sequence import FinishReason, Sequence, SeqStatus
+from jalapeno.engine.sequence import FinishReason, RequestOutput, Sequence, SeqStatus
+from jalapeno.engine.timing import LatencyRecorder, StepTiming
+
+
+@dataclass
+class StepUpdate:
+    """What applying one batch's results changed: the sequences that finished (already out of ``running``),
+    tokens generated, prompt tokens computed."""
+
+    finished: list[Sequence] = field(default_factory=list)
+    generated: int = 0
+    prefilled: int = 0
 
 
 class Scheduler:
@@ -114,49 +126,82 @@ class Scheduler:
         decode :class:`SeqChunk` is reused from step to step (its ``start`` updated): a batch's chunks are
         valid until the next call."""
         cfg = self.config
+        per = 1 + cfg.num_speculative_tokens
+        self._num_decodes = 0
+        max_len = cfg.max_model_len if cfg.max_model_len is not None else 1 << 62
+        # 1. running decodes, oldest first (the config guarantees the budget covers them all); k_left: fewest
+        # steps any scheduled sequence can take before finishing (the multi-step bound)
+        chunks, preempted, grouped, k_left = self._schedule_group(max_steps)
+        partial: list[Sequence] = []  # running sequences still prefilling, for step 2
+        decodes_preempted, k_left = self._schedule_decodes(chunks, grouped, per, k_left, max_len, partial)
+        preempted = preempted or decodes_preempted
+        budget = cfg.max_num_batched_tokens - per * len(chunks)
+        # 2. running prefills (chunked), oldest first
+        prefills_preempted, budget = self._schedule_prefills(partial, chunks, budget)
+        preempted = preempted or prefills_preempted
+        if preempted:  # victims' chunks were dropped: recount (decodes first, then prefill chunks)
+            nd = self._num_decodes
+            budget = cfg.max_num_batched_tokens - per * nd - sum(c.num_tokens for c in chunks[nd:])
+        # 3. admissions, first come first served (none in a step that had to preempt)
+        if preempted:
+            admission_may_change = self._could_admit_next(per)
+        else:
+            admission_may_change = self._admit(chunks, budget)
+        if not chunks:
+            return None
+        steps = 1
+        if max_steps > 1 and k_left > 1 and not admission_may_change and len(chunks) == len(self.running):
+            steps = self._num_steps(chunks, k_left, per, max_len, grouped)
+        self.num_grouped = grouped
+        nd = self._num_decodes
+        start_sum = None
+        if grouped:
+            start_sum = self.group.start_sum() + sum(c.start for c in chunks[grouped:nd])  # type: ignore[union-attr]
+        return ScheduledBatch(chunks, num_steps=steps, num_decodes=nd, decode_start_sum=start_sum)
+
+    def _schedule_group(self, k_left: int) -> tuple[list[SeqChunk], bool, int, int]:
+        """The lockstep group's members (the head of ``running``) as a block: only those that cross into a new
+        KV block are touched, and only when blocks run short (else they take them all at once). Returns the
+        chunks so far, whether it preempted, how many chunks are the group's, and the multi-step bound."""
+        group = self.group
+        if group is None or not group.members:
+            return [], False, 0, k_left
+        bm = self.bm
+        preempted = False
+        chunks = group.chunks()
+        crossing = group.crossing()
+        if len(crossing) <= bm.num_free:
+            bm.take(len(crossing))
+        else:  # the oldest get the free blocks; then each preempts the newest sequences for its block
+            preempted = True
+            self._num_decodes = len(chunks)
+            served = bm.num_free
+            bm.take(served)
+            for seq in list(crossing)[served:]:
+                if seq.group is None:
+                    break  # preempted to make room for an older member (so is every newer one)
+                if bm.num_free:
+                    bm.take(1)
+                elif not self._make_room(seq, 0, chunks):
+                    break
+        group.ahead = 1
+        grouped = self._num_decodes = len(group)
+        if grouped:
+            k_left = min(k_left, group.steps_left())
+        return chunks, preempted, grouped, k_left
+
+    def _schedule_decodes(
+        self, chunks: list[SeqChunk], i: int, per: int, k_left: int, max_len: int, partial: list[Sequence]
+    ) -> tuple[bool, int]:
+        """Decode chunks for ``running[i:]`` (the sequences behind the group); sequences still prefilling go to
+        ``partial``. Returns whether it preempted, and the multi-step bound."""
         bm = self.bm
         bs = bm.block_size
         running = self.running
-        per = 1 + cfg.num_speculative_tokens
-        chunks: list[SeqChunk] = []
-        self._num_decodes = 0
         preempted = False
-        #: fewest steps any scheduled sequence can take before finishing (multi-step bound)
-        k_left = max_steps
-        max_len = cfg.max_model_len if cfg.max_model_len is not None else 1 << 62
-
-        # 1. running decodes, oldest first (the config guarantees the budget covers them all)
-        partial: list[Sequence] = []  # running sequences still prefilling, for step 2
-        nd = 0
+        nd = self._num_decodes
         # victims of preemption are always the newest (the end of `running`), never an earlier sequence,
         # so walking by index visits exactly the sequences still running
-        plen_cap = max_len  # limit on prompt + output
-        i = 0
-        group = self.group
-        if group is not None and group.members:
-            # the group's members (the head of `running`) as a block: only those that cross into a new KV
-            # block are touched, and only when blocks run short (else they take them all at once)
-            chunks = group.chunks()
-            crossing = group.crossing()
-            if len(crossing) <= bm.num_free:
-                bm.take(len(crossing))
-            else:  # the oldest get the free blocks; then each preempts the newest sequences for its block
-                preempted = True
-                self._num_decodes = len(chunks)
-                served = bm.num_free
-                bm.take(served)
-                for seq in list(crossing)[served:]:
-                    if seq.group is None:
-                        break  # preempted to make room for an older member (so is every newer one)
-                    if bm.num_free:
-                        bm.take(1)
-                    elif not self._make_room(seq, 0, chunks):
-                        break
-            group.ahead = 1
-            i = nd = self._num_decodes = len(group)
-            if nd:
-                k_left = min(k_left, group.steps_left())
-        grouped = i
         while i < len(running):
             seq = running[i]
             i += 1
@@ -182,16 +227,21 @@ class Scheduler:
             nd += 1
             # finishing *at* step K is fine, before it is not: (K-1)·per < tokens left
             left = seq.max_tokens
-            if plen_cap - plen < left:
-                left = plen_cap - plen
+            if max_len - plen < left:
+                left = max_len - plen
             left -= out
             kk = left if per == 1 else (left - 1) // per + 1
             if kk < k_left:
                 k_left = kk
         self._num_decodes = nd
-        budget = cfg.max_num_batched_tokens - per * len(chunks)
+        return preempted, k_left
 
-        # 2. running prefills (chunked), oldest first
+    def _schedule_prefills(self, partial: list[Sequence], chunks: list[SeqChunk], budget: int) -> tuple[bool, int]:
+        """The next prefill chunk of each running sequence in ``partial`` while ``budget`` tokens last. Returns
+        whether it preempted, and the budget left."""
+        bm = self.bm
+        bs = bm.block_size
+        preempted = False
         for seq in partial:
             if budget <= 0:
                 break
@@ -206,54 +256,48 @@ class Scheduler:
                     continue
             chunks.append(SeqChunk(seq, start, n, start + n >= total))
             budget -= n
-        if preempted:  # victims' chunks were dropped: recount (decodes first, then prefill chunks)
-            nd = self._num_decodes
-            budget = cfg.max_num_batched_tokens - per * nd - sum(c.num_tokens for c in chunks[nd:])
+        return preempted, budget
 
-        # 3. admissions, first come first served (none in a step that had to preempt)
-        admission_may_change = preempted and self._could_admit_next(per)
-        if not preempted:
-            waiting = self.waiting
-            while waiting and len(running) < cfg.max_num_seqs:
-                if budget <= 0:
-                    admission_may_change = True
-                    break
-                seq = waiting[0]
-                if seq.num_blocks == 0 and seq.num_computed_tokens == 0:
-                    bm.match_prefix(seq)
-                start = seq.num_computed_tokens
-                left = seq.num_tokens - start
-                n = min(left, budget)
-                if n < left and not cfg.enable_chunked_prefill:
-                    admission_may_change = True
-                    break
-                if not bm.reserve(seq, start + n):
-                    break  # free blocks only shrink until something finishes
-                waiting.popleft()
-                seq.status = SeqStatus.RUNNING
-                running.append(seq)
-                chunks.append(SeqChunk(seq, start, n, start + n >= seq.num_tokens))
-                budget -= n
+    def _admit(self, chunks: list[SeqChunk], budget: int) -> bool:
+        """Admit waiting sequences, first come first served, with a prefill chunk of what ``budget`` is left.
+        Returns whether admission could change in a later step of a multi-step batch (budget or chunking
+        stopped it, not blocks or sequence slots, which stay short while decoding)."""
+        cfg = self.config
+        bm = self.bm
+        running = self.running
+        waiting = self.waiting
+        while waiting and len(running) < cfg.max_num_seqs:
+            if budget <= 0:
+                return True
+            seq = waiting[0]
+            if seq.num_blocks == 0 and seq.num_computed_tokens == 0:
+                bm.match_prefix(seq)
+            start = seq.num_computed_tokens
+            left = seq.num_tokens - start
+            n = min(left, budget)
+            if n < left and not cfg.enable_chunked_prefill:
+                return True
+            if not bm.reserve(seq, start + n):
+                break  # free blocks only shrink until something finishes
+            waiting.popleft()
+            seq.status = SeqStatus.RUNNING
+            running.append(seq)
+            chunks.append(SeqChunk(seq, start, n, start + n >= seq.num_tokens))
+            budget -= n
+        return False
 
-        if not chunks:
-            return None
-        steps = 1
-        if max_steps > 1 and k_left > 1 and not admission_may_change and len(chunks) == len(running):
-            for c in chunks[self._num_decodes :]:  # the prompts: every one must finish its prefill now
-                seq = c.seq
-                if not c.sample:
-                    k_left = 1
-                    break
-                out = seq.num_output_tokens
-                k_left = min(k_left, (min(seq.max_tokens - out, max_len - seq.prompt_len - out) - 1) // per + 1)
-            if k_left > 1:
-                steps = self._multi_step(chunks, k_left, per, grouped)
-        self.num_grouped = grouped
-        nd = self._num_decodes
-        start_sum = None
-        if grouped:
-            start_sum = group.start_sum() + sum(c.start for c in chunks[grouped:nd])  # type: ignore[union-attr]
-        return ScheduledBatch(chunks, num_steps=steps, num_decodes=nd, decode_start_sum=start_sum)
+    def _num_steps(self, chunks: list[SeqChunk], k_left: int, per: int, max_len: int, grouped: int) -> int:
+        """Steps the batch may take at once: 1 unless every prompt finishes its prefill now and no sequence
+        can finish before step ``k_left`` (then what :meth:`_multi_step` reserves)."""
+        for c in chunks[self._num_decodes :]:  # the prompts: every one must finish its prefill now
+            seq = c.seq
+            if not c.sample:
+                return 1
+            out = seq.num_output_tokens
+            k_left = min(k_left, (min(seq.max_tokens - out, max_len - seq.prompt_len - out) - 1) // per + 1)
+        if k_left > 1:
+            return self._multi_step(chunks, k_left, per, grouped)
+        return 1
 
     def _make_room(self, seq: Sequence, num_tokens: int, chunks: list[SeqChunk]) -> bool:
         """Preempt the newest running sequences until ``seq`` gets blocks for ``num_tokens`` tokens (a group
@@ -364,3 +408,186 @@ class Scheduler:
         if group is not None and group.members:
             self.bm.take(group.blocks_for(extra, group_slacks))
             group.ahead += extra
+
+    # --- applying a step's results (vLLM v1 ``update_from_output``, nano-vllm ``Scheduler.postprocess``) ------
+    def update_from_output(
+        self,
+        batch: ScheduledBatch,
+        result: StepResult,
+        timing: StepTiming,
+        latency: LatencyRecorder,
+        outputs: list[RequestOutput] | None = None,
+    ) -> StepUpdate:
+        """Apply what the backend returned for ``batch`` (``timing``: when its tokens came): advance each
+        sequence's counters (and token ids), record inter-token gaps in ``latency``, finish sequences that hit
+        a stop token, ``max_tokens`` or ``max_model_len``, give back blocks reserved for rejected draft tokens
+        or cut-off steps, and let decodes join the lockstep group. ``outputs``: append one
+        :class:`RequestOutput` per sampled chunk (the per-request path; ``None`` for the simulator)."""
+        counts = result.token_counts
+        if counts is None:
+            counts = [len(t) for t in result.tokens]
+        tokens = result.tokens if result.tokens else None
+        nd = batch.num_decodes
+        trim = self.config.num_speculative_tokens > 0 or timing.num_steps < batch.num_steps
+        up = StepUpdate()
+        common = 0  # sequences whose previous token came at t0 (their first gap is t_first - t0)
+        first = self.num_grouped
+        if first:
+            common += self._advance_group(first, timing, trim, up)
+        fast = nd and tokens is None and outputs is None and not self.bm.prefix_caching
+        if fast:
+            common += self._count_decodes(batch.chunks[first:nd], counts[first:nd], timing, trim, up, latency)
+            first = nd
+        common += self._apply_chunks(batch, first, counts, tokens, timing, trim, up, latency, outputs)
+        if common:
+            latency.add(timing.t_first - timing.t0, common)
+        running = self.running
+        for seq in up.finished:
+            running.remove(seq)
+        if fast and self.group is not None:
+            self._regroup(batch.chunks, nd)
+        return up
+
+    def _advance_group(self, members: int, timing: StepTiming, trim: bool, up: StepUpdate) -> int:
+        """The lockstep group (the batch's head): each member gained one token per step and sampled at t0.
+        Returns how many sampled at t0 (all of them)."""
+        group = self.group
+        assert group is not None and not self.config.num_speculative_tokens
+        up.generated += members * timing.num_steps
+        t_last = timing.t_last
+        for seq in group.advance(timing.num_steps, t_last):
+            seq.finish_s = t_last
+            self.finish(seq, "length")
+            up.finished.append(seq)
+        if trim:
+            self.bm.give(group.trim())
+        return members
+
+    def _count_decodes(
+        self, chunks: list[SeqChunk], counts: Seq[int], timing: StepTiming, trim: bool, up: StepUpdate,
+        latency: LatencyRecorder,
+    ) -> int:
+        """The simulator's fast path over decode chunks outside the group: counters only, no token ids.
+        Returns how many sampled at t0."""
+        t0, t_first, t_last = timing.t0, timing.t_first, timing.t_last
+        bm = self.bm
+        bs = bm.block_size
+        max_len = self.config.max_model_len
+        itl_v, itl_c = latency.values, latency.counts
+        finished = up.finished
+        generated = common = 0
+        for c, new in zip(chunks, counts):
+            seq = c.seq
+            out = seq.num_output_tokens + new
+            mt = seq.max_tokens
+            if out > mt:
+                new -= out - mt
+                out = mt
+            seq.num_output_tokens = out
+            plen = seq.prompt_len
+            comp = seq.num_computed_tokens = plen + out - 1
+            generated += new
+            last = seq.last_token_s
+            if last == t0:
+                common += 1
+            else:
+                itl_v.append(t_first - last)
+                itl_c.append(1)
+            seq.last_token_s = t_last
+            if out == mt or plen + out >= max_len:
+                seq.finish_s = t_last
+                self.finish(seq, "length")
+                finished.append(seq)
+                continue
+            if trim and seq.num_blocks * bs >= comp + bs:  # holds a block beyond its computed tokens
+                bm.trim(seq, comp)
+        up.generated += generated
+        return common
+
+    def _apply_chunks(
+        self, batch: ScheduledBatch, first: int, counts: Seq[int], tokens: list[list[int]] | None,
+        timing: StepTiming, trim: bool, up: StepUpdate, latency: LatencyRecorder,
+        outputs: list[RequestOutput] | None,
+    ) -> int:
+        """The general path over ``batch.chunks[first:]``: prefill chunks, token ids, stop tokens, outputs.
+        Returns how many sampled at t0."""
+        t0, t_first, t_last = timing.t0, timing.t_first, timing.t_last
+        chunks = batch.chunks
+        nd = batch.num_decodes
+        bm = self.bm
+        prefix = bm.prefix_caching
+        max_len = self.config.max_model_len
+        common = 0
+        for i in range(first, len(chunks)):
+            c = chunks[i]
+            seq = c.seq
+            out = seq.num_output_tokens
+            if i >= nd:
+                up.prefilled += c.num_tokens
+            new = counts[i]
+            if not new:  # a prefill chunk that does not end the prompt
+                seq.num_computed_tokens = c.start + c.num_tokens
+                if prefix:
+                    bm.register_full_blocks(seq)
+                continue
+            new = min(new, seq.max_tokens - out)
+            reason: FinishReason | None = None
+            new_ids: list[int] = []
+            if tokens is not None and seq.output_token_ids is not None:
+                new_ids, new, reason = _take_until_stop(seq, tokens[i][:new], new)
+                seq.output_token_ids.extend(new_ids)
+            seq.num_output_tokens = out = out + new
+            seq.num_computed_tokens = seq.prompt_len + out - 1  # all but the newest token are in the cache
+            if prefix:
+                bm.register_full_blocks(seq)
+            up.generated += new
+            last = seq.last_token_s
+            if last == t0:
+                common += 1
+            elif last is None:
+                seq.first_token_s = t_first
+            else:
+                latency.add(t_first - last)
+            seq.last_token_s = t_last
+            if reason is None and (out >= seq.max_tokens or (max_len is not None and seq.prompt_len + out >= max_len)):
+                reason = "length"
+            if reason is not None:
+                seq.finish_s = t_last
+                self.finish(seq, reason)
+                up.finished.append(seq)
+            elif trim:
+                # drop blocks reserved for rejected draft tokens or for steps cut off at an arrival
+                bm.trim(seq, seq.num_computed_tokens)
+            if outputs is not None:
+                done = reason is not None
+                outputs.append(RequestOutput(seq.seq_id, new_ids, new, done, seq.finish_reason if done else None,
+                                             out, seq.prompt_len))
+        return common
+
+    def _regroup(self, chunks: list[SeqChunk], nd: int) -> None:
+        """The decodes behind the group join it, in running order, once they hold exactly the blocks of their
+        computed tokens (a prompt that just finished may hold one more: it joins a step later)."""
+        group = self.group
+        assert group is not None
+        running = self.running
+        bs = self.bm.block_size
+        max_len = self.config.max_model_len
+        for c in chunks[self.num_grouped : nd]:
+            seq = c.seq
+            if seq.status is SeqStatus.FINISHED:
+                continue
+            n = len(group)
+            if running[n] is not seq or seq.num_blocks != -(-seq.num_computed_tokens // bs):
+                break
+            group.join(seq, min(seq.max_tokens, max_len - seq.prompt_len))
+
+
+def _take_until_stop(seq: Sequence, ids: list[int], new: int) -> tuple[list[int], int, FinishReason | None]:
+    """The first ``new`` sampled ids of ``seq``, cut after its first stop token (unless ``ignore_eos``)."""
+    new_ids = list(ids)
+    sp = seq.sampling
+    if sp.stop_token_ids and not sp.ignore_eos:
+        for j, tok in enumerate(new_ids):
+            if tok in sp.stop_token_ids:
+                return new_ids[: j + 1], j + 1, "stop"
+    return new_ids, new, None

@@ -52,6 +52,27 @@ _FULL_PRECISION = ("fp32", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
+class RopeScaling:
+    """RoPE frequency scaling: HF ``rope_scaling`` / ``rope_parameters`` (``type`` read as ``rope_type``).
+
+    ``rope_type`` is ``default`` (none), ``linear``, ``llama3`` or ``yarn`` for the models served here; fields a
+    type does not use stay None. The base frequency is :attr:`ModelArch.rope_theta`."""
+
+    rope_type: str = "default"
+    factor: float | None = None
+    #: context the frequencies were trained for (llama3, yarn); defaults to max_position_embeddings
+    original_max_position_embeddings: int | None = None
+    low_freq_factor: float | None = None  # llama3
+    high_freq_factor: float | None = None  # llama3
+    beta_fast: float | None = None  # yarn
+    beta_slow: float | None = None  # yarn
+    mscale: float | None = None  # yarn (DeepSeek)
+    mscale_all_dim: float | None = None  # yarn (DeepSeek): also scales MLA's softmax
+    attention_factor: float | None = None  # yarn: explicit cos/sin scale
+    truncate: bool = True  # yarn: round the correction range to whole dims (GPT-OSS: false)
+
+
+@dataclass(frozen=True)
 class ModelArch:
     """Architecture of a decoder-only transformer LM (dense GQA, MoE, MLA, sliding window, sinks)."""
 
@@ -131,6 +152,14 @@ class ModelArch:
     index_head_dim: int = 0
     #: Qwen3.5-MoE: a sigmoid gate (1 x hidden) scales the shared expert's output
     shared_expert_gate: bool = False
+    # --- what running the model needs beyond the counts (the torch backend builds its modules from these) ---
+    rope_scaling: RopeScaling = RopeScaling()
+    norm_topk_prob: bool = True  # renormalise the top-k routing weights (Qwen3-MoE: config; DeepSeek: config)
+    routed_scaling_factor: float = 1.0  # DeepSeek: routed expert weights are scaled by this
+    swiglu_limit: float | None = None  # GPT-OSS clamped SwiGLU (None: plain SwiGLU)
+    rope_interleave: bool = True  # MLA: rope pairs (2i, 2i+1) instead of rotate-half
+    eos_token_ids: tuple[int, ...] = ()
+    bos_token_id: int | None = None
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     # ---------------------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ def show_record(a: ModelArch, kv_dtype: str = "bf16", context: int | None = None
     fields = {f.name: getattr(a, f.name) for f in dataclasses.fields(a) if f.name != "extra"}
     fields["layer_types"] = list(a.layer_types)
     fields["moe_layers"] = list(a.moe_layers)
+    fields["rope_scaling"] = {k: v for k, v in dataclasses.asdict(a.rope_scaling).items() if v is not None}
     counts = dataclasses.asdict(a.param_counts())
     weight_bytes = {"native": a.weight_bytes("native")}
     weight_bytes.update({d: a.weight_bytes(d) for d in SHOW_WEIGHT_DTYPES})

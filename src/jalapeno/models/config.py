@@ -1,6 +1,8 @@
 """Hugging Face ``config.json`` -> :class:`~jalapeno.models.arch.ModelArch`.
 
-Covers the model types the project serves: ``llama``, ``qwen2``, ``qwen3``, ``qwen3_moe``, ``mixtral``,
+The one place a config.json is read: the cost model, the simulator and the torch backend all build from the
+:class:`ModelArch` this returns, through the one family table :data:`FAMILIES`.
+Covers the model types the project serves: ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``qwen3_moe``, ``mixtral``,
 ``gpt_oss``, ``deepseek_v3`` and the DeepSeek-V3 derivatives ``kimi_k2`` / ``kimi_k25`` (the latter a
 multimodal wrapper whose ``text_config`` holds the language model), and the 2026 families: ``minimax_m2``
 (MiniMax-M2.x: GQA with per-layer q/k norms, 256 sigmoid-routed experts), ``qwen3_5_moe`` / ``qwen3_next``
@@ -16,11 +18,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from jalapeno.errors import ConfigError
-from jalapeno.models.arch import Family, LayerAttn, ModelArch
+from jalapeno.models.arch import Family, LayerAttn, ModelArch, RopeScaling
 
 #: config ``model_type`` -> architecture family
 FAMILIES: dict[str, Family] = {
     "llama": "llama",
+    "mistral": "llama",  # Llama blocks; a set sliding_window applies to every layer
     "qwen2": "qwen2",
     "qwen3": "qwen3",
     "qwen3_moe": "qwen3_moe",
@@ -192,6 +195,8 @@ def _build(f: _Fields, name: str, model_type: str, family: Family, extra: dict[s
     if family == "gpt_oss":
         kw.update(attention_sinks=True, router_bias=True, mlp_bias=True)  # expert + router biases, sinks
         extra["swiglu_limit"] = cfg.get("swiglu_limit")
+        kw["swiglu_limit"] = f.float("swiglu_limit", 7.0)
+    _running(f, family, kw)
     kw["mtp_layers"] = _mtp_layers(f)
     _quant(f, kw, extra)
     if cfg.get("rope_scaling") or cfg.get("rope_parameters"):
@@ -244,6 +249,56 @@ def _sparse_attention(f: _Fields, kw: dict[str, Any]) -> None:
     )
     if kw.get("sliding_window"):
         raise f._fail("a model cannot have both a sliding window and DeepSeek sparse attention (index_topk)")
+
+
+def _running(f: _Fields, family: Family, kw: dict[str, Any]) -> None:
+    """Fields only running the model needs (rope scaling, routing details, token ids); the counts ignore them."""
+    cfg = f.cfg
+    kw["rope_scaling"] = _rope_scaling(f, kw["max_position_embeddings"])
+    if family in ("qwen3_moe", "deepseek_v3"):  # Mixtral always renormalises, GPT-OSS softmaxes the top k
+        kw["norm_topk_prob"] = f.bool("norm_topk_prob", family != "qwen3_moe")
+    if family == "deepseek_v3":
+        kw["routed_scaling_factor"] = f.float("routed_scaling_factor", 1.0)
+        kw["rope_interleave"] = f.bool("rope_interleave", True)
+    eos = cfg.get("eos_token_id")
+    eos = [] if eos is None else eos if isinstance(eos, (list, tuple)) else [eos]
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in eos):
+        raise f._fail(f"field 'eos_token_id' must be a token id or a list of them, got {cfg.get('eos_token_id')!r}")
+    kw["eos_token_ids"] = tuple(eos)
+    if f.has("bos_token_id"):
+        kw["bos_token_id"] = f.int("bos_token_id", min_value=0)
+
+
+def _rope_scaling(f: _Fields, max_positions: int) -> RopeScaling:
+    """``rope_scaling`` and ``rope_parameters`` (transformers 5) merged, the latter winning; ``type`` is the old
+    spelling of ``rope_type``."""
+    merged: dict[str, Any] = {}
+    for key in ("rope_scaling", "rope_parameters"):
+        val = f.cfg.get(key)
+        if val is not None and not isinstance(val, Mapping):
+            raise f._fail(f"field {key!r} must be an object, got {val!r}")
+        merged.update(val or {})
+    kind = str(merged.get("rope_type") or merged.get("type") or "default")
+    if kind == "default":
+        return RopeScaling()
+    r = _Fields(merged, f.where, f.model_type)
+
+    def opt(key: str) -> float | None:
+        return r.float(key, 0.0) if r.has(key) else None
+
+    return RopeScaling(
+        rope_type=kind,
+        factor=opt("factor"),
+        original_max_position_embeddings=r.int("original_max_position_embeddings", max_positions),
+        low_freq_factor=opt("low_freq_factor"),
+        high_freq_factor=opt("high_freq_factor"),
+        beta_fast=opt("beta_fast"),
+        beta_slow=opt("beta_slow"),
+        mscale=opt("mscale"),
+        mscale_all_dim=opt("mscale_all_dim"),
+        attention_factor=opt("attention_factor"),
+        truncate=r.bool("truncate", True),
+    )
 
 
 def _rope_theta(cfg: Mapping[str, Any]) -> float:
@@ -360,7 +415,7 @@ def _sliding(f: _Fields, family: Family, layers: int, kw: dict[str, Any]) -> Non
     elif family == "qwen3_5_moe" and f.has("full_attention_interval"):  # every n-th layer is full attention
         n = f.int("full_attention_interval")
         types = tuple("full" if (i + 1) % n == 0 else "linear" for i in range(layers))
-    elif family == "mixtral" and f.has("sliding_window"):
+    elif (family == "mixtral" or f.model_type == "mistral") and f.has("sliding_window"):
         types = ("sliding",) * layers
     else:
         types = ("full",) * layers

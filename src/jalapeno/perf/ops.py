@@ -218,6 +218,40 @@ def _indexer_op(m: ModelArch, layer_op, ids, sp: int, wb: float, dt_w: str, a: f
     layer_op("indexer", ids, dt_w, flops, p_w * wb + p_o, p_w * wb + p_o, kv=kv, act=act)
 
 
+#: bytes of a bf16 element (embeddings, norms, biases, router and LM head weights)
+B16 = 2.0
+
+
+class _Ops:
+    """The operator list being built, and the two ways an operator is added: work repeated over layers, and a
+    collective."""
+
+    def __init__(self, tp: int, coll: dict[str, tuple[float, float, float]]) -> None:
+        self.ops: list[OpSpec] = []
+        self.tp = tp
+        self.coll = coll
+
+    def layer(self, name, layer_ids, dtype, flops, w_read, w_stored, kv=None, act=None) -> None:
+        n = len(layer_ids)
+        by = {"W": (vec(one=w_read) if np.isscalar(w_read) else w_read) * n}
+        if kv is not None:
+            by["KV"] = kv * n
+        if act is not None:
+            by["A"] = act * n
+        self.ops.append(
+            OpSpec(name, "work", n, dtype, self.tp, flops * n, by, stored=w_stored, layer_ids=tuple(layer_ids))
+        )
+
+    def net(self, name, n_layers, coll_name, msg: np.ndarray) -> None:
+        lat, spb, sent = self.coll[coll_name]
+        if spb == 0 and lat == 0:
+            return
+        self.ops.append(
+            OpSpec(name, "network", n_layers, "", self.tp, net_bytes=msg * sent * n_layers,
+                   net_time=(msg * spb + vec(one=lat)) * n_layers)
+        )
+
+
 def build_ops(
     m: ModelArch,
     *,
@@ -232,121 +266,121 @@ def build_ops(
     expert_slots: int | None = None,  # experts stored over the ep ranks (> num_experts: redundant copies)
 ) -> list[OpSpec]:
     """All operators of one step for model ``m`` with the given sharding (see module doc for conventions)."""
-    ops: list[OpSpec] = []
-    L = m.num_layers
+    b = _Ops(tp, coll)
     h = m.hidden_size
     a = actb
     d = attention_dims(m, tp, dp_attention)
-    sp = d.att_split
-    b16 = 2.0
-    all_layers = tuple(range(L))
-
-    def layer_op(name, layer_ids, dtype, flops, w_read, w_stored, kv=None, act=None):
-        n = len(layer_ids)
-        by = {"W": (vec(one=w_read) if np.isscalar(w_read) else w_read) * n}
-        if kv is not None:
-            by["KV"] = kv * n
-        if act is not None:
-            by["A"] = act * n
-        ops.append(
-            OpSpec(name, "work", n, dtype, tp, flops * n, by, stored=w_stored, layer_ids=tuple(layer_ids))
-        )
-
-    def net_op(name, n_layers, coll_name, msg: np.ndarray):
-        lat, spb, sent = coll[coll_name]
-        if spb == 0 and lat == 0:
-            return
-        ops.append(
-            OpSpec(name, "network", n_layers, "", tp, net_bytes=msg * sent * n_layers,
-                   net_time=(msg * spb + vec(one=lat)) * n_layers)
-        )
-
-    tok_att = vec(T=1.0 / sp)  # tokens a chip feeds to attention
     # ---------------- embedding ----------------
-    emb_stored = m.vocab_size * h * b16 / tp  # vocab-parallel in both modes (like the LM head)
-    ops.append(OpSpec("embed", "work", 0, "", tp, vec(), {"W": vec(T=h * b16 / tp), "A": vec(T=h * a)},
-                      stored=emb_stored, stage="first"))
+    emb_stored = m.vocab_size * h * B16 / tp  # vocab-parallel in both modes (like the LM head)
+    b.ops.append(OpSpec("embed", "work", 0, "", tp, vec(), {"W": vec(T=h * B16 / tp), "A": vec(T=h * a)},
+                        stored=emb_stored, stage="first"))
     if not dp_attention:
-        net_op("embed_allreduce", 1, "tp_allreduce", vec(T=h * a))
-
+        b.net("embed_allreduce", 1, "tp_allreduce", vec(T=h * a))
     # ---------------- attention ----------------
+    lin_ids = tuple(i for i in range(m.num_layers) if m.is_linear_layer(i))
+    if lin_ids:
+        _linear_attention_ops(m, d, b.layer, lin_ids, wbytes["attn"], wdtype["attn"], wdtype["attn_math"], a)
+    if m.attention == "mla":
+        _mla_attention(b, m, d, wdtype, wbytes["attn"], kvb, a)
+    else:
+        _gqa_attention(b, m, d, wdtype, wbytes["attn"], kvb, a)
+    if not dp_attention:
+        b.net("attn_allreduce", m.num_layers, "tp_allreduce", vec(T=h * a))
+    # ---------------- MLP / MoE ----------------
+    _mlp_and_moe(b, m, ep, dp_attention, wbytes, wdtype, a, vec(T=1.0 / d.att_split), expert_slots)
+    # ---------------- norms, residuals, final norm, LM head, sampling ----------------
+    _norms_and_head(b, m, wdtype, a, d.att_split)
+    return b.ops
+
+
+def _mla_attention(b: _Ops, m: ModelArch, d, wdtype: dict[str, str], wb: float, kvb: float, a: float) -> None:
+    """Multi-head latent attention (DeepSeek): fused q_a + kv_a, q_b, kv_b, attention over latents, o_proj."""
+    h, sp = m.hidden_size, d.att_split
+    all_layers = tuple(range(m.num_layers))
+    tok_att = vec(T=1.0 / sp)  # tokens a chip feeds to attention
     dt_w, dt_att = wdtype["attn"], wdtype["attn_math"]
-    wb = wbytes["attn"]
+    nope, rope, vd, kvl = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
+    qk = nope + rope
+    # fused q_a + kv_a (replicated on every rank, as in vLLM's fused_qkv_a_proj), then q_b column-parallel
+    if m.q_lora_rank:
+        ql = m.q_lora_rank
+        p_a = h * (ql + kvl + rope)
+        p_qb = ql * d.q_heads * qk
+        norms = (ql + kvl) * B16
+        b.layer("qkv_a_proj", all_layers, dt_w, 2 * p_a * tok_att, p_a * wb + norms, p_a * wb + norms,
+                act=tok_att * (h + ql + kvl + rope) * a)
+        b.layer("q_b_proj", all_layers, dt_w, 2 * p_qb * tok_att, p_qb * wb, p_qb * wb,
+                act=tok_att * (ql + d.q_heads * qk) * a)
+    else:
+        p_a = h * (kvl + rope)
+        p_q = h * d.q_heads * qk
+        b.layer("qkv_a_proj", all_layers, dt_w, 2 * (p_a + p_q) * tok_att, (p_a + p_q) * wb + kvl * B16,
+                (p_a + p_q) * wb + kvl * B16, act=tok_att * (h + kvl + rope + d.q_heads * qk) * a)
+    # kv_b: prefill expands every context latent (non-absorbed); decode absorbs W_UK / W_UV per query token
+    p_kvb = kvl * d.q_heads * (nope + vd)
+    # DSA: attention reads only the indexer's top-k keys per query -- the sliding-window sums with the window
+    # at index_topk (StepShape is built with ModelArch.attention_window); the indexer itself scores every key
+    K_att, P_att, C_att, Cr_att = ("Kw", "Pw", "Cw", "Cwr") if m.index_topk else ("K", "P", "C", "Cr")
+    kvb_tokens = vec(**{K_att: 1.0 / sp, "Td": 1.0 / sp})
+    b.layer("kv_b_proj", all_layers, dt_w, 2 * p_kvb * kvb_tokens, p_kvb * wb, p_kvb * wb,
+            act=vec(**{K_att: 1.0 / sp}) * (kvl + d.q_heads * (nope + vd)) * a
+            + vec(Td=1.0 / sp) * d.q_heads * (nope + vd + 2 * kvl) * a)
+    lat_tok = (kvl + rope) * kvb
+    flops = (2 * d.q_heads * (qk + vd)) * vec(**{P_att: 1.0 / sp}) \
+        + (2 * d.q_heads * (2 * kvl + rope)) * vec(**{Cr_att: 1.0 / sp})
+    # read prefix + chunk, read decode ctx, write new
+    kv = lat_tok * vec(**{K_att: 1.0 / sp, C_att: 1.0 / sp, "T": 1.0 / sp})
+    act = vec(T=1.0 / sp) * d.q_heads * (qk + vd) * a + vec(**{K_att: 1.0 / sp}) * d.q_heads * (nope + vd) * a
+    b.layer("attention", all_layers, dt_att, flops, 0.0, 0.0, kv=kv, act=act)
+    if m.index_topk:
+        _indexer_op(m, b.layer, all_layers, sp, wb, dt_w, a)
+    p_o = d.q_heads * vd * h
+    b.layer("o_proj", all_layers, dt_w, 2 * p_o * tok_att, p_o * wb, p_o * wb,
+            act=tok_att * (d.q_heads * vd + h) * a)
+
+
+def _gqa_attention(b: _Ops, m: ModelArch, d, wdtype: dict[str, str], wb: float, kvb: float, a: float) -> None:
+    """Grouped-query attention: qkv_proj, attention (full and sliding-window layers apart), o_proj."""
+    h, sp, hd = m.hidden_size, d.att_split, m.head_dim
+    all_layers = tuple(range(m.num_layers))
     lin_ids = tuple(i for i in all_layers if m.is_linear_layer(i))
     full_ids = tuple(i for i in all_layers if not m.is_sliding_layer(i) and not m.is_linear_layer(i))
     slide_ids = tuple(i for i in all_layers if m.is_sliding_layer(i))
     att_ids = full_ids + slide_ids if lin_ids else all_layers  # layers with softmax attention (KV cache)
-    if lin_ids:
-        _linear_attention_ops(m, d, layer_op, lin_ids, wb, dt_w, dt_att, a)
-    # DSA: attention reads only the indexer's top-k keys per query -- the sliding-window sums with the window
-    # at index_topk (StepShape is built with ModelArch.attention_window); the indexer itself scores every key
-    K_att, P_att, C_att, Cr_att = ("Kw", "Pw", "Cw", "Cwr") if m.index_topk else ("K", "P", "C", "Cr")
-    if m.attention == "mla":
-        nope, rope, vd, kvl = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
-        qk = nope + rope
-        # fused q_a + kv_a (replicated on every rank, as in vLLM's fused_qkv_a_proj), then q_b column-parallel
-        if m.q_lora_rank:
-            ql = m.q_lora_rank
-            p_a = h * (ql + kvl + rope)
-            p_qb = ql * d.q_heads * qk
-            norms = (ql + kvl) * b16
-            layer_op("qkv_a_proj", all_layers, dt_w, 2 * p_a * tok_att, p_a * wb + norms, p_a * wb + norms,
-                     act=tok_att * (h + ql + kvl + rope) * a)
-            layer_op("q_b_proj", all_layers, dt_w, 2 * p_qb * tok_att, p_qb * wb, p_qb * wb,
-                     act=tok_att * (ql + d.q_heads * qk) * a)
-        else:
-            p_a = h * (kvl + rope)
-            p_q = h * d.q_heads * qk
-            layer_op("qkv_a_proj", all_layers, dt_w, 2 * (p_a + p_q) * tok_att, (p_a + p_q) * wb + kvl * b16,
-                     (p_a + p_q) * wb + kvl * b16, act=tok_att * (h + kvl + rope + d.q_heads * qk) * a)
-        # kv_b: prefill expands every context latent (non-absorbed); decode absorbs W_UK / W_UV per query token
-        p_kvb = kvl * d.q_heads * (nope + vd)
-        kvb_tokens = vec(**{K_att: 1.0 / sp, "Td": 1.0 / sp})
-        layer_op("kv_b_proj", all_layers, dt_w, 2 * p_kvb * kvb_tokens, p_kvb * wb, p_kvb * wb,
-                 act=vec(**{K_att: 1.0 / sp}) * (kvl + d.q_heads * (nope + vd)) * a
-                 + vec(Td=1.0 / sp) * d.q_heads * (nope + vd + 2 * kvl) * a)
-        lat_tok = (kvl + rope) * kvb
-        flops = (2 * d.q_heads * (qk + vd)) * vec(**{P_att: 1.0 / sp}) \
-            + (2 * d.q_heads * (2 * kvl + rope)) * vec(**{Cr_att: 1.0 / sp})
-        # read prefix + chunk, read decode ctx, write new
-        kv = lat_tok * vec(**{K_att: 1.0 / sp, C_att: 1.0 / sp, "T": 1.0 / sp})
-        act = vec(T=1.0 / sp) * d.q_heads * (qk + vd) * a + vec(**{K_att: 1.0 / sp}) * d.q_heads * (nope + vd) * a
-        layer_op("attention", all_layers, dt_att, flops, 0.0, 0.0, kv=kv, act=act)
-        if m.index_topk:
-            _indexer_op(m, layer_op, all_layers, sp, wb, dt_w, a)
-        p_o = d.q_heads * vd * h
-        layer_op("o_proj", all_layers, dt_w, 2 * p_o * tok_att, p_o * wb, p_o * wb,
-                 act=tok_att * (d.q_heads * vd + h) * a)
-    else:
-        hd = m.head_dim
-        gate = d.q_heads if m.attn_output_gate else 0.0  # gated attention: q_proj also emits the output gate
-        p_qkv = h * (d.q_heads + gate + 2 * d.kv_heads) * hd
-        bias = (d.q_heads + 2 * d.kv_heads) * hd * b16 if m.attention_bias else 0.0
-        qkn = 2 * hd * b16 if m.qk_norm else 0.0
-        if m.qk_norm and m.qk_norm_per_layer:  # MiniMax: one norm over all (local) heads
-            qkn = (d.q_heads + d.kv_heads) * hd * b16
-        layer_op("qkv_proj", att_ids, dt_w, 2 * p_qkv * tok_att, p_qkv * wb + bias + qkn, p_qkv * wb + bias + qkn,
-                 act=tok_att * (h + (d.q_heads + gate + 2 * d.kv_heads) * hd) * a)
-        per_tok = 2 * d.kv_heads * hd * kvb
-        sink = 2 * d.q_heads * tok_att if m.attention_sinks else vec()
-        sink_w = d.q_heads * b16 if m.attention_sinks else 0.0
-        groups = ((full_ids, "", "P", "K", "C", "Cr"), (slide_ids, "_sliding", "Pw", "Kw", "Cw", "Cwr"))
-        for ids, sfx, P, K, C, Cr in groups:
-            if not ids:
-                continue
-            flops = 4 * hd * d.q_heads * vec(**{P: 1.0 / sp, Cr: 1.0 / sp}) + sink
-            kv = per_tok * vec(**{K: 1.0 / sp, C: 1.0 / sp, "T": 1.0 / sp})
-            act = 2 * d.q_heads * hd * a * tok_att
-            layer_op("attention" + sfx, ids, dt_att, flops, sink_w, sink_w, kv=kv, act=act)
-        p_o = d.q_heads * hd * h
-        o_bias = getattr(m, "attn_o_bias", m.attention_bias and m.family == "gpt_oss")
-        obias = h * b16 if o_bias else 0.0
-        layer_op("o_proj", att_ids, dt_w, 2 * p_o * tok_att, p_o * wb + obias, p_o * wb + obias,
-                 act=tok_att * (d.q_heads * hd + h) * a)
-    if not dp_attention:
-        net_op("attn_allreduce", L, "tp_allreduce", vec(T=h * a))
+    tok_att = vec(T=1.0 / sp)  # tokens a chip feeds to attention
+    dt_w, dt_att = wdtype["attn"], wdtype["attn_math"]
+    gate = d.q_heads if m.attn_output_gate else 0.0  # gated attention: q_proj also emits the output gate
+    p_qkv = h * (d.q_heads + gate + 2 * d.kv_heads) * hd
+    bias = (d.q_heads + 2 * d.kv_heads) * hd * B16 if m.attention_bias else 0.0
+    qkn = 2 * hd * B16 if m.qk_norm else 0.0
+    if m.qk_norm and m.qk_norm_per_layer:  # MiniMax: one norm over all (local) heads
+        qkn = (d.q_heads + d.kv_heads) * hd * B16
+    b.layer("qkv_proj", att_ids, dt_w, 2 * p_qkv * tok_att, p_qkv * wb + bias + qkn, p_qkv * wb + bias + qkn,
+            act=tok_att * (h + (d.q_heads + gate + 2 * d.kv_heads) * hd) * a)
+    per_tok = 2 * d.kv_heads * hd * kvb
+    sink = 2 * d.q_heads * tok_att if m.attention_sinks else vec()
+    sink_w = d.q_heads * B16 if m.attention_sinks else 0.0
+    groups = ((full_ids, "", "P", "K", "C", "Cr"), (slide_ids, "_sliding", "Pw", "Kw", "Cw", "Cwr"))
+    for ids, sfx, P, K, C, Cr in groups:
+        if not ids:
+            continue
+        flops = 4 * hd * d.q_heads * vec(**{P: 1.0 / sp, Cr: 1.0 / sp}) + sink
+        kv = per_tok * vec(**{K: 1.0 / sp, C: 1.0 / sp, "T": 1.0 / sp})
+        act = 2 * d.q_heads * hd * a * tok_att
+        b.layer("attention" + sfx, ids, dt_att, flops, sink_w, sink_w, kv=kv, act=act)
+    p_o = d.q_heads * hd * h
+    o_bias = getattr(m, "attn_o_bias", m.attention_bias and m.family == "gpt_oss")
+    obias = h * B16 if o_bias else 0.0
+    b.layer("o_proj", att_ids, dt_w, 2 * p_o * tok_att, p_o * wb + obias, p_o * wb + obias,
+            act=tok_att * (d.q_heads * hd + h) * a)
 
-    # ---------------- MLP / MoE ----------------
+
+def _mlp_and_moe(b: _Ops, m: ModelArch, ep: int, dp_attention: bool, wbytes: dict[str, float],
+                 wdtype: dict[str, str], a: float, tok_att: np.ndarray, expert_slots: int | None = None) -> None:
+    """Dense MLP layers, and MoE layers: router, routed experts (EP-balanced or busiest rank), shared experts,
+    and their collectives."""
+    tp, h = b.tp, m.hidden_size
+    all_layers = tuple(range(m.num_layers))
     T = vec(T=1.0)
     dense_ids = tuple(i for i in all_layers if not m.is_moe_layer(i))
     moe_ids = tuple(i for i in all_layers if m.is_moe_layer(i))
@@ -354,59 +388,62 @@ def build_ops(
     if dense_ids:
         inter = m.intermediate_size / tp
         p = 3 * h * inter
-        bias = (2 * inter + h) * b16 if m.mlp_bias else 0.0
-        layer_op("mlp", dense_ids, wdtype["mlp"], 2 * p * T, p * wbytes["mlp"] + bias, p * wbytes["mlp"] + bias,
-                 act=T * (2 * h + 6 * inter) * a)
-        net_op("mlp_allreduce", len(dense_ids), mlp_coll, vec(T=h * a))
-    if moe_ids:
-        E, k = m.num_experts, m.experts_per_token
-        S = expert_slots or E  # slots: E, or padded to a multiple of ep with redundant experts
-        p_r = h * E
-        rbias = E * b16 if m.router_bias else 0.0
-        layer_op("moe_router", moe_ids, wdtype["bf16"], 2 * p_r * tok_att, p_r * b16 + rbias, p_r * b16 + rbias,
-                 act=tok_att * (h * a + E * 4))
-        im = m.moe_intermediate_size
-        p_e = 3 * h * im  # one expert
-        ebias = (2 * im + h) * b16 if m.mlp_bias else 0.0
-        e_bytes = p_e * wbytes["experts"] + ebias
-        # experts split over ep ranks, each expert split tp/ep ways: a chip handles T*k/ep (token, expert)
-        # pairs on im*ep/tp of the intermediate; it reads the touched experts among its S/ep slots (balanced
-        # routing; a redundant copy is touched as often as the expert it copies, so the touched share is U)
-        flops = 2 * p_e * k / tp * T
-        w_read = vec(U=S * e_bytes / tp)
-        act = vec(T=k / ep) * (2 * h + 6 * im * ep / tp) * a
-        n = len(moe_ids)
-        moe = OpSpec("moe_experts", "work", n, wdtype["experts"], tp, flops * n,
-                     {"W": w_read * n, "A": act * n}, stored=S * e_bytes / tp, layer_ids=moe_ids)
-        if ep > 1:  # the busiest EP rank sets the time (see Routing): U -> Ue, T -> Tm
-            moe.time_flops = vec(Tm=2 * p_e * k / tp) * n
-            moe.time_bytes = {"W": vec(Ue=S * e_bytes / tp) * n,
-                              "A": vec(Tm=k / ep) * (2 * h + 6 * im * ep / tp) * a * n}
-        ops.append(moe)
-        if m.num_shared_experts:
-            isz = (m.shared_expert_intermediate_size or im) * m.num_shared_experts / tp
-            p_s = 3 * h * isz
-            ws = p_s * wbytes["shared"] + (h * b16 if m.shared_expert_gate else 0.0)
-            layer_op("moe_shared", moe_ids, wdtype["shared"], 2 * p_s * T, ws, ws, act=T * (2 * h + 6 * isz) * a)
-        if dp_attention and ep > 1:
-            # DeepEP-style: each rank sends its T/tp tokens x k copies to expert owners (a fraction 1-1/ep
-            # leaves the rank; each expert is split tp/ep ways), and receives the results back (combine)
-            msg = vec(T=k * h * a / tp * (1 - 1 / ep) * (tp / ep))
-            net_op("moe_dispatch", n, "ep_alltoall", msg)
-            net_op("moe_combine", n, "ep_alltoall", msg)
-        else:
-            net_op("moe_allreduce", n, mlp_coll, vec(T=h * a))
+        bias = (2 * inter + h) * B16 if m.mlp_bias else 0.0
+        b.layer("mlp", dense_ids, wdtype["mlp"], 2 * p * T, p * wbytes["mlp"] + bias, p * wbytes["mlp"] + bias,
+                act=T * (2 * h + 6 * inter) * a)
+        b.net("mlp_allreduce", len(dense_ids), mlp_coll, vec(T=h * a))
+    if not moe_ids:
+        return
+    E, k = m.num_experts, m.experts_per_token
+    S = expert_slots or E  # slots: E, or padded to a multiple of ep with redundant experts
+    p_r = h * E
+    rbias = E * B16 if m.router_bias else 0.0
+    b.layer("moe_router", moe_ids, wdtype["bf16"], 2 * p_r * tok_att, p_r * B16 + rbias, p_r * B16 + rbias,
+            act=tok_att * (h * a + E * 4))
+    im = m.moe_intermediate_size
+    p_e = 3 * h * im  # one expert
+    ebias = (2 * im + h) * B16 if m.mlp_bias else 0.0
+    e_bytes = p_e * wbytes["experts"] + ebias
+    # experts split over ep ranks, each expert split tp/ep ways: a chip handles T*k/ep (token, expert)
+    # pairs on im*ep/tp of the intermediate; it reads the touched experts among its S/ep slots (balanced
+    # routing; a redundant copy is touched as often as the expert it copies, so the touched share is U)
+    flops = 2 * p_e * k / tp * T
+    w_read = vec(U=S * e_bytes / tp)
+    act = vec(T=k / ep) * (2 * h + 6 * im * ep / tp) * a
+    n = len(moe_ids)
+    moe = OpSpec("moe_experts", "work", n, wdtype["experts"], tp, flops * n,
+                 {"W": w_read * n, "A": act * n}, stored=S * e_bytes / tp, layer_ids=moe_ids)
+    if ep > 1:  # the busiest EP rank sets the time (see Routing): U -> Ue, T -> Tm
+        moe.time_flops = vec(Tm=2 * p_e * k / tp) * n
+        moe.time_bytes = {"W": vec(Ue=S * e_bytes / tp) * n,
+                          "A": vec(Tm=k / ep) * (2 * h + 6 * im * ep / tp) * a * n}
+    b.ops.append(moe)
+    if m.num_shared_experts:
+        isz = (m.shared_expert_intermediate_size or im) * m.num_shared_experts / tp
+        p_s = 3 * h * isz
+        ws = p_s * wbytes["shared"] + (h * B16 if m.shared_expert_gate else 0.0)
+        b.layer("moe_shared", moe_ids, wdtype["shared"], 2 * p_s * T, ws, ws, act=T * (2 * h + 6 * isz) * a)
+    if dp_attention and ep > 1:
+        # DeepEP-style: each rank sends its T/tp tokens x k copies to expert owners (a fraction 1-1/ep
+        # leaves the rank; each expert is split tp/ep ways), and receives the results back (combine)
+        msg = vec(T=k * h * a / tp * (1 - 1 / ep) * (tp / ep))
+        b.net("moe_dispatch", n, "ep_alltoall", msg)
+        b.net("moe_combine", n, "ep_alltoall", msg)
+    else:
+        b.net("moe_allreduce", n, mlp_coll, vec(T=h * a))
 
-    # ---------------- norms, residuals, final norm, LM head, sampling ----------------
-    layer_op("norms_residual", all_layers, "", vec(T=(2 * 4 + 2) * h / sp), 2 * h * b16, 2 * h * b16,
-             act=vec(T=10 * h * a / sp))
+
+def _norms_and_head(b: _Ops, m: ModelArch, wdtype: dict[str, str], a: float, sp: float) -> None:
+    """Per-layer norms and residuals, the final norm, the LM head, the logits gather and sampling."""
+    tp, h = b.tp, m.hidden_size
+    b.layer("norms_residual", tuple(range(m.num_layers)), "", vec(T=(2 * 4 + 2) * h / sp), 2 * h * B16, 2 * h * B16,
+            act=vec(T=10 * h * a / sp))
     p_lm = m.vocab_size * h / tp
-    ops.append(OpSpec("final_norm", "work", 0, "", tp, vec(T=4 * h), {"W": vec(one=h * b16), "A": vec(T=2 * h * a)},
-                      stored=h * b16, stage="last"))
-    ops.append(OpSpec("lm_head", "work", 0, wdtype["bf16"], tp, vec(S=2 * p_lm),
-                      {"W": vec(one=p_lm * b16), "A": vec(S=h * a + m.vocab_size / tp * 4)},
-                      stored=0.0 if m.tie_word_embeddings else p_lm * b16, stage="last"))
-    net_op("logits_gather", 1, "tp_allgather", vec(S=m.vocab_size * 4))
-    ops.append(OpSpec("sampling", "work", 0, "", 1, vec(S=5 * m.vocab_size), {"A": vec(S=2 * m.vocab_size * 4)},
-                      stage="last"))
-    return ops
+    b.ops.append(OpSpec("final_norm", "work", 0, "", tp, vec(T=4 * h), {"W": vec(one=h * B16), "A": vec(T=2 * h * a)},
+                        stored=h * B16, stage="last"))
+    b.ops.append(OpSpec("lm_head", "work", 0, wdtype["bf16"], tp, vec(S=2 * p_lm),
+                        {"W": vec(one=p_lm * B16), "A": vec(S=h * a + m.vocab_size / tp * 4)},
+                        stored=0.0 if m.tie_word_embeddings else p_lm * B16, stage="last"))
+    b.net("logits_gather", 1, "tp_allgather", vec(S=m.vocab_size * 4))
+    b.ops.append(OpSpec("sampling", "work", 0, "", 1, vec(S=5 * m.vocab_size), {"A": vec(S=2 * m.vocab_size * 4)},
+                        stage="last"))

@@ -212,210 +212,67 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
 
     app = FastAPI(title="Jalapeño OpenAI-compatible server", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.jalapeno = state
+    _add_error_handlers(app)
+    _add_routes(app, state)
+    return app
 
-    def err(e: APIError) -> JSONResponse:
-        return JSONResponse(e.body(), status_code=e.status)
+
+def _error_response(e: APIError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error leaves as an OpenAI-style error body."""
 
     @app.exception_handler(APIError)
     async def _api_error(_req, exc: APIError):
-        return err(exc)
+        return _error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_req, exc):
-        return err(validation_error(exc))
+        return _error_response(validation_error(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req, exc):
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return err(APIError(str(exc.detail), status=exc.status_code, type=kind))
+        return _error_response(APIError(str(exc.detail), status=exc.status_code, type=kind))
 
     @app.exception_handler(Exception)
     async def _unexpected(_req, exc):
         log.exception("unhandled server error")
-        return err(APIError(f"internal error: {type(exc).__name__}", status=500, type="internal_error"))
+        return _error_response(APIError(f"internal error: {type(exc).__name__}", status=500, type="internal_error"))
 
-    def check_auth(request: Request) -> None:
-        if not cfg.api_key:
-            return
-        got = request.headers.get("authorization", "")
-        scheme, _, token = got.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), cfg.api_key.encode()):
-            raise APIError(
-                "invalid or missing API key: send 'Authorization: Bearer <key>'",
-                status=401,
-                type="authentication_error",
-                code="invalid_api_key",
-            )
 
-    async def parse(request: Request, model_cls):
-        raw = await request.body()
-        try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise APIError(f"request body is not valid JSON ({exc})", code="invalid_json") from None
-        if not isinstance(data, dict):
-            raise APIError("request body must be a JSON object", code="invalid_json")
-        try:
-            req = model_cls.model_validate(data)
-        except ValidationError as exc:
-            raise validation_error(exc) from None
-        if req.model != cfg.model_name:
-            raise APIError(
-                f"model '{req.model}' does not exist; this server serves '{cfg.model_name}'",
-                status=404,
-                type="not_found_error",
-                param="model",
-                code="model_not_found",
-            )
-        return req
-
-    def make_prompt(p: str | list[int]) -> _Prompt:
-        if isinstance(p, list):
-            if cfg.vocab_size is not None and max(p) >= cfg.vocab_size:
-                raise APIError(f"token id {max(p)} is outside the vocabulary (size {cfg.vocab_size})", param="prompt")
-            return _Prompt(list(p) if codec.has_token_ids else None, len(p))
-        if codec.has_token_ids:
-            ids = codec.encode(p)
-            if not ids:
-                raise APIError("prompt is empty after tokenisation", param="prompt")
-            return _Prompt(ids, len(ids))
-        return _Prompt(None, codec.prompt_len(p))
-
-    def sampling_for(req, prompt: _Prompt, max_tokens: int | None) -> tuple[SamplingParams, frozenset[int]]:
-        room = cfg.max_model_len - prompt.length
-        if room <= 0:
-            raise APIError(
-                f"prompt has {prompt.length} tokens; the context is {cfg.max_model_len}",
-                param="messages" if isinstance(req, ChatCompletionRequest) else "prompt",
-                code="context_length_exceeded",
-            )
-        if max_tokens is None:
-            max_tokens = room
-        if max_tokens <= 0:
-            raise APIError(f"max_tokens must be >= 1 (got {max_tokens})", param="max_tokens", code="invalid_value")
-        if prompt.length + max_tokens > cfg.max_model_len:
-            raise APIError(
-                f"prompt ({prompt.length} tokens) + max_tokens ({max_tokens}) exceeds the context of "
-                f"{cfg.max_model_len} tokens",
-                param="max_tokens",
-                code="context_length_exceeded",
-            )
-        user_stop = tuple(req.stop_token_ids or ())
-        stop_ids = user_stop + (() if req.ignore_eos else state.eos_ids)
-        sp = SamplingParams(
-            max_tokens=max_tokens,
-            temperature=req.temperature,
-            top_p=req.top_p,
-            seed=req.seed,
-            stop_token_ids=stop_ids,
-            ignore_eos=req.ignore_eos and not user_stop,
-        )
-        return sp, frozenset(stop_ids)
-
-    def sse(obj: dict) -> str:
-        return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
-
-    async def run(request: Request, gen: _Generation, stream: bool, include_usage: bool, chat: bool):
-        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-        created = int(time.time())
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        base = {"id": rid, "object": obj, "created": created, "model": cfg.model_name}
-
-        if not stream:
-            parts: list[str] = []
-            agen = gen.batches()
-            watch = asyncio.ensure_future(_watch_disconnect(request, gen))
-            try:
-                async for batch in agen:
-                    parts.extend(d.text for d in batch)
-            finally:
-                watch.cancel()
-                await agen.aclose()
-            if gen.client_gone:
-                return Response(status_code=499)  # nobody is listening
-            text = "".join(parts)
-            if chat:
-                choice = {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "logprobs": None,
-                    "finish_reason": gen.finish_reason,
-                }
-                body = {**base, "object": "chat.completion", "choices": [choice]}
-            else:
-                body = {
-                    **base,
-                    "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": gen.finish_reason}],
-                }
-            body["usage"] = gen.usage()
-            return JSONResponse(body)
-
-        # Validation errors surface before the first byte: pull the first deltas eagerly.
-        agen = gen.batches()
-        watch = asyncio.ensure_future(_watch_disconnect(request, gen))
-        try:
-            first = await agen.__anext__()
-        except StopAsyncIteration:  # the client left before the first token
-            first = None
-        finally:
-            watch.cancel()
-        if first is None or gen.client_gone:
-            await agen.aclose()
-            return Response(status_code=499)
-        render = _ChunkRenderer(base, chat)
-
-        async def body_iter():
-            try:
-                batch = first
-                while batch is not None:
-                    yield "".join(render(d) for d in batch)  # one write; still one SSE event per step
-                    if batch and batch[-1].finish_reason is not None:
-                        break
-                    try:
-                        batch = await agen.__anext__()
-                    except StopAsyncIteration:
-                        batch = None
-                if include_usage:
-                    yield sse({**base, "choices": [], "usage": gen.usage()})
-                yield "data: [DONE]\n\n"
-            except APIError as e:  # engine failed mid-stream: report in-band, as OpenAI does
-                yield sse(e.body())
-                yield "data: [DONE]\n\n"
-            finally:
-                await agen.aclose()
-
-        return StreamingResponse(
-            body_iter(),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+def _add_routes(app: FastAPI, state: _State) -> None:
+    """The OpenAI endpoints, /health and /metrics."""
+    cfg, codec, aeng = state.cfg, state.codec, state.engine
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        check_auth(request)
-        req: CompletionRequest = await parse(request, CompletionRequest)
-        prompt = make_prompt(req.prompt)  # type: ignore[arg-type]
-        sp, stop_ids = sampling_for(req, prompt, req.max_tokens)
+        _check_auth(request, cfg)
+        req: CompletionRequest = await _parse(request, CompletionRequest, cfg)
+        prompt = _make_prompt(req.prompt, cfg, codec)  # type: ignore[arg-type]
+        sp, stop_ids = _sampling_for(req, prompt, req.max_tokens, state)
         gen = _Generation(state, prompt, sp, req.stop, stop_ids)  # type: ignore[arg-type]
-        return await run(request, gen, req.stream, req.include_usage, chat=False)
+        return await _respond(request, gen, req.stream, req.include_usage, cfg, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        check_auth(request)
-        req: ChatCompletionRequest = await parse(request, ChatCompletionRequest)
+        _check_auth(request, cfg)
+        req: ChatCompletionRequest = await _parse(request, ChatCompletionRequest, cfg)
         try:
             msgs = [{"role": m.role, "content": m.text()} for m in req.messages]
             rendered = codec.chat_prompt(msgs)
         except ValueError as exc:
             raise APIError(str(exc), param="messages") from None
-        prompt = make_prompt(rendered)
-        sp, stop_ids = sampling_for(req, prompt, req.effective_max_tokens)
+        prompt = _make_prompt(rendered, cfg, codec)
+        sp, stop_ids = _sampling_for(req, prompt, req.effective_max_tokens, state)
         gen = _Generation(state, prompt, sp, req.stop, stop_ids)  # type: ignore[arg-type]
-        return await run(request, gen, req.stream, req.include_usage, chat=True)
+        return await _respond(request, gen, req.stream, req.include_usage, cfg, chat=True)
 
     @app.get("/v1/models")
     async def models(request: Request):
-        check_auth(request)
+        _check_auth(request, cfg)
         return {
             "object": "list",
             "data": [
@@ -439,7 +296,176 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
     async def metrics():
         return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    return app
+
+def _check_auth(request: Request, cfg: ServerConfig) -> None:
+    if not cfg.api_key:
+        return
+    got = request.headers.get("authorization", "")
+    scheme, _, token = got.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), cfg.api_key.encode()):
+        raise APIError(
+            "invalid or missing API key: send 'Authorization: Bearer <key>'",
+            status=401,
+            type="authentication_error",
+            code="invalid_api_key",
+        )
+
+
+async def _parse(request: Request, model_cls, cfg: ServerConfig):
+    raw = await request.body()
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise APIError(f"request body is not valid JSON ({exc})", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise APIError("request body must be a JSON object", code="invalid_json")
+    try:
+        req = model_cls.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+    if req.model != cfg.model_name:
+        raise APIError(
+            f"model '{req.model}' does not exist; this server serves '{cfg.model_name}'",
+            status=404,
+            type="not_found_error",
+            param="model",
+            code="model_not_found",
+        )
+    return req
+
+
+def _make_prompt(p: str | list[int], cfg: ServerConfig, codec: Codec) -> _Prompt:
+    if isinstance(p, list):
+        if cfg.vocab_size is not None and max(p) >= cfg.vocab_size:
+            raise APIError(f"token id {max(p)} is outside the vocabulary (size {cfg.vocab_size})", param="prompt")
+        return _Prompt(list(p) if codec.has_token_ids else None, len(p))
+    if codec.has_token_ids:
+        ids = codec.encode(p)
+        if not ids:
+            raise APIError("prompt is empty after tokenisation", param="prompt")
+        return _Prompt(ids, len(ids))
+    return _Prompt(None, codec.prompt_len(p))
+
+
+def _sampling_for(req, prompt: _Prompt, max_tokens: int | None, state: _State) -> tuple[SamplingParams, frozenset[int]]:
+    cfg = state.cfg
+    room = cfg.max_model_len - prompt.length
+    if room <= 0:
+        raise APIError(
+            f"prompt has {prompt.length} tokens; the context is {cfg.max_model_len}",
+            param="messages" if isinstance(req, ChatCompletionRequest) else "prompt",
+            code="context_length_exceeded",
+        )
+    if max_tokens is None:
+        max_tokens = room
+    if max_tokens <= 0:
+        raise APIError(f"max_tokens must be >= 1 (got {max_tokens})", param="max_tokens", code="invalid_value")
+    if prompt.length + max_tokens > cfg.max_model_len:
+        raise APIError(
+            f"prompt ({prompt.length} tokens) + max_tokens ({max_tokens}) exceeds the context of "
+            f"{cfg.max_model_len} tokens",
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
+    user_stop = tuple(req.stop_token_ids or ())
+    stop_ids = user_stop + (() if req.ignore_eos else state.eos_ids)
+    sp = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        seed=req.seed,
+        stop_token_ids=stop_ids,
+        ignore_eos=req.ignore_eos and not user_stop,
+    )
+    return sp, frozenset(stop_ids)
+
+
+def _sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+async def _respond(request: Request, gen: _Generation, stream: bool, include_usage: bool, cfg: ServerConfig,
+                   chat: bool):
+    rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+    created = int(time.time())
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    base = {"id": rid, "object": obj, "created": created, "model": cfg.model_name}
+    if not stream:
+        return await _full_response(request, gen, base, chat)
+    return await _stream_response(request, gen, base, include_usage, chat)
+
+
+async def _full_response(request: Request, gen: _Generation, base: dict, chat: bool) -> Response:
+    parts: list[str] = []
+    agen = gen.batches()
+    watch = asyncio.ensure_future(_watch_disconnect(request, gen))
+    try:
+        async for batch in agen:
+            parts.extend(d.text for d in batch)
+    finally:
+        watch.cancel()
+        await agen.aclose()
+    if gen.client_gone:
+        return Response(status_code=499)  # nobody is listening
+    text = "".join(parts)
+    if chat:
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": gen.finish_reason,
+        }
+        body = {**base, "object": "chat.completion", "choices": [choice]}
+    else:
+        body = {
+            **base,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": gen.finish_reason}],
+        }
+    body["usage"] = gen.usage()
+    return JSONResponse(body)
+
+
+async def _stream_response(request: Request, gen: _Generation, base: dict, include_usage: bool,
+                           chat: bool) -> Response:
+    # Validation errors surface before the first byte: pull the first deltas eagerly.
+    agen = gen.batches()
+    watch = asyncio.ensure_future(_watch_disconnect(request, gen))
+    try:
+        first = await agen.__anext__()
+    except StopAsyncIteration:  # the client left before the first token
+        first = None
+    finally:
+        watch.cancel()
+    if first is None or gen.client_gone:
+        await agen.aclose()
+        return Response(status_code=499)
+    render = _ChunkRenderer(base, chat)
+
+    async def body_iter():
+        try:
+            batch = first
+            while batch is not None:
+                yield "".join(render(d) for d in batch)  # one write; still one SSE event per step
+                if batch and batch[-1].finish_reason is not None:
+                    break
+                try:
+                    batch = await agen.__anext__()
+                except StopAsyncIteration:
+                    batch = None
+            if include_usage:
+                yield _sse({**base, "choices": [], "usage": gen.usage()})
+            yield "data: [DONE]\n\n"
+        except APIError as e:  # engine failed mid-stream: report in-band, as OpenAI does
+            yield _sse(e.body())
+            yield "data: [DONE]\n\n"
+        finally:
+            await agen.aclose()
+
+    return StreamingResponse(
+        body_iter(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 _CLIENT_GONE = object()

@@ -45,7 +45,7 @@ class AsyncEngine:
 
     def __init__(self, engine: Any, *, time_scale: float = 1.0) -> None:
         self.engine = engine
-        self.paced = bool(engine.backend.is_simulated) and time_scale > 0
+        self.paced = engine.backend.capabilities.virtual_time and time_scale > 0
         self.time_scale = time_scale
         self._cmds: queue.SimpleQueue = queue.SimpleQueue()
         self._handles: dict[int | str, _Handle] = {}

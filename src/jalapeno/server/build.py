@@ -114,11 +114,7 @@ def _eos_ids(tok: Any, loaded: Any) -> list[int]:
     ids = set()
     if getattr(tok, "eos_token_id", None) is not None:
         ids.add(int(tok.eos_token_id))
-    cfg_eos = getattr(loaded.config, "eos_token_id", None)
-    if isinstance(cfg_eos, int):
-        ids.add(cfg_eos)
-    elif isinstance(cfg_eos, (list, tuple)):
-        ids.update(int(i) for i in cfg_eos)
+    ids.update(loaded.config.eos_token_ids)  # ModelArch: the config's eos_token_id(s)
     return sorted(ids)
 
 

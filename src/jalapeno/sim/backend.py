@@ -23,7 +23,8 @@ from typing import Any, Literal, Protocol, Sequence as Seq
 
 import numpy as np
 
-from jalapeno.engine.interface import Backend, ScheduledBatch, StepResult
+from jalapeno.engine.batch import ScheduledBatch, StepResult
+from jalapeno.engine.interface import Backend, Capabilities
 from jalapeno.errors import ConfigError
 from jalapeno.perf.shape import StepShape, _pairs
 
@@ -82,9 +83,10 @@ class SpecDecode:
 
 
 class SimBackend(Backend):
-    """Backend that prices steps with a cost model on a virtual clock (``is_simulated``)."""
+    """Backend that prices steps with a cost model on a virtual clock, over length-only sequences."""
 
     max_multi_step = 1 << 30
+    capabilities = Capabilities(virtual_time=True, length_only=True)
 
     def __init__(
         self, cost_model: CostModelLike, spec: SpecDecode | None = None, keep_trace: bool = False,
@@ -107,10 +109,6 @@ class SimBackend(Backend):
         self._plan = None
         self.trace: list[dict] | None = [] if keep_trace else None
 
-    @property
-    def is_simulated(self) -> bool:
-        return True
-
     def memory_plan(self):
         if self._plan is None:
             if self.state_seqs and getattr(self.cm.model, "num_linear_layers", 0):
@@ -128,7 +126,7 @@ class SimBackend(Backend):
     @property
     def request_latency_s(self) -> float:
         """The serving stack's per-request latency (client to first scheduling), from the chip's
-        ``efficiency.request_overhead_ms``; the driver adds it to each call's arrival (TTFT and E2E, not step time)."""
+        ``efficiency.request_overhead_ms``; the simulated client adds it to each call's arrival (TTFT and E2E, not step time)."""
         eff = getattr(self.cm, "eff", None)
         return float(getattr(eff, "request_overhead_ms", 0.0)) / 1000.0
 
@@ -145,63 +143,67 @@ class SimBackend(Backend):
 
     def _shapes(self, batch: ScheduledBatch, multi: bool) -> tuple[StepShape, StepShape | None]:
         """The first step's shape and, for a multi-step batch whose first step prefills, the shape of its second
-        step (every chunk then decodes: a finished prompt feeds its first token, a decode its next)."""
-        w = self.window
+        step (every chunk then decodes: a finished prompt feeds its first token, a decode its next).
+
+        The accumulators are :class:`StepShape`'s fields (``*_window``: capped at the sliding window) plus the
+        second step's decode context sums (``next_*``)."""
+        window = self.window
         per = 1 + self.k
-        pt = ps = pkv = pkvw = 0
-        pp = ppw = 0.0
-        ds = dt = dsum = dsw = below = 0
-        sum2 = sw2 = below2 = 0
+        prefill_tokens = prefill_seqs = prefill_kv = prefill_kv_window = 0
+        prefill_pairs = prefill_pairs_window = 0.0
+        decode_seqs = decode_tokens = decode_ctx = decode_ctx_window = decode_below = 0
+        next_ctx = next_ctx_window = next_below = 0
         chunks = batch.chunks
         nd = batch.num_decodes
-        if nd and not w:  # fast path: the scheduler put the decodes first (and may know their starts' sum)
-            ds, dt = nd, nd * per
+        if nd and not window:  # fast path: the scheduler put the decodes first (and may know their starts' sum)
+            decode_seqs, decode_tokens = nd, nd * per
             starts = batch.decode_start_sum
-            dsum = (sum(map(_start, chunks[:nd])) if starts is None else starts) + dt
-            sum2 = dsum + nd
+            decode_ctx = (sum(map(_start, chunks[:nd])) if starts is None else starts) + decode_tokens
+            next_ctx = decode_ctx + nd
             chunks = chunks[nd:]
         for c in chunks:
             seq = c.seq
             n = c.num_tokens
             out = seq.num_output_tokens
-            if out and c.start >= seq.prompt_len + out - 1:
+            if out and c.start >= seq.prompt_len + out - 1:  # a decode: feeds the newest token on
                 ctx = c.start + n
-                ds += 1
-                dt += n
-                dsum += ctx
+                decode_seqs += 1
+                decode_tokens += n
+                decode_ctx += ctx
                 nxt = ctx + 1
-                if w:
-                    if ctx < w:
-                        dsw += ctx
-                        below += 1
+                if window:
+                    if ctx < window:
+                        decode_ctx_window += ctx
+                        decode_below += 1
                     else:
-                        dsw += w
+                        decode_ctx_window += window
             else:
-                pre = c.start
-                pt += n
-                ps += 1
-                full = _pairs(n, pre, None)
-                pp += full
-                ppw += _pairs(n, pre, w) if w else full
-                pkv += pre + n
-                pkvw += (min(pre, w) if w else pre) + n
-                nxt = pre + n + per
+                prefix = c.start
+                prefill_tokens += n
+                prefill_seqs += 1
+                full = _pairs(n, prefix, None)
+                prefill_pairs += full
+                prefill_pairs_window += _pairs(n, prefix, window) if window else full
+                prefill_kv += prefix + n
+                prefill_kv_window += (min(prefix, window) if window else prefix) + n
+                nxt = prefix + n + per
             if multi:
-                sum2 += nxt
-                if w:
-                    if nxt < w:
-                        sw2 += nxt
-                        below2 += 1
+                next_ctx += nxt
+                if window:
+                    if nxt < window:
+                        next_ctx_window += nxt
+                        next_below += 1
                     else:
-                        sw2 += w
-        if not w:
-            dsw = dsum
-            sw2 = sum2
-        first = StepShape(pt, ps, pp, ppw, pkv, pkvw, ds, dt, dsum, dsw, below)
-        if not (multi and pt):  # a decode-only multi-step batch is priced from its first shape alone
+                        next_ctx_window += window
+        if not window:
+            decode_ctx_window = decode_ctx
+            next_ctx_window = next_ctx
+        first = StepShape(prefill_tokens, prefill_seqs, prefill_pairs, prefill_pairs_window, prefill_kv,
+                          prefill_kv_window, decode_seqs, decode_tokens, decode_ctx, decode_ctx_window, decode_below)
+        if not (multi and prefill_tokens):  # a decode-only multi-step batch is priced from its first shape alone
             return first, None
         b = len(batch.chunks)
-        return first, StepShape(0, 0, 0.0, 0.0, 0, 0, b, b * per, sum2, sw2, below2)
+        return first, StepShape(0, 0, 0.0, 0.0, 0, 0, b, b * per, next_ctx, next_ctx_window, next_below)
 
     def _proposer(self, shape: StepShape, steps: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Time and energy the draft proposer adds to each of ``steps`` steps."""
@@ -294,7 +296,6 @@ class SimBackend(Backend):
             duration_s=float(sum(dl)),
             energy_j=energy,
             step_durations=dl,
-            step_energies=ens.tolist(),
             token_counts=counts,
         )
 
@@ -303,10 +304,10 @@ class SimBackend(Backend):
         if not self.k:
             if batch.num_steps > 1:
                 return [steps] * len(batch.chunks)
-            nd = batch.num_decodes or 0  # decode chunks always sample
+            nd = batch.num_decodes  # decode chunks always sample
             return [1] * nd + [1 if c.sample else 0 for c in batch.chunks[nd:]]
         acc, e = self._acc, self._e_num
-        nd = batch.num_decodes or 0  # chunks[:nd] decode (and sample)
+        nd = batch.num_decodes  # chunks[:nd] decode (and sample)
         out = []
         for i, c in enumerate(batch.chunks):
             seq = c.seq

@@ -45,7 +45,7 @@ class SimResult:
     extra: dict = field(default_factory=dict)
 
     def metrics(self, *, num_chips: int = 1, output_chips: int | None = None, slo: SLO | None = None) -> dict:
-        """The vLLM/InferenceX metrics object (``bench.metrics.compute_metrics``), plus chain latencies."""
+        """The vLLM/InferenceX metrics object (``jalapeno.metrics.compute_metrics``), plus chain latencies."""
         m = compute_metrics(
             self.outcomes,
             self.duration_s,
@@ -82,7 +82,7 @@ class Call:
 
 @runtime_checkable
 class Target(Protocol):
-    """What the driver needs from one engine or a cluster."""
+    """What the simulated client drives: one engine (:class:`EngineTarget`) or a cluster of them."""
 
     def now(self) -> float: ...
     def request_latency_s(self) -> float: ...
@@ -195,7 +195,7 @@ class Client:
 
 
 class EngineTarget:
-    """One engine as a driver target."""
+    """One engine as a client target."""
 
     def __init__(self, engine) -> None:  # engine: jalapeno.engine.Engine
         self.engine = engine
@@ -206,7 +206,7 @@ class EngineTarget:
     def request_latency_s(self) -> float:
         """Per-request serving latency the backend models (simulated backends; 0 for real ones, whose latency is
         measured)."""
-        return float(getattr(self.engine.backend, "request_latency_s", 0.0))
+        return self.engine.backend.request_latency_s
 
     def busy(self) -> bool:
         return self.engine.has_unfinished()
@@ -217,7 +217,7 @@ class EngineTarget:
         dt = t - e.clock.now()
         e.clock.wait_until(t)
         if dt > 0:
-            e.energy_j += float(getattr(e.backend, "idle_power_w", 0.0)) * dt
+            e.energy_j += e.backend.idle_power_w * dt
 
     def submit(self, call: Call) -> None:
         self.engine.add_request(
@@ -251,7 +251,7 @@ def drive(target: Target, wl: Workload) -> SimResult:
         if not target.busy():
             t = client.next_time()
             if t is None:  # pragma: no cover - would mean a lost request
-                raise RuntimeError("driver stalled: nothing in flight and nothing due")
+                raise RuntimeError("simulated client stalled: nothing in flight and nothing due")
             target.wait_until(t)
             continue
         for seq in target.advance(client.next_time()):

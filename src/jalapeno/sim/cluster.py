@@ -70,7 +70,7 @@ def _bound(e: Engine) -> float:
 
 
 class Cluster:
-    """A driver target over ``workers`` (aggregated replicas) or ``prefill`` + ``decode`` pools."""
+    """A client target over ``workers`` (aggregated replicas) or ``prefill`` + ``decode`` pools."""
 
     def __init__(self, workers: list[Engine], decode: list[Engine] | None = None, link: KVLink | None = None) -> None:
         self.prefill = workers
@@ -101,7 +101,7 @@ class Cluster:
 
     def request_latency_s(self) -> float:
         """Requests enter through the prefill (or only) pool's serving front end."""
-        return float(getattr(self.prefill[0].backend, "request_latency_s", 0.0))
+        return self.prefill[0].backend.request_latency_s
 
     def busy(self) -> bool:
         return bool(self._transfers) or any(e.has_unfinished() for e in self.all)
@@ -214,4 +214,4 @@ def _idle(e: Engine, t: float) -> None:
     dt = t - e.clock.now()
     if dt > 0:
         e.clock.wait_until(t)
-        e.energy_j += float(getattr(e.backend, "idle_power_w", 0.0)) * dt
+        e.energy_j += e.backend.idle_power_w * dt

@@ -2,7 +2,7 @@
 
 :class:`Scenario` holds the choices under the CLI's flag names (so a scenarios CSV uses the same names as
 columns); :func:`run_scenario` builds the cost model(s), the simulated engine(s) and the workload, runs it on
-the virtual clock and returns the metrics dict (``bench.metrics`` keys, plus chain latencies when chained).
+the virtual clock and returns the metrics dict (``jalapeno.metrics`` keys, plus chain latencies when chained).
 """
 
 from __future__ import annotations

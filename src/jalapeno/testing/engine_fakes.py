@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from jalapeno.engine.batch import StepResult
+from jalapeno.engine.interface import Backend
 from jalapeno.perf.shape import StepShape
 
 
@@ -63,12 +65,9 @@ class FakeCostModel:
         return SimpleNamespace(kv_capacity_tokens=self.kv_tokens, kv_bytes_per_token=1000.0)
 
 
-class TokenBackend:
+class TokenBackend(Backend):
     """A 'real' (non-simulated) backend for engine tests: returns real token ids (``next_token(seq, pos)``),
     takes ``step_s`` per step and records every batch it was given."""
-
-    max_multi_step = 1
-    is_simulated = False
 
     def __init__(self, num_blocks: int = 1000, step_s: float = 1e-3, next_token=None) -> None:
         self.blocks = num_blocks
@@ -84,8 +83,6 @@ class TokenBackend:
         self.freed.append(seq.seq_id)
 
     def execute(self, batch):
-        from jalapeno.engine.interface import StepResult
-
         self.batches.append([(c.seq.seq_id, c.start, c.num_tokens, c.sample) for c in batch.chunks])
         toks = [[self.next_token(c.seq, c.start + c.num_tokens)] if c.sample else [] for c in batch.chunks]
         return StepResult(tokens=toks, duration_s=self.step_s)

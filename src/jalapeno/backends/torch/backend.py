@@ -17,10 +17,11 @@ import torch
 from jalapeno.backends.torch.attention import SeqSlice
 from jalapeno.backends.torch.linear import WEIGHT_LAYOUTS
 from jalapeno.backends.torch.loader import LoadedModel, load_model
-from jalapeno.backends.torch.models.common import set_weight_layout
-from jalapeno.backends.torch.runner import ModelRunner
+from jalapeno.backends.torch.models.layers import set_weight_layout
+from jalapeno.backends.torch.runner import DecodePolicy, ModelRunner
 from jalapeno.backends.torch.sampler import SampleSpec, sample
-from jalapeno.engine.interface import Backend, ScheduledBatch, StepResult
+from jalapeno.engine.batch import ScheduledBatch, StepResult
+from jalapeno.engine.interface import Backend
 from jalapeno.errors import CapacityError, ConfigError, JalapenoError, RequestError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -52,9 +53,10 @@ class TorchBackend(Backend):
     block-scaled checkpoints (DeepSeek FP8, GPT-OSS MXFP4) stay quantized without it.
     ``weight_layout``: "batched" (default) stores float CPU weights row-major; decode steps of dense GQA models
     then run the fused C kernel (:mod:`jalapeno.backends.torch.fused_decode`, 2-3x the PyTorch ops at 1-8
-    sequences). "single" stores the tall ones input-major: ~25% faster one-sequence decode through PyTorch ops,
-    for models the kernel does not cover, and slower batches (:mod:`jalapeno.backends.torch.linear`). With
-    ``loaded=``, the shared model is re-laid out in place.
+    sequences) up to ``decode_policy``'s crossover (:class:`~jalapeno.backends.torch.runner.DecodePolicy`,
+    default 32 sequences). "single" stores the tall ones input-major: ~25% faster one-sequence decode through
+    PyTorch ops, for models the kernel does not cover, and slower batches (:mod:`jalapeno.backends.torch.linear`).
+    With ``loaded=``, the shared model is re-laid out in place.
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class TorchBackend(Backend):
         loaded: LoadedModel | None = None,
         quantize: str | None = None,
         weight_layout: str = "batched",
+        decode_policy: DecodePolicy | None = None,
     ) -> None:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype)
@@ -88,7 +91,14 @@ class TorchBackend(Backend):
         self.gpu_memory_fraction = gpu_memory_fraction
         self._forced_blocks = num_blocks
         self.max_multi_step = max(1, int(max_multi_step))
+        self.decode_policy = decode_policy or DecodePolicy()
         self.runner: ModelRunner | None = None
+
+    def set_decode_policy(self, policy: DecodePolicy) -> None:
+        """Which decode steps take the fused CPU kernel from now on (this runner and any later one)."""
+        self.decode_policy = policy
+        if self.runner is not None:
+            self.runner.policy = policy
 
     # --- Backend ---------------------------------------------------------------------------------------
     def num_kv_blocks(self, block_size: int) -> int:
@@ -99,11 +109,12 @@ class TorchBackend(Backend):
         r = self.runner
         if r is None or r.num_blocks != n or r.block_size != block_size:  # reuse the cache across engines
             self.runner = None  # free the old cache before allocating the new one
-            self.runner = ModelRunner(self.model, n, block_size, self.device, self.dtype)
+            self.runner = ModelRunner(self.model, n, block_size, self.device, self.dtype, self.decode_policy)
         return n
 
     def _budget_blocks(self, block_size: int) -> int:
-        per_block = block_size * self.config.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8)
+        per_elem = torch.finfo(self.dtype).bits // 8
+        per_block = block_size * self.config.kv_elems_per_token_layer() * self.config.num_layers * per_elem
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
             budget = free * self.gpu_memory_fraction

@@ -8,25 +8,27 @@ in it) in one OpenMP region, each weight matrix's rows split over all threads.
 
 It is an optimisation of :meth:`CausalLM.forward` and nothing else: same weights (the model's own tensors, the
 ``batched`` row-major layout), same paged KV cache, same block table, same outputs to float32 rounding
-(tests/torch/test_fused_decode.py compares it with the PyTorch path and with ``transformers``). A step uses it
-only when everything matches what the kernel implements (:func:`plan_for`): CPU, float32, every sequence
-feeding one token (at most :data:`MAX_BATCH` of them), every layer a plain dense GQA block without sliding
-window or sinks, float weights fused and row-major. Anything else (prefill and mixed steps included), or a
-machine without a C compiler, runs the PyTorch path.
+(tests/torch/test_fused_decode.py compares it with the PyTorch path and with ``transformers``). The model
+runner (:mod:`jalapeno.backends.torch.runner`) decides which path a step takes and holds the plan: its
+:class:`~jalapeno.backends.torch.runner.DecodePolicy` picks pure decode steps on CPU (every sequence feeding
+one token, at most its crossover of them, :data:`MAX_BATCH` by default), and :func:`plan_for` accepts the
+model only when everything matches what the kernel implements: float32, every layer a plain dense GQA block
+without sliding window or sinks, float weights fused and row-major. Anything else (prefill and mixed steps
+included), or a machine without a C compiler, runs the PyTorch path. The model modules never import this file.
 """
 
 from __future__ import annotations
 
 import ctypes
-import logging
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from jalapeno.backends.torch.attention import StepMetadata
-
-log = logging.getLogger(__name__)
+from jalapeno.backends.torch.models.layers import DecoderLayer, GatedMLP, RMSNorm, fused_intact
+from jalapeno.backends.torch.models.llama import Attention
+from jalapeno.kernels.cpu_build import KernelUnavailable, load_kernel
 
 _f = ctypes.POINTER(ctypes.c_float)
 
@@ -77,9 +79,6 @@ def _ok(t: torch.Tensor | None) -> bool:
 def _layer_tensors(layer: nn.Module, cache: tuple[torch.Tensor, ...] | None) -> list[torch.Tensor | None] | None:
     """The layer's tensors in :class:`_Layer` order, or None if the kernel does not implement this layer
     (``cache=None``: check the layer alone)."""
-    from jalapeno.backends.torch.models.common import DecoderLayer, GatedMLP, RMSNorm, fused_intact
-    from jalapeno.backends.torch.models.llama import Attention
-
     if type(layer) is not DecoderLayer or (cache is not None and len(cache) != 2):
         return None
     attn, mlp = layer.self_attn, getattr(layer, layer.mlp_name)
@@ -116,10 +115,7 @@ def _layer_tensors(layer: nn.Module, cache: tuple[torch.Tensor, ...] | None) -> 
 def supports_fused_decode(model: nn.Module) -> bool:
     """Whether one-token steps of ``model`` (as loaded and laid out now) would run the fused kernel: every layer
     is of a kind it implements, the weights are float32 row-major on CPU, and the kernel builds here."""
-    from jalapeno.backends.torch.models.common import RMSNorm
-    from jalapeno.kernels.cpu_build import KernelUnavailable, load_kernel
-
-    if not getattr(model, "fused_decode", True) or type(model.model.norm) is not RMSNorm:
+    if type(model.model.norm) is not RMSNorm:
         return False
     if type(model.lm_head) is not nn.Linear or not _ok(model.lm_head.weight) or model.lm_head.bias is not None:
         return False
@@ -164,18 +160,18 @@ def _signature(model: nn.Module, kv_caches: list[tuple[torch.Tensor, ...]]) -> t
     return tuple(ptrs)
 
 
-def plan_for(model: nn.Module, kv_caches: list[tuple[torch.Tensor, ...]], block_size: int) -> DecodePlan | None:
-    """A :class:`DecodePlan` for ``model`` and its caches, or None when the kernel does not apply (or cannot
-    be built here). Cheap to call every step: the previous plan is reused while its signature holds (~0.1 ms
-    for SmolLM2's 30 layers); a changed model is checked in full again."""
-    from jalapeno.backends.torch.models.common import RMSNorm
-
+def plan_for(
+    model: nn.Module, kv_caches: list[tuple[torch.Tensor, ...]], block_size: int, previous: DecodePlan | None = None
+) -> DecodePlan | None:
+    """A :class:`DecodePlan` for ``model`` and its caches, or None when the kernel does not apply. Raises
+    :class:`~jalapeno.kernels.cpu_build.KernelUnavailable` when the kernel cannot be built here. Cheap to call
+    every step: ``previous`` (the caller's last plan) comes back while its signature holds (~0.1 ms for
+    SmolLM2's 30 layers); a changed model is checked in full again."""
     signature = _signature(model, kv_caches)
     if signature is None:
         return None
-    cached: DecodePlan | None = getattr(model, "_decode_plan", None)
-    if cached is not None and cached.signature == signature and cached.block_size == block_size:
-        return cached
+    if previous is not None and previous.signature == signature and previous.block_size == block_size:
+        return previous
     layers = model.model.layers
     if len(kv_caches) != len(layers) or type(model.model.norm) is not RMSNorm or type(model.lm_head) is not nn.Linear:
         return None
@@ -193,14 +189,7 @@ def plan_for(model: nn.Module, kv_caches: list[tuple[torch.Tensor, ...]], block_
     # the weights stay referenced by the plan; the caches do not (a replaced cache must be freed at once): a
     # plan is only used after its signature matched, i.e. while every address in it is live storage
     weights = tuple(t for ts in per_layer for t in ts[:10] if t is not None) + (head, final)
-    from jalapeno.kernels.cpu_build import KernelUnavailable, load_kernel
-
-    try:
-        lib, _ = load_kernel("cpu_decode")
-    except KernelUnavailable as exc:
-        log.warning("fused CPU decode kernel unavailable, using the PyTorch path: %s", exc)
-        model._decode_plan_disabled = True
-        return None
+    lib, _ = load_kernel("cpu_decode")
     fn = lib.jal_decode_step
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.POINTER(_Model), ctypes.c_int64, _f, _f, _f, ctypes.POINTER(ctypes.c_int32),
@@ -213,25 +202,15 @@ def plan_for(model: nn.Module, kv_caches: list[tuple[torch.Tensor, ...]], block_
     hidden, inter = m0.down_proj.weight.shape
     cm = _Model(hidden, a0.h, a0.kvh, a0.d, inter, head.shape[0], block_size, len(layers), _ptr(final), _ptr(head),
                 model.model.norm.eps, 0.0, arr)
-    plan = DecodePlan(cm, arr, weights, signature, fn, head.shape[0], hidden, block_size)
-    model._decode_plan = plan
-    return plan
+    return DecodePlan(cm, arr, weights, signature, fn, head.shape[0], hidden, block_size)
 
 
-#: most sequences one fused step takes. Its GEMM reads each weight row once and multiplies it by every
-#: sequence's row while it sits in L1: bandwidth-bound steps (few sequences) gain most, 2.3-3x at 1-8
-#: sequences on the 2-core AVX2 VM; from ~8 sequences the step is compute-bound, and at ~48 MKL/oneDNN's
-#: blocked GEMMs are as fast, so larger decode batches take the PyTorch path (docs/performance.md)
+#: default crossover: most sequences one fused step takes (the runner's DecodePolicy may set another). Its
+#: GEMM reads each weight row once and multiplies it by every sequence's row while it sits in L1:
+#: bandwidth-bound steps (few sequences) gain most, 2.3-3x at 1-8 sequences on the 2-core AVX2 VM; from ~8
+#: sequences the step is compute-bound, and at ~48 MKL/oneDNN's blocked GEMMs are as fast, so larger decode
+#: batches take the PyTorch path (docs/performance.md)
 MAX_BATCH = 32
-
-
-def eligible_step(model: nn.Module, input_ids: torch.Tensor, meta: StepMetadata) -> bool:
-    """A pure decode step (every sequence feeds one token) of at most :data:`MAX_BATCH` sequences on CPU, and
-    the fused kernel not switched off for this model."""
-    return (
-        meta.max_q == 1 and input_ids.numel() <= MAX_BATCH and input_ids.device.type == "cpu"
-        and getattr(model, "fused_decode", True) and not getattr(model, "_decode_plan_disabled", False)
-    )
 
 
 def fused_decode_step(

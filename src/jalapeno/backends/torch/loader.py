@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
-from jalapeno.backends.torch.config import ModelConfig
-from jalapeno.backends.torch.models import build_model
-from jalapeno.backends.torch.models.common import CausalLM, set_weight_layout
+from jalapeno.backends.torch.models import build_model, torch_arch
+from jalapeno.backends.torch.models.layers import CausalLM, set_weight_layout
 from jalapeno.backends.torch.models.gpt_oss import mxfp4_state_name, swap_in_mxfp4_experts
 from jalapeno.errors import ConfigError, JalapenoError, UnknownNameError
+from jalapeno.models.arch import ModelArch
 from jalapeno.quant.checkpoint import swap_in_fp8_linears
 from jalapeno.quant.modules import QUANTIZE_FORMATS, QuantizeResult, quantize_linears
 
@@ -32,7 +32,8 @@ DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 @dataclass
 class LoadedModel:
     model: CausalLM
-    config: ModelConfig
+    #: the one model description (:mod:`jalapeno.models`), the same the simulator reads
+    config: ModelArch
     #: where the tokenizer lives: (folder, gguf file name or None)
     tokenizer_source: tuple[str, str | None]
     #: what ``quantize=`` did at load time (None when not requested)
@@ -92,14 +93,14 @@ def load_model(
         if p.suffix != ".gguf":
             raise JalapenoError(f"{p} is not a .gguf file or a model directory with config.json")
         cfg_dict, tensors = read_gguf(p)
-        cfg = ModelConfig.from_hf(cfg_dict)
+        cfg = torch_arch(cfg_dict, p.name)
         source = (str(p.parent), p.name)
     else:
         try:
             cfg_dict = json.loads((p / "config.json").read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise JalapenoError(f"cannot read {p / 'config.json'}: {exc}") from None
-        cfg = ModelConfig.from_hf(cfg_dict)  # fail fast on an unsupported config, before reading weights
+        cfg = torch_arch(cfg_dict, p.name)  # fail fast on an unsupported config, before reading weights
         tensors = read_safetensors(p)
         source = (str(p), None)
     model, result = materialize(cfg, tensors, device, dtype, quantize, weight_layout)
@@ -107,7 +108,7 @@ def load_model(
 
 
 def materialize(
-    cfg: ModelConfig,
+    cfg: ModelArch,
     tensors: dict[str, torch.Tensor],
     device: str,
     dtype: torch.dtype,
@@ -125,7 +126,7 @@ def materialize(
     ``quantize`` ("fp8" | "mxfp4"): afterwards, replace the remaining float linears with
     :func:`~jalapeno.quant.quantize_linears` (``lm_head`` and MoE routers stay float; embeddings are not linears).
     q/k/v and gate/up are fused into single GEMMs only where all parts are float, stored in ``weight_layout``
-    (:func:`~jalapeno.backends.torch.models.common.set_weight_layout`).
+    (:func:`~jalapeno.backends.torch.models.layers.set_weight_layout`).
     """
     with torch.device("meta"):
         model = build_model(cfg)
@@ -180,9 +181,9 @@ def _quantized_state_names(model: torch.nn.Module) -> set[str]:
     return names
 
 
-def _ignorable(name: str, cfg: ModelConfig) -> bool:
+def _ignorable(name: str, cfg: ModelArch) -> bool:
     m = re.match(r"model\.layers\.(\d+)\.", name)
-    if m and int(m.group(1)) >= cfg.num_hidden_layers:  # e.g. DeepSeek's multi-token-prediction layer
+    if m and int(m.group(1)) >= cfg.num_layers:  # e.g. DeepSeek's multi-token-prediction layer
         return True
     return name.endswith("rotary_emb.inv_freq") or (cfg.tie_word_embeddings and name == "lm_head.weight")
 

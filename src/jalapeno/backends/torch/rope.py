@@ -1,29 +1,42 @@
 """Rotary position embeddings: default, linear, Llama-3 and YaRN frequency schedules.
 
 ``inv_freq`` (radians per position, one per rotated pair) and an ``attention_factor`` that scales cos/sin are
-computed once from the config; per step :func:`rope_cos_sin` turns positions into cos/sin tables that every
-layer shares, and :func:`apply_rope` rotates q or k.
+computed once from the model's ``rope_theta`` and :class:`~jalapeno.models.arch.RopeScaling`; per step
+:func:`rope_cos_sin` turns positions into cos/sin tables that every layer shares, and :func:`apply_rope`
+rotates q or k.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
 from jalapeno.errors import ConfigError
+from jalapeno.models.arch import RopeScaling
 
 
-def rope_frequencies(rope: dict[str, Any], dim: int) -> tuple[torch.Tensor, float]:
-    """Return ``(inv_freq [dim/2] float32, attention_factor)`` for a rotary dimension ``dim``."""
-    base = float(rope.get("rope_theta", 10000.0))
-    kind = rope.get("rope_type", "default")
+def _need(rope: RopeScaling, name: str) -> float:
+    """A parameter the rope type requires (``factor``, ``low_freq_factor``...): one clear line when missing."""
+    val = getattr(rope, name)
+    if val is None:
+        raise ConfigError(f"rope_type {rope.rope_type!r} needs {name!r} in rope_scaling / rope_parameters")
+    return float(val)
+
+
+def rope_factor(rope: RopeScaling) -> float:
+    return _need(rope, "factor")
+
+
+def rope_frequencies(theta: float, rope: RopeScaling, dim: int) -> tuple[torch.Tensor, float]:
+    """Return ``(inv_freq [dim/2] float32, attention_factor)`` for base ``theta`` and a rotary dimension ``dim``."""
+    base = float(theta)
+    kind = rope.rope_type
     inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim))
     if kind == "default":
         return inv_freq, 1.0
     if kind == "linear":
-        return inv_freq / float(rope["factor"]), 1.0
+        return inv_freq / rope_factor(rope), 1.0
     if kind == "llama3":
         return _llama3(inv_freq, rope), 1.0
     if kind == "yarn":
@@ -31,10 +44,10 @@ def rope_frequencies(rope: dict[str, Any], dim: int) -> tuple[torch.Tensor, floa
     raise ConfigError(f"rope_type {kind!r} is not supported; use default, linear, llama3 or yarn")
 
 
-def _llama3(inv_freq: torch.Tensor, rope: dict[str, Any]) -> torch.Tensor:
-    factor = float(rope["factor"])
-    low, high = float(rope["low_freq_factor"]), float(rope["high_freq_factor"])
-    old_len = float(rope["original_max_position_embeddings"])
+def _llama3(inv_freq: torch.Tensor, rope: RopeScaling) -> torch.Tensor:
+    factor = rope_factor(rope)
+    low, high = _need(rope, "low_freq_factor"), _need(rope, "high_freq_factor")
+    old_len = _need(rope, "original_max_position_embeddings")
     wavelen = 2 * math.pi / inv_freq
     # long wavelengths (low frequencies) are interpolated by `factor`, short ones kept, a smooth blend between
     scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
@@ -48,21 +61,21 @@ def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
-def _yarn(base: float, dim: int, rope: dict[str, Any]) -> tuple[torch.Tensor, float]:
-    factor = float(rope["factor"])
-    orig = float(rope["original_max_position_embeddings"])
-    attn = rope.get("attention_factor")
+def _yarn(base: float, dim: int, rope: RopeScaling) -> tuple[torch.Tensor, float]:
+    factor = rope_factor(rope)
+    orig = _need(rope, "original_max_position_embeddings")
+    attn = rope.attention_factor
     if attn is None:
-        ms, ms_all = rope.get("mscale"), rope.get("mscale_all_dim")
+        ms, ms_all = rope.mscale, rope.mscale_all_dim
         attn = yarn_mscale(factor, ms) / yarn_mscale(factor, ms_all) if ms and ms_all else yarn_mscale(factor)
-    beta_fast = float(rope.get("beta_fast") or 32)
-    beta_slow = float(rope.get("beta_slow") or 1)
+    beta_fast = float(rope.beta_fast or 32)
+    beta_slow = float(rope.beta_slow or 1)
 
     def correction_dim(rotations: float) -> float:
         return dim * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
 
     lo, hi = correction_dim(beta_fast), correction_dim(beta_slow)
-    if rope.get("truncate", True):
+    if rope.truncate:
         lo, hi = math.floor(lo), math.ceil(hi)
     lo, hi = max(lo, 0), min(hi, dim - 1)
     if lo == hi:

@@ -19,17 +19,17 @@ import torch
 from torch import nn
 
 from jalapeno.backends.torch.attention import StepMetadata, paged_attention, write_kv
-from jalapeno.backends.torch.config import ModelConfig
-from jalapeno.backends.torch.models.common import CausalLM, DecoderLayer, GatedMLP, RMSNorm
+from jalapeno.backends.torch.models.layers import CausalLM, DecoderLayer, GatedMLP, RMSNorm
 from jalapeno.backends.torch.models.moe import dispatch_experts
-from jalapeno.backends.torch.rope import apply_rope, yarn_mscale
+from jalapeno.backends.torch.rope import apply_rope, rope_factor, yarn_mscale
+from jalapeno.models.arch import ModelArch
 from jalapeno.quant.modules import linear_weight
 
 
 class MLAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelArch) -> None:
         super().__init__()
-        self.h = cfg.num_attention_heads
+        self.h = cfg.num_heads
         self.nope, self.rope, self.vdim = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
         self.rank = cfg.kv_lora_rank
         qk = self.nope + self.rope
@@ -47,9 +47,9 @@ class MLAttention(nn.Module):
         self.o_proj = nn.Linear(self.h * self.vdim, hid, bias=bias)
         self.interleave = cfg.rope_interleave
         self.scale = qk**-0.5
-        rp = cfg.rope
-        if rp.get("rope_type", "default") != "default" and rp.get("mscale_all_dim"):
-            self.scale *= yarn_mscale(float(rp["factor"]), float(rp["mscale_all_dim"])) ** 2
+        rs = cfg.rope_scaling
+        if rs.rope_type != "default" and rs.mscale_all_dim:
+            self.scale *= yarn_mscale(rope_factor(rs), rs.mscale_all_dim) ** 2
 
     def forward(self, x: torch.Tensor, cos, sin, meta: StepMetadata, cache: tuple[torch.Tensor, ...]):
         t = x.shape[0]
@@ -70,7 +70,7 @@ class MLAttention(nn.Module):
 
 
 class Gate(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelArch) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(cfg.num_experts, cfg.hidden_size))
         self.register_buffer("e_score_correction_bias", torch.zeros(cfg.num_experts))
@@ -84,7 +84,7 @@ class Gate(nn.Module):
         group_score = grouped.topk(min(2, grouped.shape[-1]), dim=-1).values.sum(-1)
         keep = torch.zeros_like(group_score).scatter_(1, group_score.topk(c.topk_group, dim=-1).indices, 1.0)
         keep = keep.bool()[:, :, None].expand_as(grouped).reshape(-1, c.num_experts)
-        idx = biased.masked_fill(~keep, float("-inf")).topk(c.num_experts_per_tok, dim=-1).indices
+        idx = biased.masked_fill(~keep, float("-inf")).topk(c.experts_per_token, dim=-1).indices
         w = s.gather(1, idx)
         if c.norm_topk_prob:
             w = w / (w.sum(-1, keepdim=True) + 1e-20)
@@ -92,23 +92,23 @@ class Gate(nn.Module):
 
 
 class DeepseekMoE(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelArch) -> None:
         super().__init__()
         self.gate = Gate(cfg)
         self.experts = nn.ModuleList(
             GatedMLP(cfg.hidden_size, cfg.moe_intermediate_size) for _ in range(cfg.num_experts)
         )
-        self.shared_experts = GatedMLP(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts)
+        shared = cfg.shared_expert_intermediate_size or cfg.moe_intermediate_size
+        self.shared_experts = GatedMLP(cfg.hidden_size, shared * cfg.num_shared_experts)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, idx = self.gate(x)
         return dispatch_experts(x, idx, w, self.experts) + self.shared_experts(x)
 
 
-def build(cfg: ModelConfig) -> CausalLM:
+def build(cfg: ModelArch) -> CausalLM:
     layers = []
-    for i in range(cfg.num_hidden_layers):
-        dense = i < cfg.first_k_dense_replace
-        mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size) if dense else DeepseekMoE(cfg)
+    for i in range(cfg.num_layers):
+        mlp = DeepseekMoE(cfg) if cfg.is_moe_layer(i) else GatedMLP(cfg.hidden_size, cfg.intermediate_size)
         layers.append(DecoderLayer(cfg, MLAttention(cfg), mlp))
     return CausalLM(cfg, layers, rope_dim=cfg.qk_rope_head_dim)

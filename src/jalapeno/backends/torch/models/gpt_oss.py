@@ -19,18 +19,22 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from jalapeno.backends.torch.config import ModelConfig
-from jalapeno.backends.torch.models.common import CausalLM, DecoderLayer
+from jalapeno.backends.torch.models.layers import CausalLM, DecoderLayer
 from jalapeno.backends.torch.models.llama import Attention
+from jalapeno.models.arch import ModelArch
 from jalapeno.quant.modules import Mxfp4Experts
 
 
+#: the clamped SwiGLU's sigmoid slope: a constant in transformers' GptOssExperts, not a config field
+SWIGLU_ALPHA = 1.702
+
+
 class Router(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelArch) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(cfg.num_experts, cfg.hidden_size))
         self.bias = nn.Parameter(torch.zeros(cfg.num_experts))
-        self.top_k = cfg.num_experts_per_tok
+        self.top_k = cfg.experts_per_token
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logits = nn.functional.linear(x, self.weight, self.bias)
@@ -63,14 +67,15 @@ class _RoutedExperts(nn.Module):
 class Experts(_RoutedExperts):
     """Float experts in transformers' layout: ``gate_up_proj [E, H, 2I]``, ``down_proj [E, I, H]`` (``x @ W``)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelArch) -> None:
         super().__init__()
         e, h, i = cfg.num_experts, cfg.hidden_size, cfg.intermediate_size
         self.gate_up_proj = nn.Parameter(torch.zeros(e, h, 2 * i))
         self.gate_up_proj_bias = nn.Parameter(torch.zeros(e, 2 * i))
         self.down_proj = nn.Parameter(torch.zeros(e, i, h))
         self.down_proj_bias = nn.Parameter(torch.zeros(e, h))
-        self.alpha, self.limit = cfg.swiglu_alpha, cfg.swiglu_limit
+        self.alpha = SWIGLU_ALPHA
+        self.limit = cfg.swiglu_limit if cfg.swiglu_limit is not None else float("inf")
 
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         gu = x @ self.gate_up_proj[e] + self.gate_up_proj_bias[e]
@@ -130,7 +135,7 @@ def swap_in_mxfp4_experts(model: nn.Module, tensors: Mapping[str, torch.Tensor])
 
 
 class MoE(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelArch) -> None:
         super().__init__()
         self.router = Router(cfg)
         self.experts = Experts(cfg)
@@ -140,9 +145,9 @@ class MoE(nn.Module):
         return self.experts(x, idx, w)
 
 
-def build(cfg: ModelConfig) -> CausalLM:
+def build(cfg: ModelArch) -> CausalLM:
     layers = [
-        DecoderLayer(cfg, Attention(cfg, i, o_bias=cfg.attention_bias, sinks=True), MoE(cfg))
-        for i in range(cfg.num_hidden_layers)
+        DecoderLayer(cfg, Attention(cfg, i), MoE(cfg))
+        for i in range(cfg.num_layers)
     ]
     return CausalLM(cfg, layers, rope_dim=cfg.head_dim)

@@ -10,9 +10,8 @@ import torch
 from torch import nn
 
 from jalapeno.backends.torch.attention import StepMetadata, paged_attention, write_kv
-from jalapeno.backends.torch.config import ModelConfig
 from jalapeno.backends.torch.linear import linear, relayout, run_linear
-from jalapeno.backends.torch.models.common import (
+from jalapeno.backends.torch.models.layers import (
     CausalLM,
     DecoderLayer,
     GatedMLP,
@@ -22,24 +21,26 @@ from jalapeno.backends.torch.models.common import (
     fused_intact,
 )
 from jalapeno.backends.torch.rope import apply_rope
+from jalapeno.models.arch import ModelArch
 
 
 class Attention(nn.Module):
-    """GQA self-attention over the paged cache. ``o_bias``/``sinks``/``window`` serve GPT-OSS."""
+    """GQA self-attention over the paged cache. The o_proj bias, sinks and sliding window serve GPT-OSS (and
+    any config that sets them)."""
 
-    def __init__(self, cfg: ModelConfig, layer: int, o_bias: bool = False, sinks: bool = False) -> None:
+    def __init__(self, cfg: ModelArch, layer: int) -> None:
         super().__init__()
-        self.h, self.kvh, self.d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.h, self.kvh, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.q_proj = nn.Linear(cfg.hidden_size, self.h * self.d, bias=cfg.attention_bias)
         self.k_proj = nn.Linear(cfg.hidden_size, self.kvh * self.d, bias=cfg.attention_bias)
         self.v_proj = nn.Linear(cfg.hidden_size, self.kvh * self.d, bias=cfg.attention_bias)
-        self.o_proj = nn.Linear(self.h * self.d, cfg.hidden_size, bias=o_bias)
+        self.o_proj = nn.Linear(self.h * self.d, cfg.hidden_size, bias=cfg.attn_o_bias)
         if cfg.qk_norm:
             self.q_norm = RMSNorm(self.d, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(self.d, cfg.rms_norm_eps)
         self.qk_norm = cfg.qk_norm
-        self.sinks = nn.Parameter(torch.zeros(self.h)) if sinks else None
-        self.window = cfg.layer_window(layer)
+        self.sinks = nn.Parameter(torch.zeros(self.h)) if cfg.attention_sinks else None
+        self.window = cfg.sliding_window if cfg.is_sliding_layer(layer) else None
         self.scale = self.d**-0.5
         self._qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None
         self._qkv_parts: tuple[nn.Parameter, ...] = ()
@@ -80,9 +81,9 @@ class Attention(nn.Module):
         return run_linear(self.o_proj, o.reshape(t, h * d))
 
 
-def build(cfg: ModelConfig) -> CausalLM:
+def build(cfg: ModelArch) -> CausalLM:
     layers = [
         DecoderLayer(cfg, Attention(cfg, i), GatedMLP(cfg.hidden_size, cfg.intermediate_size))
-        for i in range(cfg.num_hidden_layers)
+        for i in range(cfg.num_layers)
     ]
     return CausalLM(cfg, layers, rope_dim=cfg.head_dim)

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jalapeno.backends.torch.config import ModelConfig
-from jalapeno.backends.torch.models.common import CausalLM, DecoderLayer, GatedMLP
+from jalapeno.backends.torch.models.layers import CausalLM, DecoderLayer, GatedMLP
 from jalapeno.backends.torch.models.llama import Attention
+from jalapeno.models.arch import ModelArch
 
 
 def dispatch_experts(x: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor, experts: nn.ModuleList) -> torch.Tensor:
@@ -39,11 +39,11 @@ class MixtralExpert(nn.Module):
 
 
 class SoftmaxTopKMoE(nn.Module):
-    def __init__(self, cfg: ModelConfig, experts: list[nn.Module], renormalize: bool) -> None:
+    def __init__(self, cfg: ModelArch, experts: list[nn.Module], renormalize: bool) -> None:
         super().__init__()
         self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)
         self.experts = nn.ModuleList(experts)
-        self.top_k = cfg.num_experts_per_tok
+        self.top_k = cfg.experts_per_token
         self.renormalize = renormalize
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -54,15 +54,14 @@ class SoftmaxTopKMoE(nn.Module):
         return dispatch_experts(x, idx, w, self.experts)
 
 
-def build(cfg: ModelConfig) -> CausalLM:
+def build(cfg: ModelArch) -> CausalLM:
     layers = []
-    for i in range(cfg.num_hidden_layers):
-        if cfg.model_type == "mixtral":
+    for i in range(cfg.num_layers):
+        if cfg.family == "mixtral":
             experts = [MixtralExpert(cfg.hidden_size, cfg.intermediate_size) for _ in range(cfg.num_experts)]
             layers.append(DecoderLayer(cfg, Attention(cfg, i), SoftmaxTopKMoE(cfg, experts, True), "block_sparse_moe"))
             continue
-        sparse = i not in cfg.mlp_only_layers and cfg.num_experts > 0 and (i + 1) % cfg.decoder_sparse_step == 0
-        if sparse:
+        if cfg.is_moe_layer(i):  # Qwen3-MoE: mlp_only_layers and decoder_sparse_step
             experts = [GatedMLP(cfg.hidden_size, cfg.moe_intermediate_size) for _ in range(cfg.num_experts)]
             mlp: nn.Module = SoftmaxTopKMoE(cfg, experts, cfg.norm_topk_prob)
         else:

@@ -1,9 +1,12 @@
-"""Building blocks shared by every model family: RMSNorm, the gated MLP, and the causal-LM shell.
+"""Layers shared by every model family: RMSNorm, fused linears, the gated MLP, the decoder block and the
+causal-LM shell.
 
 Every model maps Hugging Face parameter names one to one (``model.layers.3.self_attn.q_proj.weight``...), so
 weights load with a plain ``load_state_dict``. A model's ``forward`` takes the flat tokens of one engine step,
 the step's :class:`StepMetadata` and the per-layer KV caches, and returns logits only for the rows in
-``logits_index`` (the last fed token of each sequence that samples).
+``logits_index`` (the last fed token of each sequence that samples). How a step runs (this forward or the
+fused CPU decode kernel) is the model runner's choice (:mod:`jalapeno.backends.torch.runner`); the model
+knows nothing of it.
 """
 
 from __future__ import annotations
@@ -13,11 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from jalapeno.backends.torch.attention import StepMetadata
-from jalapeno.backends.torch.config import ModelConfig
-from jalapeno.backends.torch.fused_decode import eligible_step, fused_decode_step, plan_for
 from jalapeno.backends.torch.linear import (
     WEIGHT_LAYOUTS,
-    gemv_thread_count,
     input_major,
     linear,
     relayout,
@@ -26,6 +26,7 @@ from jalapeno.backends.torch.linear import (
 )
 from jalapeno.backends.torch.rope import rope_cos_sin, rope_frequencies
 from jalapeno.errors import ConfigError
+from jalapeno.models.arch import ModelArch
 
 
 class RMSNorm(nn.Module):
@@ -136,7 +137,7 @@ class GatedMLP(nn.Module):
 class DecoderLayer(nn.Module):
     """Pre-norm block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``. ``mlp_name`` keeps HF naming."""
 
-    def __init__(self, cfg: ModelConfig, attn: nn.Module, mlp: nn.Module, mlp_name: str = "mlp") -> None:
+    def __init__(self, cfg: ModelArch, attn: nn.Module, mlp: nn.Module, mlp_name: str = "mlp") -> None:
         super().__init__()
         self.self_attn = attn
         self.mlp_name = mlp_name
@@ -152,7 +153,7 @@ class DecoderLayer(nn.Module):
 class Backbone(nn.Module):
     """``model.*``: embeddings, decoder layers, final norm."""
 
-    def __init__(self, cfg: ModelConfig, layers: list[nn.Module]) -> None:
+    def __init__(self, cfg: ModelArch, layers: list[nn.Module]) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(layers)
@@ -162,18 +163,15 @@ class Backbone(nn.Module):
 class CausalLM(nn.Module):
     """The causal-LM shell every family uses: ``model`` (a :class:`Backbone`) and ``lm_head``."""
 
-    def __init__(self, cfg: ModelConfig, layers: list[nn.Module], rope_dim: int) -> None:
+    def __init__(self, cfg: ModelArch, layers: list[nn.Module], rope_dim: int) -> None:
         super().__init__()
         self.config = cfg
         self.model = Backbone(cfg, layers)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        inv_freq, self.rope_attention_factor = rope_frequencies(cfg.rope, rope_dim)
+        inv_freq, self.rope_attention_factor = rope_frequencies(cfg.rope_theta, cfg.rope_scaling, rope_dim)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
-        #: run pure decode steps on CPU (every sequence feeds one token) through the fused C kernel where it
-        #: applies (fused_decode.py); False forces the PyTorch path (tests and benchmarks compare the two)
-        self.fused_decode = True
 
     def fuse(self, input_major_layout: bool = False) -> None:
         """After loading: the LM head (and the embedding tied to it) in the weight layout of
@@ -183,6 +181,15 @@ class CausalLM(nn.Module):
         if self.config.tie_word_embeddings and type(self.lm_head) is nn.Linear:
             self.model.embed_tokens.weight = self.lm_head.weight
 
+    def embed(
+        self, input_ids: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The step's input: token embeddings ``x [T, H]`` and the rotary tables ``cos, sin`` every layer
+        shares (also what the fused decode kernel takes)."""
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = rope_cos_sin(positions, self.inv_freq, self.rope_attention_factor, x.dtype)
+        return x, cos, sin
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -191,13 +198,7 @@ class CausalLM(nn.Module):
         logits_index: torch.Tensor,
     ) -> torch.Tensor:
         """Run one step over ``input_ids [T]``; returns float32 logits ``[len(logits_index), vocab]``."""
-        x = self.model.embed_tokens(input_ids)
-        cos, sin = rope_cos_sin(meta.positions, self.inv_freq, self.rope_attention_factor, x.dtype)
-        if eligible_step(self, input_ids, meta):
-            plan = plan_for(self, kv_caches, meta.block_size)
-            if plan is not None:  # a pure decode step on CPU: the whole step in one C call (fused_decode.py)
-                threads = max(gemv_thread_count(), torch.get_num_threads())
-                return fused_decode_step(plan, x, cos, sin, meta, logits_index, threads)
+        x, cos, sin = self.embed(input_ids, meta.positions)
         for layer, cache in zip(self.model.layers, kv_caches):
             x = layer(x, cos, sin, meta, cache)
         x = self.model.norm(x[logits_index])

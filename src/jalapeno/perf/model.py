@@ -546,7 +546,7 @@ class CostModel:
                    if state_reserve else "") +
                 f" leave no room for the KV cache in {lv_kv.name} (model {m.name} on "
                 f"{p.chips_per_replica}x{self.chip.key}, {p.describe()}); try more chips, a smaller weight dtype "
-                "or a smaller max_batch_tokens"
+                f"or a smaller token budget per step (--max-num-batched-tokens, now {max_batch_tokens})"
             )
         tokens = int(free // per_chip_token) * (tp if p.dp_attention else 1)
         notes = []

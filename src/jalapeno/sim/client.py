@@ -55,6 +55,7 @@ class SimResult:
             output_chips=output_chips,
             itl_values=self.itl_values,
             itl_counts=self.itl_counts,
+            energy_source="predicted",  # the cost model's energy, not a power meter
         )
         if self.chain_e2el_s is not None and self.chain_e2el_s.size:
             m["mean_chain_e2el_ms"] = float(np.mean(self.chain_e2el_s) * 1000)

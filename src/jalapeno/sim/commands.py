@@ -25,8 +25,10 @@ _SUMMARY = (
     ("median_itl_ms", "median ITL (ms)", "{:.2f}"),
     ("median_e2el_ms", "median E2E latency (ms)", "{:,.0f}"),
     ("mean_chain_e2el_ms", "mean chain E2E latency (ms)", "{:,.0f}"),
-    ("avg_power_w", "average power, all chips (W)", "{:,.0f}"),
-    ("output_tokens_per_joule", "output tokens per joule", "{:.3f}"),
+    ("avg_power_w", "average power, all chips (W, predicted)", "{:,.0f}"),
+    ("output_tokens_per_joule", "output tokens per joule (predicted)", "{:.3f}"),
+    ("hourly_cost_usd", "cost of the chips ($/hour)", "{:,.2f}"),
+    ("usd_per_mtok", "$ per million output tokens", "{:,.3f}"),
     ("request_goodput", "goodput (requests/s meeting SLOs)", "{:.3f}"),
 )
 
@@ -46,6 +48,8 @@ def _print_summary(sc, m: dict) -> None:
             for q in (sc.pool("prefill"), sc.pool("decode")))
     )
     load = f"concurrency {sc.concurrency}" if sc.request_rate is None else f"{sc.request_rate} req/s"
+    if sc.power_cap_w is not None:
+        where += f", capped at {sc.power_cap_w:g} W"
     t = Table(title=f"{where}, {sc.precision}, ISL {sc.isl} / OSL {sc.osl}, {load}", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -61,11 +65,33 @@ def _print_summary(sc, m: dict) -> None:
         t.add_row("confidence", conf["label"])
     console = Console()
     console.print(t)
+    if m.get("economics_note"):
+        console.print(f"economics: {m['economics_note']}", markup=False, highlight=False)
     for c in (conf or {}).get("chips", []):
         if c["status"] == "uncalibrated":
             console.print(f"[yellow]warning:[/] {c['chip']} is uncalibrated: no measured serving point checked "
                           f"its parameters, so these numbers are a roofline estimate ({c['note'] or 'see docs/fidelity.md'})",
                           soft_wrap=True)
+
+
+def _economics(sc, m: dict) -> dict:
+    """$/hour of the chips and $ per million output tokens (the report's economics: catalogue prices, SLO
+    compliance when --goodput is given); ``economics_note`` says why a number is missing."""
+    from jalapeno.report.economics import chip_group, economics
+
+    if sc.disaggregated:
+        groups = [
+            chip_group(sc.prefill_hardware or sc.hardware, (sc.prefill_workers or 1) * (sc.prefill_tp or sc.tp)),
+            chip_group(sc.decode_hardware or sc.hardware, (sc.decode_workers or 1) * (sc.decode_tp or sc.tp)),
+        ]
+    else:
+        groups = [chip_group(sc.hardware, int(m["num_chips"]))]
+    eco = economics(m, groups)
+    return {
+        "hourly_cost_usd": eco.hourly_cost_usd,
+        "usd_per_mtok": eco.usd_per_mtok,
+        "economics_note": "; ".join(eco.notes) or None,
+    }
 
 
 def register(app: typer.Typer) -> None:
@@ -118,6 +144,7 @@ def register(app: typer.Typer) -> None:
         trace: Annotated[Optional[Path], typer.Option(help="Workload from a CSV/JSONL trace (input_len, output_len[, arrival_s]).")] = None,
         hardware_dir: Annotated[Optional[list[Path]], typer.Option("--hardware-dir", help="Extra chip YAML directory.")] = None,
         framework: Annotated[Optional[str], typer.Option(help="Serving framework profile: vllm | sglang | trt-llm (its per-request latency; default: the chip's generic one).")] = None,
+        power_cap_w: Annotated[Optional[float], typer.Option("--power-cap-w", help="Cap each chip's power (W): clocks lowered until the modelled power fits (DVFS; docs/design.md).")] = None,
         scenarios: Annotated[Optional[Path], typer.Option(help="CSV of scenarios (columns named like these flags).")] = None,
         output: Annotated[Optional[Path], typer.Option(help="With --scenarios: results CSV.")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the metrics JSON.")] = False,
@@ -156,8 +183,10 @@ def register(app: typer.Typer) -> None:
             seed=seed, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             block_size=block_size, trace=str(trace) if trace else None,
             hardware_dir=[str(d) for d in hardware_dir or []], framework=framework,
+            power_cap_w=power_cap_w,
         )
         m = run_scenario(sc)
+        m.update(_economics(sc, m))
         if as_json:
             typer.echo(json.dumps(m, indent=2))
         else:

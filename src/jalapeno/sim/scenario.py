@@ -122,6 +122,8 @@ class Scenario:
     #: serving-framework profile (jalapeno.perf.frameworks: vllm | sglang | trt-llm): its per-request front-end
     #: latency replaces the chip's generic ``efficiency.request_overhead_ms``; None keeps the chip's
     framework: str | None = None
+    #: power cap in watts: clocks lowered until the modelled power fits (jalapeno.hardware.power_cap); None = rated
+    power_cap_w: float | None = None
 
     @property
     def disaggregated(self) -> bool:
@@ -216,6 +218,8 @@ def _validate(sc: Scenario) -> None:
         raise ConfigError("give --concurrency N (closed loop) or --request-rate R (open loop)")
     if sc.request_rate is not None and not sc.request_rate > 0:
         raise ConfigError(f"--request-rate must be > 0 requests/s (got {sc.request_rate})")
+    if sc.power_cap_w is not None and not sc.power_cap_w > 0:
+        raise ConfigError(f"--power-cap-w must be > 0 watts (got {sc.power_cap_w})")
     if sc.spec_decode is not None and sc.spec_decode not in ("mtp", "draft", "ngram"):
         raise ConfigError(f"--spec-decode {sc.spec_decode!r} must be mtp, draft or ngram")
 
@@ -237,7 +241,7 @@ def _cost_model(sc: Scenario, arch, hardware: str, tp: int, ep: int, dp_attentio
                 pp: int | None = None, precision: str | None = None, efficiency=None):
     return cost_model_for(arch, hardware, tp=tp, ep=ep, pp=sc.pp if pp is None else pp, dp_attention=dp_attention,
                           precision=precision or sc.precision, kv=sc.kv_dtype, framework=sc.framework,
-                          hardware_dir=sc.hardware_dir, efficiency=efficiency)
+                          hardware_dir=sc.hardware_dir, power_cap_w=sc.power_cap_w, efficiency=efficiency)
 
 
 def _workload(sc: Scenario):
@@ -271,6 +275,21 @@ def _workload(sc: Scenario):
         chain_calls=sc.chain_calls,
         seed=sc.seed,
     )
+
+
+def _check_context(wl, ctx: int, name: str) -> None:
+    """Refuse a workload whose longest call (prompt + output; a chain's last call carries the whole chain)
+    does not fit the model's context, as a real server would refuse the request."""
+    import numpy as np
+
+    n = wl.chain_calls
+    totals = (wl.input_lens + wl.output_lens).reshape(-1, n).sum(axis=1) if n > 1 else wl.input_lens + wl.output_lens
+    longest = int(np.max(totals)) if totals.size else 0
+    if longest > ctx:
+        raise ConfigError(
+            f"the longest request has {longest} tokens (prompt + output), beyond {name}'s context of {ctx}: "
+            "lower --isl/--osl (or the trace's lengths)"
+        )
 
 
 def _kv_link(cm_p, cm_d, n_p: int, n_d: int) -> KVLink:
@@ -317,6 +336,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
     _validate(sc)
     arch = load_model(sc.model)
     wl = _workload(sc)
+    _check_context(wl, int(arch.max_position_embeddings), arch.name)
     slo = SLO.parse(sc.goodput) if sc.goodput else None
 
     def spec_for(cm):

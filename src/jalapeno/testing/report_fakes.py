@@ -24,6 +24,6 @@ def fake_point(point: dict) -> dict:
     outs = [RequestOutcome(True, point["isl"], osl, ttft, e2el) for _ in range(conc)]
     duration = e2el  # all `conc` requests in one wave
     slo = SLO(point.get("slo_ttft_ms"), point.get("slo_tpot_ms"))
-    return compute_metrics(outs, duration, num_chips=tp, energy_j=500.0 * tp * duration, slo=slo)
+    return compute_metrics(outs, duration, num_chips=tp, energy_j=500.0 * tp * duration, slo=slo, energy_source="predicted")
 
 

@@ -138,6 +138,7 @@ class CostModel:
         }
         ops = build_ops(
             model, tp=p.tp, ep=p.ep, dp_attention=p.dp_attention, wbytes=wbytes, wdtype=cdt,
+            expert_slots=p.expert_slots(model.num_experts),
             kvb=self.kv_bytes_per_element, actb=self.act_bytes, coll=coll,
         )
         ops += self._pipeline_ops()
@@ -145,7 +146,8 @@ class CostModel:
         self._stages = self._stage_layers(ops)
         self._place(ops)
         self._compile(ops)
-        self._routing = Routing.of(model.num_experts, model.experts_per_token, p.ep)
+        self.expert_slots = p.expert_slots(model.num_experts)
+        self._routing = Routing.of(model.num_experts, model.experts_per_token, p.ep, self.expert_slots)
 
     # ------------------------------------------------------------------ validation & placement
     def _validate(self) -> None:
@@ -170,8 +172,8 @@ class CostModel:
                 )
         if p.ep > 1 and m.num_experts == 0:
             raise ConfigError(f"ep={p.ep} but {m.name} is a dense model (no experts); use ep=1")
-        if m.num_experts and m.num_experts % p.ep:
-            raise ConfigError(f"ep={p.ep} must divide num_experts={m.num_experts} of {m.name}")
+        if m.num_experts and p.ep > m.num_experts:
+            raise ConfigError(f"ep={p.ep} exceeds num_experts={m.num_experts} of {m.name}; use ep <= {m.num_experts}")
         if p.pp > m.num_layers:
             raise ConfigError(
                 f"pp={p.pp} exceeds num_layers={m.num_layers} of {m.name}; use at most one stage per layer"

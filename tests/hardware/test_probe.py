@@ -88,3 +88,38 @@ def test_cli_unknown_device_exits_2_with_one_line(capsys: pytest.CaptureFixture[
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "unknown device 'tpu'" in err and "Traceback" not in err
+
+
+def _hand_made_local(root: Path) -> Path:
+    """A hand-made probed chip (round numbers of a small 2-core machine) in ``root/hardware/local.yaml``."""
+    res = pr.ProbeResult("cpu", "hand-made", 16.0, read_gbps={1: 20.0, 2: 30.0}, copy_gbps={1: 15.0, 2: 25.0},
+                         matmul_tflops={"fp32": {"prefill-512": 0.1}, "bf16": {"prefill-512": 0.05}})
+    res.step_overhead_us, res.layer_overhead_us = 1000.0, 50.0
+    return pr.write_chip(res, root / "hardware", "local", "hand-made for tests")
+
+
+def test_simulate_hardware_local_resolves_the_probed_chip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from jalapeno.cli import main
+    from jalapeno.hardware import get_chip
+
+    monkeypatch.setenv("JALAPENO_CACHE", str(tmp_path))
+    _hand_made_local(tmp_path)
+    assert get_chip("local").name == "local hand-made"
+    try:
+        main(["simulate", "-m", "smollm2-135m", "-H", "local", "--isl", "64", "--osl", "8", "--concurrency", "2",
+              "--num-prompts", "2", "--json"])
+    except SystemExit as exc:
+        assert exc.code in (0, None), capsys.readouterr().err
+    assert "local" in capsys.readouterr().out
+
+
+def test_hardware_local_without_a_probe_says_how_to_get_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from jalapeno.cli import main
+
+    monkeypatch.setenv("JALAPENO_CACHE", str(tmp_path))
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "-m", "smollm2-135m", "-H", "local", "--isl", "64", "--osl", "8", "--concurrency", "1"])
+    assert exc.value.code == 2
+    assert "run `jalapeno hardware probe`" in capsys.readouterr().err

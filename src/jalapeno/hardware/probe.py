@@ -105,6 +105,7 @@ class ProbeResult:
     matmul_tflops: dict[str, dict[str, float]] = field(default_factory=dict)  # dtype -> shape label -> TFLOPS
     step_overhead_us: float | None = None
     layer_overhead_us: float | None = None
+    seq_overhead_us: float | None = None
     fused_step_s: dict[int, float] = field(default_factory=dict)
     torch_step_s: dict[int, float] = field(default_factory=dict)
     power_w: dict[str, float] = field(default_factory=dict)
@@ -272,6 +273,14 @@ def measure_power(res: ProbeResult, load: Callable[[], None]) -> None:
 # ---- engine overheads and the decode crossover (torch backend, random weights) ----------------------------------
 
 
+def llama_config(layers: int, hidden: int, inter: int, vocab: int) -> dict[str, Any]:
+    """A Llama ``config.json`` of the given shape (64-wide heads, 3 query heads per KV head)."""
+    heads = max(1, hidden // 64)
+    return dict(model_type="llama", vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
+                num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 3),
+                max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=True)
+
+
 def random_llama(layers: int, hidden: int, inter: int, vocab: int, device: str):
     """A random-weight Llama-shaped :class:`LoadedModel` (no checkpoint, no transformers)."""
     import torch
@@ -279,10 +288,7 @@ def random_llama(layers: int, hidden: int, inter: int, vocab: int, device: str):
     from jalapeno.backends.torch.loader import LoadedModel, materialize
     from jalapeno.backends.torch.models import build_model, torch_arch
 
-    heads = max(1, hidden // 64)
-    cfg = torch_arch(dict(model_type="llama", vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
-                          num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 3),
-                          max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=True), "probe-llama")
+    cfg = torch_arch(llama_config(layers, hidden, inter, vocab), "probe-llama")
     with torch.device("meta"):
         shapes = {k: v.shape for k, v in build_model(cfg).state_dict().items() if k != "lm_head.weight"}
     gen = torch.Generator().manual_seed(0)
@@ -291,7 +297,7 @@ def random_llama(layers: int, hidden: int, inter: int, vocab: int, device: str):
     return LoadedModel(model, cfg, ("", None))
 
 
-def _decode_step_s(layers: int, device: str, tokens: int) -> float:
+def _decode_step_s(layers: int, device: str, tokens: int, seqs: int = 1) -> float:
     """Seconds per decode step of a whole engine run (scheduler + backend + sampling) on a tiny random model:
     the difference of two runs that differ only in output length, over the extra steps."""
     from jalapeno.backends.torch.backend import TorchBackend
@@ -302,8 +308,9 @@ def _decode_step_s(layers: int, device: str, tokens: int) -> float:
     backend = TorchBackend(loaded=random_llama(layers, 64, 96, 128, device), device=device, num_blocks=64)
 
     def run(n: int) -> float:
-        engine = Engine(backend, EngineConfig(block_size=16, max_num_seqs=4))
-        engine.add_request(list(range(8)), SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
+        engine = Engine(backend, EngineConfig(block_size=16, max_num_seqs=max(4, seqs)))
+        for i in range(seqs):
+            engine.add_request(list(range(i, i + 8)), SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
         t0 = time.perf_counter()
         while engine.has_unfinished():
             engine.step()
@@ -317,14 +324,17 @@ def _decode_step_s(layers: int, device: str, tokens: int) -> float:
 
 
 def measure_overheads(res: ProbeResult, quick: bool) -> None:
-    """Per-step and per-layer engine overhead (µs) from decode steps of tiny models with 1 and L layers: their
-    compute is negligible, so step time = step overhead + layers × layer overhead."""
+    """Per-step, per-layer and per-sequence engine overhead (µs) from decode steps of tiny models with 1 and L
+    layers and 1 and 4 sequences: their compute is negligible, so step time = step overhead + layers × layer
+    overhead + sequences × sequence overhead."""
     deep = 4 if quick else 8
     tokens = 8 if quick else 48
     one, many = _decode_step_s(1, res.device, tokens), _decode_step_s(deep, res.device, tokens)
+    four = _decode_step_s(1, res.device, tokens, seqs=4)
     layer = max(many - one, 0.0) / (deep - 1)
-    res.layer_overhead_us = layer * 1e6
-    res.step_overhead_us = max(one - layer, 0.0) * 1e6
+    seq = max(four - one, 0.0) / 3
+    res.layer_overhead_us, res.seq_overhead_us = layer * 1e6, seq * 1e6
+    res.step_overhead_us = max(one - layer - seq, 0.0) * 1e6
 
 
 def crossover_batches(quick: bool) -> list[int]:
@@ -395,6 +405,7 @@ def chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
     if res.step_overhead_us is not None:
         eff["step_overhead_us"] = round(res.step_overhead_us, 1)
         eff["layer_overhead_us"] = round(res.layer_overhead_us or 0.0, 1)
+        eff["seq_overhead_us"] = round(res.seq_overhead_us or 0.0, 1)
     out: dict[str, Any] = {
         "key": key, "name": f"local {res.device_name}", "vendor": platform.machine() or "local",
         "status": "measured", "description": f"this machine as probed by `{source}`",

@@ -102,6 +102,9 @@ class Efficiency(_Strict):
     step_overhead_us: float = Field(default=0.0, ge=0)
     #: fixed per-layer overhead (per kernel group), microseconds
     layer_overhead_us: float = Field(default=0.0, ge=0)
+    #: host work per sequence in a step (block tables and metadata, sampling, output bookkeeping), microseconds
+    #: per row through the LM head; measured by ``jalapeno hardware probe``, 0 in the vendor profiles
+    seq_overhead_us: float = Field(default=0.0, ge=0)
     #: fixed latency each request spends between the client and its first scheduling (HTTP, tokenization,
     #: admission), milliseconds. It is in TTFT and E2E latency, not in step time.
     request_overhead_ms: float = Field(default=0.0, ge=0)

@@ -338,7 +338,8 @@ class CostModel:
         tm = np.array([sum((c / self._bw(s) for s, c in (o.bytes if o.time_bytes is None else o.time_bytes).items()),
                            np.zeros(NF)) for o in work])
         self._overhead_s = (eff.step_overhead_us + self.model.num_layers * eff.layer_overhead_us) * 1e-6
-        lin = sum((o.net_time for o in net), np.zeros(NF)) + vec(one=self._overhead_s)
+        self._seq_overhead_s = eff.seq_overhead_us * 1e-6
+        lin = sum((o.net_time for o in net), np.zeros(NF)) + vec(one=self._overhead_s, S=self._seq_overhead_s)
         pj_net = self.chip.energy.pj_per_network_byte or FALLBACK_PJ_PER_NET_BYTE
         e_work = np.zeros(NF)
         fl = np.zeros(NF)
@@ -475,6 +476,8 @@ class CostModel:
             rows.append((o.name, 0.0, {}, nb, nt, "network", "", o.layers))
         if self._overhead_s:
             rows.append(("overhead", 0.0, {}, 0.0, self._overhead_s, "overhead", "", self.model.num_layers))
+        if self._seq_overhead_s:
+            rows.append(("seq_overhead", 0.0, {}, 0.0, self._seq_overhead_s * float(x[IDX["S"]]), "overhead", "", 1))
         rows = [r for r in rows if r[4] > 0 or r[1] > 0]
         total = sum(r[4] for r in rows)
         ops = tuple(

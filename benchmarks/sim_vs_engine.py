@@ -66,7 +66,8 @@ def bench_point(port: int, conc: int, isl: int, osl: int, prompts: int, hardware
                "--dataset", "random", "--input-len", str(isl), "--output-len", str(osl),
                "--random-range-ratio", "1.0", "--concurrency", str(conc), "--num-prompts", str(prompts),
                "--ignore-eos", "--no-power", "--compare-sim", "--hardware", hardware,
-               "--sim-model", "smollm2-135m", "-o", str(out)]
+               "--sim-model", "smollm2-135m", "--sim-precision", "fp32", "-o", str(out)]
+        # fp32: `jalapeno serve` runs the torch backend in float32 (weights, KV, activations), on CPU and CUDA
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         res = json.loads(out.read_text())
     sim = res.get("simulated", {})

@@ -77,3 +77,27 @@ def test_sequence_overhead_adds_per_row_through_the_lm_head(tmp_path: Path) -> N
     assert np.allclose(t - t0, 800e-6)
     rows = {o.name: o for o in more.breakdown(dec).ops}
     assert rows["seq_overhead"].time_s == pytest.approx(800e-6)
+
+
+def test_fp32_precision_doubles_the_bytes_and_takes_the_fp32_rate(tmp_path: Path) -> None:
+    """The torch backend runs float32: with precision fp32 (and an fp32 KV cache) every weight, the LM head and
+    the KV cache are 4 bytes (2x the 16-bit model's) and GEMMs run at the chip's fp32 rate."""
+    from jalapeno.perf.shape import StepShape
+
+    res = pr.ProbeResult("cpu", "hand-made", 16.0, read_gbps={1: 10.0},
+                         matmul_tflops={"bf16": {"prefill-512": 0.0003}, "fp32": {"prefill-512": 0.02}})
+    chip = load_spec_file(pr.write_chip(res, tmp_path, "local", "hand-made"))
+    arch = arch_from_config(pr.llama_config(4, 576, 1536, 2048), "llama-like")
+    b16 = cost_model_for(arch, chip)
+    f32 = cost_model_for(arch, chip, precision="fp32", kv="fp32")
+    assert set(f32.compute_dtypes.values()) == {"fp32"} and b16.compute_dtypes["attn"] == "bf16"
+    dec = StepShape(decode_seqs=1, decode_tokens=1, decode_ctx_sum=100)
+    ops16 = {o.name: o for o in b16.breakdown(dec).ops}
+    ops32 = {o.name: o for o in f32.breakdown(dec).ops}
+    for name in ("lm_head", "embed"):
+        assert sum(ops32[name].bytes.values()) > 1.9 * sum(ops16[name].bytes.values())
+    total16 = sum(sum(o.bytes.values()) for o in ops16.values())
+    total32 = sum(sum(o.bytes.values()) for o in ops32.values())
+    assert 1.95 < total32 / total16 <= 2.0  # all but the float32 logits double
+    pre = StepShape(prefill_tokens=512, prefill_seqs=1, prefill_attn_pairs=512 * 513 / 2, prefill_kv_tokens=512)
+    assert f32.step(pre).time_s < b16.step(pre).time_s / 10  # prefill at 0.02 TFLOPS, not 0.0003

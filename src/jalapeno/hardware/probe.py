@@ -384,10 +384,10 @@ def _fact(value: float | None, source: str, note: str = "") -> dict[str, Any]:
 def chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
     """The chip YAML mapping of a probe (validated by :class:`ChipSpec` before it is written)."""
     prefill = {d: v.get("prefill-512") for d, v in res.matmul_tflops.items()}
-    compute = {d: _fact(prefill[d], source, "torch matmul 512xKxK; the best dtype rate this device achieved")
-               for d in ("bf16", "fp16") if prefill.get(d)}
-    if not compute:  # schema needs a dtype; fp32 is how the CPU engine computes anyway
-        compute["bf16"] = _fact(prefill.get("fp32"), source, "no 16-bit matmul here: the fp32 rate stands in")
+    compute = {d: _fact(prefill[d], source, "torch matmul 512xKxK at this dtype")
+               for d in ("bf16", "fp16", "fp32") if prefill.get(d)}
+    if not compute:
+        raise ConfigError("no matmul could be measured on this device (see the notes above); nothing to write")
     best_read = max(res.read_gbps.values(), default=None)
     best_t = max(res.read_gbps, key=lambda t: res.read_gbps[t]) if res.read_gbps else 0
     kind = "hbm" if res.device.startswith("cuda") else "dram"

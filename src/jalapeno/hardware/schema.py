@@ -20,8 +20,9 @@ Status = Literal[
 ]
 
 #: Compute dtypes a chip may execute natively. ``fp4`` covers MXFP4/NVFP4 tensor-core rates.
-ComputeDtype = Literal["bf16", "fp16", "fp8", "fp4", "int8", "int4"]
-COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4", "int8", "int4")
+#: ``fp32`` is listed only where an engine computes in float32 (a CPU probed by ``jalapeno hardware probe``).
+ComputeDtype = Literal["bf16", "fp16", "fp8", "fp4", "int8", "int4", "fp32"]
+COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4", "int8", "int4", "fp32")
 
 Topology = Literal["switch", "torus2d", "torus3d", "boardfly", "mesh", "ring", "chain", "fully-connected", "none"]
 

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from jalapeno.backends.torch.runner import DecodePolicy, apply_measured_choices
+from jalapeno.backends.torch.runner import DecodePolicy
 from jalapeno.hardware import probe as pr
+from jalapeno.hardware.probe import apply_measured_choices
 
 
 class _Target:

@@ -78,9 +78,6 @@ def generate(
         model, device=device, dtype=dtype, kv_cache_gb=kv_cache_gb, quantize=quant,
         weight_layout="batched" if auto_layout else weight_layout,
     )
-    from jalapeno.backends.torch.runner import apply_measured_choices
-
-    apply_measured_choices(backend, backend.device)
     if auto_layout and (len(texts) if texts else 1) == 1 and backend.device.type == "cpu":
         from jalapeno.backends.torch.fused_decode import supports_fused_decode
         from jalapeno.backends.torch.models.layers import set_weight_layout

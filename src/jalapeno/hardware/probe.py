@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -86,6 +86,30 @@ def local_execution(probe_dir: Path | None = None) -> ExecutionChoices | None:
 
     path = (probe_dir or default_probe_dir()) / f"{LOCAL_KEY}.yaml"
     return measured_execution(load_spec_file(path)) if path.is_file() else None
+
+
+class PolicyTarget(Protocol):
+    def set_decode_policy(self, policy: Any) -> None: ...
+
+
+def apply_measured_choices(target: PolicyTarget, device: Any, probe_dir: Path | None = None) -> str:
+    """On CPU, give ``target`` (a torch backend) the crossover and thread count ``jalapeno hardware probe``
+    measured on this machine (its ``local.yaml``) instead of the built-in defaults; returns one line saying
+    which were used."""
+    import torch
+
+    from jalapeno.backends.torch.runner import DecodePolicy
+
+    if device.type != "cpu":
+        return "execution choices: CUDA device, the fused CPU kernel does not apply"
+    choices = local_execution(probe_dir)
+    if choices is None:
+        return (f"execution choices: defaults (fused crossover {DecodePolicy().fused_max_batch}, "
+                f"{torch.get_num_threads()} threads); run `jalapeno hardware probe` to measure this machine's")
+    target.set_decode_policy(DecodePolicy(fused_max_batch=choices.fused_max_batch))
+    torch.set_num_threads(choices.threads)
+    return (f"execution choices measured on this machine: fused crossover {choices.fused_max_batch}, "
+            f"{choices.threads} threads ({choices.source})")
 
 
 # ---- measurements --------------------------------------------------------------------------------------------

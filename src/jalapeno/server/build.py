@@ -88,7 +88,7 @@ def build_torch(
     from jalapeno.backends.torch.loader import load_tokenizer
     from jalapeno.engine.engine import Engine
 
-    from jalapeno.backends.torch.runner import apply_measured_choices
+    from jalapeno.hardware.probe import apply_measured_choices
 
     backend = TorchBackend(model_path, device=device)
     log.info(apply_measured_choices(backend, backend.device))

@@ -14,8 +14,6 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
 
 import torch
 
@@ -55,27 +53,6 @@ class DecodePolicy:
 
 #: the PyTorch path for every step (tests and benchmarks compare it with the kernel)
 PYTORCH_ONLY = DecodePolicy(fused_max_batch=0)
-
-
-def apply_measured_choices(backend_policy: "PolicyTarget", device: torch.device, probe_dir: Path | None = None) -> str:
-    """On CPU, take the crossover and thread count ``jalapeno hardware probe`` measured on this machine (its
-    ``local.yaml``) instead of the built-in defaults; returns one line saying which were used."""
-    from jalapeno.hardware.probe import local_execution
-
-    if device.type != "cpu":
-        return "execution choices: CUDA device, the fused CPU kernel does not apply"
-    choices = local_execution(probe_dir)
-    if choices is None:
-        return (f"execution choices: defaults (fused crossover {MAX_BATCH}, {torch.get_num_threads()} threads); "
-                "run `jalapeno hardware probe` to measure this machine's")
-    backend_policy.set_decode_policy(DecodePolicy(fused_max_batch=choices.fused_max_batch))
-    torch.set_num_threads(choices.threads)
-    return (f"execution choices measured on this machine: fused crossover {choices.fused_max_batch}, "
-            f"{choices.threads} threads ({choices.source})")
-
-
-class PolicyTarget(Protocol):
-    def set_decode_policy(self, policy: DecodePolicy) -> None: ...
 
 
 def allocate_kv_cache(

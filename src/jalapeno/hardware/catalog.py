@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from jalapeno.errors import SpecError, UnknownNameError
+from jalapeno.hardware.probe import LOCAL_KEY, default_probe_dir
 from jalapeno.hardware.schema import ChipSpec, Fact, MemoryLevel
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "chips"
@@ -253,11 +254,26 @@ def get_chip(name: str, extra_dirs: Iterable[PathLike] | None = None) -> ChipSpe
     and only its own file is parsed and validated (the simulator's start-up); a bad spec in another file is
     then reported by ``jalapeno hardware list`` / :func:`load_catalog`, not here."""
     extra = list(extra_dirs or ())
+    if normalize_name(name) == LOCAL_KEY:
+        return _local_chip(extra)
     if not extra and not _env_dirs() and not _builtin.cache_info().currsize:
         spec = _builtin_chip(name)
         if spec is not None:
             return spec
     return load_catalog(extra).resolve(name)
+
+
+def _local_chip(extra: list[PathLike]) -> ChipSpec:
+    """The probed chip of this machine: ``local`` from the default probe directory (``jalapeno hardware
+    probe``'s output), overridden by a ``local`` in ``JALAPENO_HARDWARE_PATH`` / ``extra`` directories."""
+    probe_dir = default_probe_dir()
+    dirs = [probe_dir, *extra] if (probe_dir / f"{LOCAL_KEY}.yaml").is_file() else extra
+    try:
+        return load_catalog(dirs).resolve(LOCAL_KEY)
+    except UnknownNameError:
+        raise UnknownNameError(
+            f"no probed chip 'local' (looked in {probe_dir} and the hardware directories): run `jalapeno hardware "
+            "probe` once on this machine, or pass --hardware-dir DIR holding a local.yaml") from None
 
 
 def use_hardware_dirs(dirs: Iterable[PathLike] | None) -> None:

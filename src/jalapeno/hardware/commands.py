@@ -196,4 +196,23 @@ def register(app: typer.Typer) -> None:
         for part in _show(spec, cat.origin.get(spec.key)):
             console.print(part)
 
+    @hw.command("probe")
+    def probe_cmd(
+        out: Annotated[Path | None, typer.Option("--out", help="Directory for the chip YAML (default: "
+                                                 "$JALAPENO_CACHE/hardware, where --hardware local looks).")] = None,
+        device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+        quick: Annotated[bool, typer.Option("--quick", help="Small sizes, short runs (< 30 s).")] = False,
+        key: Annotated[str, typer.Option("--key", help="Chip key of the written YAML.")] = "local",
+    ) -> None:
+        """Measure this machine (bandwidth, matmul, engine overheads, caches, power) and write its chip YAML."""
+        from jalapeno.hardware.probe import default_probe_dir, run_probe, write_chip
+
+        console = Console(stderr=True)
+        res = run_probe(device, quick, log=console.print)
+        cmd = f"jalapeno hardware probe --device {device}" + (" --quick" if quick else "")
+        path = write_chip(res, out or default_probe_dir(), key, cmd)
+        for note in res.notes:
+            console.print(f"note: {note}")
+        typer.echo(str(path))
+
     app.add_typer(hw, name="hardware")

@@ -20,8 +20,9 @@ Status = Literal[
 ]
 
 #: Compute dtypes a chip may execute natively. ``fp4`` covers MXFP4/NVFP4 tensor-core rates.
-ComputeDtype = Literal["bf16", "fp16", "fp8", "fp4", "int8", "int4"]
-COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4", "int8", "int4")
+#: ``fp32`` is listed only where an engine computes in float32 (a CPU probed by ``jalapeno hardware probe``).
+ComputeDtype = Literal["bf16", "fp16", "fp8", "fp4", "int8", "int4", "fp32"]
+COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4", "int8", "int4", "fp32")
 
 Topology = Literal["switch", "torus2d", "torus3d", "boardfly", "mesh", "ring", "chain", "fully-connected", "none"]
 
@@ -192,6 +193,15 @@ class Calibration(_Strict):
         return "uncalibrated"
 
 
+class Execution(_Strict):
+    """How the torch backend should run on this machine, chosen from measurements (``jalapeno hardware probe``
+    writes it for the local chip): the fused CPU decode kernel's crossover (most sequences of a decode step it
+    takes; 0 = off) and the intra-op thread count."""
+
+    fused_max_batch: Fact
+    threads: Fact
+
+
 class Price(_Strict):
     usd_per_hour: Fact  # per chip-hour
 
@@ -218,6 +228,8 @@ class ChipSpec(_Strict):
     energy: Energy = Field(default_factory=Energy)
     #: chips sold/deployed together as one unit (8 for HGX, 72 for NVL72, 256 for LPX), for reports
     system_size: int = Field(default=1, ge=1)
+    #: measured execution choices of the torch backend (probed local chips only)
+    execution: Execution | None = None
     notes: list[str] = Field(default_factory=list)
 
     @field_validator("compute_tflops")

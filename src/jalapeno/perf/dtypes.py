@@ -22,6 +22,7 @@ _COMPUTE_CHAIN: dict[str, tuple[str, ...]] = {
     "int4": ("bf16", "fp16", "fp8", "int8"),
     "bf16": ("bf16", "fp16", "fp8", "int8"),
     "fp16": ("fp16", "bf16", "fp8", "int8"),
+    "fp32": ("fp32", "bf16", "fp16", "fp8", "int8"),
 }
 _CANON = {"fp4": "mxfp4", "bfloat16": "bf16", "float16": "fp16", "fp8_e4m3": "fp8"}
 
@@ -46,7 +47,7 @@ def weight_dtypes(model: ModelArch, precision: Precision) -> dict[str, str]:
     w = precision.weights
     if w == "native":
         return base
-    if w in ("bf16", "fp8"):
+    if w in ("bf16", "fp8", "fp32"):
         return {c: w for c in LINEAR_CLASSES}
     q = "mxfp4" if w in ("fp4", "mxfp4") else "int4"
     if model.num_experts > 0:  # InferenceX 'fp4': only routed experts are quantized, the rest stays native
@@ -64,7 +65,7 @@ def weight_bytes_per_element(dtype: str, model: ModelArch | None = None) -> floa
 
 
 def kv_bytes_per_element(kv: str) -> float:
-    return 1.0 if kv == "fp8" else 2.0
+    return {"fp8": 1.0, "fp32": 4.0}.get(kv, 2.0)
 
 
 def compute_dtype(chip: ChipSpec, storage: str) -> str:

@@ -121,11 +121,13 @@ class CostModel:
         self.weight_dtypes = dt.weight_dtypes(model, precision)
         wbytes = {c: dt.weight_bytes_per_element(d, model) for c, d in self.weight_dtypes.items()}
         cdt = {c: dt.compute_dtype(chip, d) for c, d in self.weight_dtypes.items()}
-        cdt["attn_math"] = dt.attention_dtype(chip)
-        cdt["bf16"] = dt.compute_dtype(chip, "bf16")
+        full = precision.weights == "fp32"  # float32 throughout (the torch backend on CPU)
+        cdt["attn_math"] = dt.compute_dtype(chip, "fp32") if full else dt.attention_dtype(chip)
+        cdt["bf16"] = dt.compute_dtype(chip, "fp32" if full else "bf16")
         self.compute_dtypes = cdt
         self.kv_bytes_per_element = dt.kv_bytes_per_element(precision.kv)
-        self.act_bytes = 2.0
+        self.act_bytes = 4.0 if full else 2.0
+        wbytes["head"] = 4.0 if full else 2.0  # embedding, LM head and final norm
         desc = f" (tp={p.tp})"
         ar = collective(chip, self.eff, p.tp, "allreduce", desc)
         ag = collective(chip, self.eff, p.tp, "allgather", desc)

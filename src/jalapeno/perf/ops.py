@@ -275,8 +275,9 @@ def build_ops(
     a = actb
     d = attention_dims(m, tp, dp_attention)
     # ---------------- embedding ----------------
-    emb_stored = m.vocab_size * h * B16 / tp  # vocab-parallel in both modes (like the LM head)
-    b.ops.append(OpSpec("embed", "work", 0, "", tp, vec(), {"W": vec(T=h * B16 / tp), "A": vec(T=h * a)},
+    hb = wbytes.get("head", B16)  # embedding / LM head / final norm bytes: 16-bit, or 4 when all is float32
+    emb_stored = m.vocab_size * h * hb / tp  # vocab-parallel in both modes (like the LM head)
+    b.ops.append(OpSpec("embed", "work", 0, "", tp, vec(), {"W": vec(T=h * hb / tp), "A": vec(T=h * a)},
                         stored=emb_stored, stage="first"))
     if not dp_attention:
         b.net("embed_allreduce", 1, "tp_allreduce", vec(T=h * a))
@@ -293,7 +294,7 @@ def build_ops(
     # ---------------- MLP / MoE ----------------
     _mlp_and_moe(b, m, ep, dp_attention, wbytes, wdtype, a, vec(T=1.0 / d.att_split), expert_slots)
     # ---------------- norms, residuals, final norm, LM head, sampling ----------------
-    _norms_and_head(b, m, wdtype, a, d.att_split)
+    _norms_and_head(b, m, wdtype, a, d.att_split, hb)
     return b.ops
 
 
@@ -437,17 +438,18 @@ def _mlp_and_moe(b: _Ops, m: ModelArch, ep: int, dp_attention: bool, wbytes: dic
         b.net("moe_allreduce", n, mlp_coll, vec(T=h * a))
 
 
-def _norms_and_head(b: _Ops, m: ModelArch, wdtype: dict[str, str], a: float, sp: float) -> None:
-    """Per-layer norms and residuals, the final norm, the LM head, the logits gather and sampling."""
+def _norms_and_head(b: _Ops, m: ModelArch, wdtype: dict[str, str], a: float, sp: float, hb: float = B16) -> None:
+    """Per-layer norms and residuals, the final norm, the LM head, the logits gather and sampling (``hb``: bytes
+    per element of the norm and LM-head weights)."""
     tp, h = b.tp, m.hidden_size
-    b.layer("norms_residual", tuple(range(m.num_layers)), "", vec(T=(2 * 4 + 2) * h / sp), 2 * h * B16, 2 * h * B16,
+    b.layer("norms_residual", tuple(range(m.num_layers)), "", vec(T=(2 * 4 + 2) * h / sp), 2 * h * hb, 2 * h * hb,
             act=vec(T=10 * h * a / sp))
     p_lm = m.vocab_size * h / tp
-    b.ops.append(OpSpec("final_norm", "work", 0, "", tp, vec(T=4 * h), {"W": vec(one=h * B16), "A": vec(T=2 * h * a)},
-                        stored=h * B16, stage="last"))
+    b.ops.append(OpSpec("final_norm", "work", 0, "", tp, vec(T=4 * h), {"W": vec(one=h * hb), "A": vec(T=2 * h * a)},
+                        stored=h * hb, stage="last"))
     b.ops.append(OpSpec("lm_head", "work", 0, wdtype["bf16"], tp, vec(S=2 * p_lm),
-                        {"W": vec(one=p_lm * B16), "A": vec(S=h * a + m.vocab_size / tp * 4)},
-                        stored=0.0 if m.tie_word_embeddings else p_lm * B16, stage="last"))
+                        {"W": vec(one=p_lm * hb), "A": vec(S=h * a + m.vocab_size / tp * 4)},
+                        stored=0.0 if m.tie_word_embeddings else p_lm * hb, stage="last"))
     b.net("logits_gather", 1, "tp_allgather", vec(S=m.vocab_size * 4))
     b.ops.append(OpSpec("sampling", "work", 0, "", 1, vec(S=5 * m.vocab_size), {"A": vec(S=2 * m.vocab_size * 4)},
                         stage="last"))

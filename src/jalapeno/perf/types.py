@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 from jalapeno.errors import ConfigError
 
-WEIGHT_PRECISIONS = ("native", "bf16", "fp8", "fp4", "mxfp4", "int4")
-KV_PRECISIONS = ("bf16", "fp8")
+#: "fp32": every weight, the KV cache and the activations in float32 (the torch backend on CPU)
+WEIGHT_PRECISIONS = ("native", "bf16", "fp8", "fp4", "mxfp4", "int4", "fp32")
+KV_PRECISIONS = ("bf16", "fp8", "fp32")
 ACT_PRECISIONS = ("bf16",)
 
 
@@ -68,7 +69,8 @@ class Parallelism:
 class Precision:
     """Storage formats. ``weights``: "native" (the checkpoint's format), "bf16", "fp8" (128x128 block-scaled),
     "fp4"/"mxfp4" (MXFP4; MoE models quantize only the routed experts, dense models all linear layers),
-    "int4" (same scope as fp4, weight-only). ``kv``: "bf16" | "fp8". ``activations``: "bf16"."""
+    "int4" (same scope as fp4, weight-only), "fp32" (everything float32, as the torch backend runs on CPU: the
+norms, embedding and LM head too, and the activations). ``kv``: "bf16" | "fp8" | "fp32". ``activations``: "bf16"."""
 
     weights: str = "native"
     kv: str = "bf16"

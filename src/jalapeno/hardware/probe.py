@@ -1,0 +1,510 @@
+"""``jalapeno hardware probe``: measure the machine at hand and write it as a chip YAML (the local chip twin).
+
+Microbenchmarks (torch on ``cpu`` or ``cuda``): memory read/copy bandwidth by thread count, matmul and
+matrix-vector throughput per dtype at decode and prefill shapes, per-step and per-layer engine overheads of the
+torch backend (short engine runs on tiny random models), cache sizes (``/sys`` on Linux), power when exposed
+(RAPL ``/sys/class/powercap``, NVML), and the fused-vs-PyTorch decode crossover (CPU). Every number goes into
+the YAML as a :class:`~jalapeno.hardware.schema.Fact` with status ``measured`` and the command and date as its
+source. A measurement that cannot run here (too little memory for a size, no C compiler, no counters) is
+shrunk or skipped with one line in ``notes``, never a crash.
+
+Pure choice functions (:func:`choose_fused_max_batch`, :func:`choose_threads`) turn measurements into the
+torch backend's execution choices; :func:`measured_execution` reads them back from a probed chip.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from jalapeno.errors import ConfigError
+from jalapeno.hardware.schema import ChipSpec
+
+#: key of the probed chip (``jalapeno simulate --hardware local``)
+LOCAL_KEY = "local"
+
+
+def default_probe_dir() -> Path:
+    """Where ``hardware probe`` writes by default and where ``--hardware local`` looks:
+    ``$JALAPENO_CACHE/hardware`` (default ``~/.cache/jalapeno/hardware``)."""
+    env = os.environ.get("JALAPENO_CACHE")
+    root = Path(env) if env else Path.home() / ".cache" / "jalapeno"
+    return root / "hardware"
+
+
+# ---- execution choices from measurements (pure) ----------------------------------------------------------------
+
+
+def choose_fused_max_batch(fused_s: Mapping[int, float], torch_s: Mapping[int, float]) -> int:
+    """The fused kernel's crossover: the largest measured batch at which the fused step beat the PyTorch step
+    (0: it never did, switch it off). The kernel's advantage shrinks as the batch grows (a batch amortises the
+    weight reads PyTorch's GEMMs also amortise), so a win above a loss is taken as the truer reading. Inputs:
+    seconds per decode step by batch size on this machine; batches measured on one path only are ignored."""
+    common = set(fused_s) & set(torch_s)
+    if not common:
+        raise ConfigError("no batch size was measured on both decode paths; cannot choose the fused crossover")
+    return max((b for b in common if fused_s[b] < torch_s[b]), default=0)
+
+
+def choose_threads(bandwidth_by_threads: Mapping[int, float], tolerance: float = 0.03) -> int:
+    """The fewest threads whose measured bandwidth is within ``tolerance`` of the best (decode is bandwidth
+    bound; extra threads past saturation only add wake-ups on a shared machine)."""
+    if not bandwidth_by_threads:
+        raise ConfigError("no bandwidth measurement to choose a thread count from")
+    best = max(bandwidth_by_threads.values())
+    return min(t for t, bw in bandwidth_by_threads.items() if bw >= (1 - tolerance) * best)
+
+
+@dataclass(frozen=True)
+class ExecutionChoices:
+    """The torch backend's execution choices for one machine, with where they came from."""
+
+    fused_max_batch: int
+    threads: int
+    source: str
+
+
+def measured_execution(spec: ChipSpec) -> ExecutionChoices | None:
+    """The execution choices a probed chip carries (None when it was not probed with the crossover)."""
+    ex = spec.execution
+    if ex is None or ex.fused_max_batch.value is None or ex.threads.value is None:
+        return None
+    return ExecutionChoices(int(ex.fused_max_batch.value), int(ex.threads.value), ex.fused_max_batch.source)
+
+
+def local_execution(probe_dir: Path | None = None) -> ExecutionChoices | None:
+    """The choices in the probed ``local.yaml`` (default probe dir), None when this machine was never probed."""
+    from jalapeno.hardware.catalog import load_spec_file
+
+    path = (probe_dir or default_probe_dir()) / f"{LOCAL_KEY}.yaml"
+    return measured_execution(load_spec_file(path)) if path.is_file() else None
+
+
+class PolicyTarget(Protocol):
+    def set_decode_policy(self, policy: Any) -> None: ...
+
+
+def apply_measured_choices(target: PolicyTarget, device: Any, probe_dir: Path | None = None) -> str:
+    """On CPU, give ``target`` (a torch backend) the crossover and thread count ``jalapeno hardware probe``
+    measured on this machine (its ``local.yaml``) instead of the built-in defaults; returns one line saying
+    which were used."""
+    import torch
+
+    from jalapeno.backends.torch.runner import DecodePolicy
+
+    if device.type != "cpu":
+        return "execution choices: CUDA device, the fused CPU kernel does not apply"
+    choices = local_execution(probe_dir)
+    if choices is None:
+        return (f"execution choices: defaults (fused crossover {DecodePolicy().fused_max_batch}, "
+                f"{torch.get_num_threads()} threads); run `jalapeno hardware probe` to measure this machine's")
+    target.set_decode_policy(DecodePolicy(fused_max_batch=choices.fused_max_batch))
+    torch.set_num_threads(choices.threads)
+    return (f"execution choices measured on this machine: fused crossover {choices.fused_max_batch}, "
+            f"{choices.threads} threads ({choices.source})")
+
+
+# ---- measurements --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ProbeResult:
+    """Everything one probe measured (SI-ish units in the names)."""
+
+    device: str
+    device_name: str
+    memory_gb: float
+    read_gbps: dict[int, float] = field(default_factory=dict)  # by thread count
+    copy_gbps: dict[int, float] = field(default_factory=dict)
+    cache_read_gbps: float | None = None
+    caches_kb: dict[str, int] = field(default_factory=dict)
+    matmul_tflops: dict[str, dict[str, float]] = field(default_factory=dict)  # dtype -> shape label -> TFLOPS
+    step_overhead_us: float | None = None
+    layer_overhead_us: float | None = None
+    seq_overhead_us: float | None = None
+    fused_step_s: dict[int, float] = field(default_factory=dict)
+    torch_step_s: dict[int, float] = field(default_factory=dict)
+    power_w: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _best_time(fn: Callable[[], Any], budget_s: float, sync: Callable[[], None], min_reps: int = 2) -> float:
+    """Best wall time of ``fn``: a warm-up, then at least ``min_reps`` timed runs or as many as fit
+    ``budget_s``. A warm-up alone longer than the budget is the answer (slow paths stay affordable)."""
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    best = time.perf_counter() - t0
+    if best > budget_s:
+        return best
+    spent, reps = 0.0, 0
+    while (reps < min_reps or spent < budget_s) and reps < 200:
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        dt = time.perf_counter() - t0
+        best, spent, reps = min(best, dt), spent + dt, reps + 1
+    return best
+
+
+def _available_bytes(device: str) -> int:
+    import torch
+
+    if device.startswith("cuda"):
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def _total_memory_gb(device: str) -> float:
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_properties(0).total_memory / 1e9
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+
+
+def _sync(device: str) -> Callable[[], None]:
+    import torch
+
+    return torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+
+def thread_counts() -> list[int]:
+    """1, 2, 4, ... up to the usable cores (and the core count itself)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    counts, t = [], 1
+    while t < cores:
+        counts.append(t)
+        t *= 2
+    return [*counts, cores]
+
+
+def measure_bandwidth(res: ProbeResult, size_mb: int, budget_s: float) -> None:
+    """Read (sum) and copy bandwidth in GB/s, per thread count on CPU (one figure on CUDA). A copy counts
+    read + write bytes. The buffer shrinks to fit half the free memory."""
+    import torch
+
+    dev, sync = res.device, _sync(res.device)
+    want = size_mb * 2**20
+    fit = _available_bytes(dev) // 6  # two buffers, leave most of the memory free
+    if fit < want:
+        res.notes.append(f"bandwidth: {size_mb} MiB buffers do not fit the free memory; used {fit >> 20} MiB")
+        want = max(fit, 1 << 20)
+    n = want // 4
+    a = torch.rand(n, device=dev)
+    b = torch.empty_like(a)
+    threads = thread_counts() if dev == "cpu" else [0]
+    old = torch.get_num_threads()
+    try:
+        for t in threads:
+            if t:
+                torch.set_num_threads(t)
+            res.read_gbps[t] = n * 4 / _best_time(lambda: a.sum(), budget_s, sync) / 1e9
+            res.copy_gbps[t] = 2 * n * 4 / _best_time(lambda: b.copy_(a), budget_s, sync) / 1e9
+    finally:
+        torch.set_num_threads(old)
+    l2 = res.caches_kb.get("L2")
+    if dev == "cpu" and l2:  # a buffer half the L2: the cache level's own read bandwidth
+        small = a[: max(1024, l2 * 1024 // 8)]
+        res.cache_read_gbps = small.numel() * 4 / _best_time(lambda: small.sum(), budget_s / 4, sync) / 1e9
+
+
+#: matmul shapes (label -> (M, K, N)): one decode token, a 32-sequence decode step, a prefill chunk
+def matmul_shapes(quick: bool) -> dict[str, tuple[int, int, int]]:
+    k = 512 if quick else 2048
+    return {"decode-1": (1, k, 4 * k), "decode-32": (32, k, 4 * k), "prefill-512": (512, k, k)}
+
+
+def measure_matmul(res: ProbeResult, quick: bool, budget_s: float) -> None:
+    """Dense throughput in TFLOPS (2·M·K·N per product) per dtype and shape; a dtype the device cannot
+    multiply is skipped with a note."""
+    import torch
+
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    sync = _sync(res.device)
+    for name, dt in dtypes.items():
+        for label, (m, k, n) in matmul_shapes(quick).items():
+            try:
+                x = torch.randn(m, k, device=res.device).to(dt)
+                w = torch.randn(k, n, device=res.device).to(dt)
+                s = _best_time(lambda: x @ w, budget_s, sync)
+            except (RuntimeError, TypeError) as exc:  # e.g. a dtype with no kernel on this device
+                res.notes.append(f"matmul {name} {label}: skipped ({str(exc).splitlines()[0]})")
+                break
+            res.matmul_tflops.setdefault(name, {})[label] = 2 * m * k * n / s / 1e12
+
+
+def read_caches() -> dict[str, int]:
+    """Per-core data/unified cache sizes in KiB by level (L1d, L2, L3) from /sys; empty where not exposed."""
+    out: dict[str, int] = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for idx in sorted(base.glob("index*")) if base.is_dir() else []:
+        try:
+            kind = (idx / "type").read_text().strip()
+            level = (idx / "level").read_text().strip()
+            size = (idx / "size").read_text().strip()
+        except OSError:
+            continue
+        if kind == "Instruction":
+            continue
+        kb = int(size.rstrip("KMG")) * {"K": 1, "M": 1024, "G": 1 << 20}.get(size[-1], 1)
+        out["L1d" if level == "1" else f"L{level}"] = kb
+    return out
+
+
+def measure_power(res: ProbeResult, load: Callable[[], None]) -> None:
+    """Package power from RAPL (CPU) or NVML (NVIDIA) while ``load`` runs, and the limit where exposed."""
+    if res.device.startswith("cuda"):
+        try:
+            import pynvml  # type: ignore[import-not-found]
+
+            pynvml.nvmlInit()
+            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+            res.power_w["tdp"] = pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1e3
+            load()
+            res.power_w["loaded"] = pynvml.nvmlDeviceGetPowerUsage(h) / 1e3
+        except Exception as exc:  # noqa: BLE001 - any NVML failure means: no power figure
+            res.notes.append(f"power: NVML not available ({type(exc).__name__}); no power figures")
+        return
+    zone = Path("/sys/class/powercap/intel-rapl:0")
+    try:
+        e0, t0 = int((zone / "energy_uj").read_text()), time.perf_counter()
+        load()
+        e1, t1 = int((zone / "energy_uj").read_text()), time.perf_counter()
+        if e1 > e0:
+            res.power_w["loaded"] = (e1 - e0) / 1e6 / (t1 - t0)
+        limit = zone / "constraint_0_max_power_uw"
+        if limit.is_file():
+            res.power_w["tdp"] = int(limit.read_text()) / 1e6
+    except (OSError, ValueError):
+        res.notes.append("power: RAPL counters not readable here (/sys/class/powercap); no power figures")
+
+
+# ---- engine overheads and the decode crossover (torch backend, random weights) ----------------------------------
+
+
+def llama_config(layers: int, hidden: int, inter: int, vocab: int) -> dict[str, Any]:
+    """A Llama ``config.json`` of the given shape (64-wide heads, 3 query heads per KV head)."""
+    heads = max(1, hidden // 64)
+    return dict(model_type="llama", vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
+                num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 3),
+                max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=True)
+
+
+def random_llama(layers: int, hidden: int, inter: int, vocab: int, device: str):
+    """A random-weight Llama-shaped :class:`LoadedModel` (no checkpoint, no transformers)."""
+    import torch
+
+    from jalapeno.backends.torch.loader import LoadedModel, materialize
+    from jalapeno.backends.torch.models import build_model, torch_arch
+
+    cfg = torch_arch(llama_config(layers, hidden, inter, vocab), "probe-llama")
+    with torch.device("meta"):
+        shapes = {k: v.shape for k, v in build_model(cfg).state_dict().items() if k != "lm_head.weight"}
+    gen = torch.Generator().manual_seed(0)
+    tensors = {k: torch.randn(s, generator=gen) * 0.02 for k, s in shapes.items()}
+    model, _ = materialize(cfg, tensors, device, torch.float32)
+    return LoadedModel(model, cfg, ("", None))
+
+
+def _decode_step_s(layers: int, device: str, tokens: int, seqs: int = 1) -> float:
+    """Seconds per decode step of a whole engine run (scheduler + backend + sampling) on a tiny random model:
+    the difference of two runs that differ only in output length, over the extra steps."""
+    from jalapeno.backends.torch.backend import TorchBackend
+    from jalapeno.engine.config import EngineConfig
+    from jalapeno.engine.engine import Engine
+    from jalapeno.engine.sequence import SamplingParams
+
+    backend = TorchBackend(loaded=random_llama(layers, 64, 96, 128, device), device=device, num_blocks=64)
+
+    def run(n: int) -> float:
+        engine = Engine(backend, EngineConfig(block_size=16, max_num_seqs=max(4, seqs)))
+        for i in range(seqs):
+            engine.add_request(list(range(i, i + 8)), SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
+        t0 = time.perf_counter()
+        while engine.has_unfinished():
+            engine.step()
+        return time.perf_counter() - t0
+
+    run(2)  # warm-up (kernel build, allocator)
+    reps = 2 if tokens < 16 else 3
+    short = min(run(2) for _ in range(reps))
+    long = min(run(2 + tokens) for _ in range(reps))
+    return max(long - short, 0.0) / tokens
+
+
+def measure_overheads(res: ProbeResult, quick: bool) -> None:
+    """Per-step, per-layer and per-sequence engine overhead (µs) from decode steps of tiny models with 1 and L
+    layers and 1 and 4 sequences: their compute is negligible, so step time = step overhead + layers × layer
+    overhead + sequences × sequence overhead."""
+    deep = 4 if quick else 8
+    tokens = 8 if quick else 48
+    one, many = _decode_step_s(1, res.device, tokens), _decode_step_s(deep, res.device, tokens)
+    four = _decode_step_s(1, res.device, tokens, seqs=4)
+    layer = max(many - one, 0.0) / (deep - 1)
+    seq = max(four - one, 0.0) / 3
+    res.layer_overhead_us, res.seq_overhead_us = layer * 1e6, seq * 1e6
+    res.step_overhead_us = max(one - layer - seq, 0.0) * 1e6
+
+
+def crossover_batches(quick: bool) -> list[int]:
+    return [1, 4, 16] if quick else [1, 4, 8, 16, 24, 32, 48, 64]
+
+
+def measure_crossover(res: ProbeResult, quick: bool, budget_s: float) -> None:
+    """Seconds per pure decode step, fused C kernel vs PyTorch ops, by batch, on a random model with
+    SmolLM2-135M's layer shapes (1 layer quick, 6 otherwise). No C compiler → skipped with a note."""
+    from jalapeno.backends.torch.attention import SeqSlice
+    from jalapeno.backends.torch.runner import PYTORCH_ONLY, DecodePolicy, ModelRunner
+    from jalapeno.kernels.cpu_build import KernelUnavailable, load_kernel
+
+    if res.device != "cpu":
+        return
+    try:
+        load_kernel("cpu_decode")
+    except KernelUnavailable as exc:
+        res.notes.append(f"crossover: fused decode kernel unavailable ({exc}); not measured")
+        return
+    import torch
+
+    loaded = random_llama(1 if quick else 6, 576, 1536, 2048, "cpu")
+    batches = crossover_batches(quick)
+    ctx = 64  # tokens already in each sequence's cache
+    per_seq = ctx // 16 + 1
+    runner = ModelRunner(loaded.model, per_seq * max(batches), 16, "cpu", torch.float32)
+    for b in batches:
+        slices = [SeqSlice(ctx, 1, list(range(i * per_seq, (i + 1) * per_seq))) for i in range(b)]
+        ids, rows = [1] * b, list(range(b))
+        for policy, out in ((DecodePolicy(fused_max_batch=b), res.fused_step_s), (PYTORCH_ONLY, res.torch_step_s)):
+            runner.policy = policy
+            out[b] = _best_time(lambda: runner.forward(slices, ids, rows), budget_s, lambda: None)
+
+
+
+# ---- the chip YAML -------------------------------------------------------------------------------------------
+
+
+def _fact(value: float | None, source: str, note: str = "") -> dict[str, Any]:
+    if value is None:
+        return {"value": None, "status": "unknown", "source": source, "note": note or "not measurable here"}
+    out: dict[str, Any] = {"value": round(float(value), 6), "status": "measured", "source": source}
+    return {**out, "note": note} if note else out
+
+
+def chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
+    """The chip YAML mapping of a probe (validated by :class:`ChipSpec` before it is written)."""
+    prefill = {d: v.get("prefill-512") for d, v in res.matmul_tflops.items()}
+    compute = {d: _fact(prefill[d], source, "torch matmul 512xKxK at this dtype")
+               for d in ("bf16", "fp16", "fp32") if prefill.get(d)}
+    if not compute:
+        raise ConfigError("no matmul could be measured on this device (see the notes above); nothing to write")
+    best_read = max(res.read_gbps.values(), default=None)
+    best_t = max(res.read_gbps, key=lambda t: res.read_gbps[t]) if res.read_gbps else 0
+    kind = "hbm" if res.device.startswith("cuda") else "dram"
+    memory = [{"name": kind, "kind": kind, "capacity_gb": _fact(res.memory_gb, source),
+               "bandwidth_tbps": _fact(best_read / 1e3 if best_read else None, source,
+                                       f"read (sum) bandwidth, {best_t or 'all'} threads")}]
+    l2 = res.caches_kb.get("L3") or res.caches_kb.get("L2")
+    if l2 and res.cache_read_gbps:
+        memory.append({"name": "cache", "kind": "sram", "resident": False,
+                       "capacity_gb": _fact(l2 * 1024 / 1e9, "/sys/devices/system/cpu/cpu0/cache (largest level)"),
+                       "bandwidth_tbps": _fact(res.cache_read_gbps / 1e3, source, "read of a buffer half the L2")})
+    none = {"value": None, "status": "unknown", "source": "a single local device: no chip-to-chip network"}
+    eff: dict[str, Any] = {"compute_default": 1.0, "memory_default": 1.0,
+                           "source": f"{source}: peaks are achieved rates, so fractions are 1"}
+    if res.step_overhead_us is not None:
+        eff["step_overhead_us"] = round(res.step_overhead_us, 1)
+        eff["layer_overhead_us"] = round(res.layer_overhead_us or 0.0, 1)
+        eff["seq_overhead_us"] = round(res.seq_overhead_us or 0.0, 1)
+    out: dict[str, Any] = {
+        "key": key, "name": f"local {res.device_name}", "vendor": platform.machine() or "local",
+        "status": "measured", "description": f"this machine as probed by `{source}`",
+        "compute_tflops": compute, "memory": memory,
+        "scale_up": {"bandwidth_gbps": none, "latency_us": none, "topology": "none", "domain_size": 1},
+        "power": {"tdp_w": _fact(res.power_w.get("tdp"), "RAPL/NVML power limit"),
+                  "loaded_w": _fact(res.power_w.get("loaded"), source, "during the matmul microbenchmark")},
+        "efficiency": eff,
+        "notes": [*_measurement_notes(res), *res.notes],
+    }
+    if res.fused_step_s and res.torch_step_s:
+        cap = choose_fused_max_batch(res.fused_step_s, res.torch_step_s)
+        threads = choose_threads(res.copy_gbps) if res.copy_gbps else 1
+        out["execution"] = {
+            "fused_max_batch": _fact(cap, source, "largest measured decode batch where the fused kernel beat PyTorch"),
+            "threads": _fact(threads, source, "fewest threads within 3% of the best copy bandwidth")}
+    return out
+
+
+def _measurement_notes(res: ProbeResult) -> list[str]:
+    def fmt(d: Mapping[int, float]) -> str:
+        return ", ".join(f"{t}: {v:.1f}" for t, v in sorted(d.items()))
+
+    lines = [f"read GB/s by threads: {fmt(res.read_gbps)}", f"copy GB/s by threads: {fmt(res.copy_gbps)}"]
+    for d, shapes in res.matmul_tflops.items():
+        lines.append(f"matmul {d} TFLOPS: " + ", ".join(f"{s} {v:.3g}" for s, v in shapes.items()))
+    if res.caches_kb:
+        lines.append("caches KiB: " + ", ".join(f"{k} {v}" for k, v in res.caches_kb.items()))
+    if res.fused_step_s:
+        lines.append("decode step ms fused/pytorch by batch: " + ", ".join(
+            f"{b}: {res.fused_step_s[b] * 1e3:.2f}/{res.torch_step_s[b] * 1e3:.2f}" for b in sorted(res.fused_step_s)))
+    lines.append(f"load average at probe time: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cpus)")
+    return lines
+
+
+def run_probe(device: str = "cpu", quick: bool = False, log: Callable[[str], None] = lambda _: None) -> ProbeResult:
+    """Run every measurement on ``device`` ("cpu" or "cuda"); ``quick`` keeps it under ~30 s."""
+    import torch
+
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"unknown device {device!r}; use --device cpu or --device cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was requested but no CUDA GPU is available; use --device cpu")
+    name = torch.cuda.get_device_name(0) if device == "cuda" else (platform.processor() or platform.machine())
+    res = ProbeResult(device, name, _total_memory_gb(device), caches_kb=read_caches() if device == "cpu" else {})
+    budget = 0.15 if quick else 0.6
+    steps: list[tuple[str, Callable[[], None]]] = [
+        ("memory bandwidth", lambda: measure_bandwidth(res, 64 if quick else 512, budget)),
+        ("matmul throughput", lambda: measure_matmul(res, quick, budget)),
+        ("engine overheads", lambda: measure_overheads(res, quick)),
+        ("fused decode crossover", lambda: measure_crossover(res, quick, budget)),
+        ("power", lambda: measure_power(res, lambda: measure_bandwidth(ProbeResult(device, name, 0), 64, 0.3))),
+    ]
+    for label, step in steps:
+        log(f"probing {label} ...")
+        step()
+    return res
+
+
+class _NoAliases(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def write_chip(res: ProbeResult, out_dir: Path, key: str = LOCAL_KEY, command: str = "jalapeno hardware probe") -> Path:
+    """Validate the probe as a :class:`ChipSpec` and write ``out_dir/<key>.yaml``; returns the path."""
+    from jalapeno.hardware.catalog import load_spec_file
+
+    source = f"{command} ({_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC)"
+    data = chip_dict(res, key, source)
+    ChipSpec.model_validate(data)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{key}.yaml"
+    head = f"# {key}: this machine, measured by `{command}`; every number is status measured (or unknown).\n"
+    text = yaml.dump(data, Dumper=_NoAliases, sort_keys=False, allow_unicode=True, width=120)
+    path.write_text(head + text, encoding="utf-8")
+    load_spec_file(path)
+    return path

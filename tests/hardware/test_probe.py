@@ -1,0 +1,125 @@
+"""``jalapeno hardware probe``: measured chips that load and validate, and execution choices that follow the
+measurements they are given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jalapeno.errors import ConfigError
+from jalapeno.hardware import probe as pr
+from jalapeno.hardware.catalog import iter_facts, load_catalog, load_spec_file
+
+
+def _small_probe(monkeypatch: pytest.MonkeyPatch) -> pr.ProbeResult:
+    """Real measurements at tiny sizes (no engine runs): bandwidth on 4 MiB, the quick matmul shapes."""
+    monkeypatch.setattr(pr, "matmul_shapes", lambda quick: {"decode-1": (1, 64, 256), "prefill-512": (32, 64, 64)})
+    res = pr.ProbeResult("cpu", "test cpu", 1.0, caches_kb=pr.read_caches())
+    pr.measure_bandwidth(res, 4, 0.01)
+    pr.measure_matmul(res, True, 0.01)
+    return res
+
+
+def test_probe_writes_a_chip_that_loads_and_validates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    res = _small_probe(monkeypatch)
+    res.step_overhead_us, res.layer_overhead_us = 900.0, 40.0
+    res.fused_step_s, res.torch_step_s = {1: 0.01, 8: 0.02}, {1: 0.03, 8: 0.01}
+    path = pr.write_chip(res, tmp_path, "local", "jalapeno hardware probe --quick")
+    spec = load_spec_file(path)
+    assert spec.key == "local" and spec.status == "measured"
+    statuses = {f.status for _, f in iter_facts(spec)}
+    assert statuses <= {"measured", "unknown"}
+    measured = [f for _, f in iter_facts(spec) if f.status == "measured"]
+    assert all("jalapeno hardware probe" in f.source or "/sys" in f.source for f in measured)
+    # the main memory's bandwidth is the best read measured, in TB/s
+    assert spec.main_memory is not None
+    assert spec.main_memory.bandwidth_tbps.value == pytest.approx(max(res.read_gbps.values()) / 1e3, rel=1e-3)
+    assert spec.efficiency.step_overhead_us == 900.0 and spec.efficiency.layer_overhead_us == 40.0
+    choices = pr.measured_execution(spec)
+    assert choices is not None and choices.fused_max_batch == 1
+    # the catalogue finds it through --hardware-dir and resolves 'local'
+    assert load_catalog([tmp_path]).resolve("local").key == "local"
+
+
+def test_too_little_memory_shrinks_the_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pr, "_available_bytes", lambda device: 12 << 20)  # 12 MiB free -> 2 MiB buffers
+    res = pr.ProbeResult("cpu", "test cpu", 1.0)
+    pr.measure_bandwidth(res, 512, 0.01)
+    assert res.read_gbps and all(v > 0 for v in res.read_gbps.values())
+    assert any("do not fit the free memory; used 2 MiB" in n for n in res.notes)
+
+
+def test_unknown_device_is_one_clear_error() -> None:
+    with pytest.raises(ConfigError, match="unknown device 'tpu'"):
+        pr.run_probe("tpu", quick=True)
+
+
+@pytest.mark.parametrize(
+    ("fused", "torch_", "cap"),
+    [
+        ({1: 1.0, 8: 2.0, 32: 5.0}, {1: 3.0, 8: 4.0, 32: 4.0}, 8),  # loses at 32: the crossover is 8
+        ({1: 1.0, 8: 2.0, 32: 3.0}, {1: 3.0, 8: 4.0, 32: 4.0}, 32),  # wins everywhere measured
+        ({1: 4.0, 8: 5.0}, {1: 3.0, 8: 4.0}, 0),  # never wins: off
+        ({1: 1.0, 4: 9.0, 16: 2.0, 64: 2.0}, {1: 3.0, 4: 4.0, 16: 4.0, 64: 1.0}, 16),  # a noisy loss at 4
+        ({1: 1.0, 8: 1.0, 12: 1.0}, {1: 2.0, 8: 2.0}, 8),  # 12 measured on one path only: ignored
+    ],
+)
+def test_crossover_follows_the_measurements(fused: dict, torch_: dict, cap: int) -> None:
+    assert pr.choose_fused_max_batch(fused, torch_) == cap
+
+
+def test_crossover_needs_common_batches() -> None:
+    with pytest.raises(ConfigError, match="both decode paths"):
+        pr.choose_fused_max_batch({1: 1.0}, {2: 1.0})
+
+
+def test_threads_follow_the_bandwidth_curve() -> None:
+    assert pr.choose_threads({1: 10.0, 2: 19.0, 4: 30.0, 8: 30.5}) == 4  # saturates at 4
+    assert pr.choose_threads({1: 10.0, 2: 9.0}) == 1  # a second thread does not help (shared machine)
+    assert pr.choose_threads({1: 10.0, 2: 20.0}) == 2
+
+
+def test_cli_unknown_device_exits_2_with_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from jalapeno.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["hardware", "probe", "--device", "tpu", "--quick", "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown device 'tpu'" in err and "Traceback" not in err
+
+
+def _hand_made_local(root: Path) -> Path:
+    """A hand-made probed chip (round numbers of a small 2-core machine) in ``root/hardware/local.yaml``."""
+    res = pr.ProbeResult("cpu", "hand-made", 16.0, read_gbps={1: 20.0, 2: 30.0}, copy_gbps={1: 15.0, 2: 25.0},
+                         matmul_tflops={"fp32": {"prefill-512": 0.1}, "bf16": {"prefill-512": 0.05}})
+    res.step_overhead_us, res.layer_overhead_us = 1000.0, 50.0
+    return pr.write_chip(res, root / "hardware", "local", "hand-made for tests")
+
+
+def test_simulate_hardware_local_resolves_the_probed_chip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from jalapeno.cli import main
+    from jalapeno.hardware import get_chip
+
+    monkeypatch.setenv("JALAPENO_CACHE", str(tmp_path))
+    _hand_made_local(tmp_path)
+    assert get_chip("local").name == "local hand-made"
+    try:
+        main(["simulate", "-m", "smollm2-135m", "-H", "local", "--isl", "64", "--osl", "8", "--concurrency", "2",
+              "--num-prompts", "2", "--json"])
+    except SystemExit as exc:
+        assert exc.code in (0, None), capsys.readouterr().err
+    assert "local" in capsys.readouterr().out
+
+
+def test_hardware_local_without_a_probe_says_how_to_get_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from jalapeno.cli import main
+
+    monkeypatch.setenv("JALAPENO_CACHE", str(tmp_path))
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "-m", "smollm2-135m", "-H", "local", "--isl", "64", "--osl", "8", "--concurrency", "1"])
+    assert exc.value.code == 2
+    assert "run `jalapeno hardware probe`" in capsys.readouterr().err

@@ -1,0 +1,171 @@
+"""The :class:`Proposer` seam, the n-gram (prompt-lookup) proposer, the per-sequence adaptive draft length and
+the acceptance counters (vLLM's metric names). Pure Python: no torch."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from jalapeno.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jalapeno.engine.sequence import Sequence
+
+#: ``--speculative`` choices (``draft`` needs ``--draft-model``: not implemented yet, refused in one line)
+SPECULATIVE_METHODS = ("ngram", "self", "draft")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """How the backend speculates. ``num_speculative_tokens`` (K) is the most draft tokens per step;
+    ``draft_layers``: the self-speculative draft's depth (the target's first N layers + its LM head);
+    ``ngram_max``/``ngram_min``: the suffix lengths the n-gram proposer tries, longest first.
+    ``min_acceptance``: once a sequence has had ``probe_tokens`` draft tokens verified and accepted fewer than
+    this fraction, its k drops to 0 (it decodes plainly from then on)."""
+
+    method: str = "ngram"
+    num_speculative_tokens: int = 3
+    draft_layers: int = 1
+    ngram_max: int = 3
+    ngram_min: int = 1
+    min_acceptance: float = 0.1
+    probe_tokens: int = 24
+
+    def __post_init__(self) -> None:
+        if self.method not in SPECULATIVE_METHODS:
+            raise ConfigError(f"unknown --speculative {self.method!r}; use one of: {', '.join(SPECULATIVE_METHODS)}")
+        if self.method == "draft":
+            raise ConfigError(
+                "--speculative draft (a separate draft model) is not implemented yet; use ngram or self"
+            )
+        if self.num_speculative_tokens < 1:
+            raise ConfigError(f"--num-speculative-tokens must be >= 1 with --speculative (got {self.num_speculative_tokens})")
+        if self.draft_layers < 1:
+            raise ConfigError(f"--draft-layers must be >= 1 (got {self.draft_layers})")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise ConfigError(f"need 1 <= ngram_min <= ngram_max (got {self.ngram_min}, {self.ngram_max})")
+
+
+@dataclass
+class DraftRequest:
+    """Propose up to ``k`` tokens to follow ``seq``'s tokens (its newest one is fed at position ``start``)."""
+
+    seq: "Sequence"
+    start: int
+    k: int
+
+
+@dataclass
+class Draft:
+    """Proposed tokens; ``probs`` is the draft distribution q they were drawn from (``[len(tokens), V]`` torch
+    tensor, filtered exactly as the target's p) or None for a deterministic proposal (q = one-hot)."""
+
+    tokens: list[int]
+    probs: Any = None
+
+
+class Proposer(ABC):
+    """Proposes draft tokens for a batch of decoding sequences (one call per engine step)."""
+
+    @abstractmethod
+    def propose(self, requests: list[DraftRequest]) -> list[Draft]: ...
+
+
+class NgramProposer(Proposer):
+    """Prompt lookup (vLLM ``ngram``): find the latest earlier occurrence of the sequence's last n tokens
+    (n from ``n_max`` down to ``n_min``) and propose the tokens that followed it."""
+
+    def __init__(self, n_max: int = 3, n_min: int = 1) -> None:
+        self.n_max, self.n_min = n_max, n_min
+
+    def propose(self, requests: list[DraftRequest]) -> list[Draft]:
+        return [Draft(ngram_lookup(r.seq.token_ids, r.k, self.n_max, self.n_min)) for r in requests]
+
+
+def ngram_lookup(tokens: list[int], k: int, n_max: int = 3, n_min: int = 1) -> list[int]:
+    """Up to ``k`` tokens that followed the latest earlier occurrence of ``tokens``' last n tokens."""
+    size = len(tokens)
+    if k < 1:
+        return []
+    for n in range(min(n_max, size - 1), n_min - 1, -1):
+        suffix = tokens[size - n :]
+        first = suffix[0]
+        for i in range(size - n - 1, -1, -1):  # latest match first; the suffix itself excluded
+            if tokens[i] == first and tokens[i : i + n] == suffix:
+                return tokens[i + n : i + n + k]
+    return []
+
+
+@dataclass
+class SpecStats:
+    """Acceptance counters (vLLM: ``spec_decode_num_drafts``, ``..._num_draft_tokens``,
+    ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``)."""
+
+    num_speculative_tokens: int
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+    #: drafts that reached each position (the denominator of the per-position acceptance rate)
+    drafts_per_pos: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        k = self.num_speculative_tokens
+        self.accepted_per_pos = self.accepted_per_pos or [0] * k
+        self.drafts_per_pos = self.drafts_per_pos or [0] * k
+
+    def record(self, proposed: int, accepted: int) -> None:
+        if not proposed:
+            return
+        self.num_drafts += 1
+        self.num_draft_tokens += proposed
+        self.num_accepted_tokens += accepted
+        for j in range(proposed):
+            self.drafts_per_pos[j] += 1
+        for j in range(accepted):
+            self.accepted_per_pos[j] += 1
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    def per_position_rate(self) -> list[float]:
+        """P(position j accepted | a draft reached position j), j = 0..K-1."""
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_pos, self.drafts_per_pos)]
+
+    def to_dict(self) -> dict:
+        return {
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "num_drafts": self.num_drafts,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "num_accepted_tokens_per_pos": list(self.accepted_per_pos),
+            "num_drafts_per_pos": list(self.drafts_per_pos),
+            "acceptance_rate": self.acceptance_rate,
+            "acceptance_per_pos": self.per_position_rate(),
+        }
+
+
+class AdaptiveK:
+    """Per-sequence draft length: K until a sequence has had ``probe_tokens`` draft tokens verified with an
+    acceptance below ``min_acceptance``, then 0 (speculation that keeps failing only costs verify time)."""
+
+    def __init__(self, config: SpecConfig) -> None:
+        self.config = config
+        self._seen: dict[int | str, list[int]] = {}  # seq_id -> [proposed, accepted]
+
+    def k_for(self, seq: "Sequence") -> int:
+        cfg = self.config
+        s = self._seen.get(seq.seq_id)
+        if s is not None and s[0] >= cfg.probe_tokens and s[1] < cfg.min_acceptance * s[0]:
+            return 0
+        return cfg.num_speculative_tokens
+
+    def record(self, seq: "Sequence", proposed: int, accepted: int) -> None:
+        s = self._seen.setdefault(seq.seq_id, [0, 0])
+        s[0] += proposed
+        s[1] += accepted
+
+    def forget(self, seq: "Sequence") -> None:
+        self._seen.pop(seq.seq_id, None)

@@ -31,6 +31,16 @@ def serve(
     max_model_len: int | None = typer.Option(None, "--max-model-len", help="Context limit (prompt + output)."),
     block_size: int = typer.Option(16, "--block-size"),
     log_level: str = typer.Option("info", "--log-level"),
+    speculative: str | None = typer.Option(
+        None, "--speculative", help="cpu/cuda: speculative decoding, ngram or self (draft: not implemented yet)."
+    ),
+    num_speculative_tokens: int | None = typer.Option(
+        None, "--num-speculative-tokens", help="Draft tokens verified per step (default 3 with --speculative)."
+    ),
+    draft_model: str | None = typer.Option(None, "--draft-model", help="--speculative draft: the draft model."),
+    draft_layers: int | None = typer.Option(
+        None, "--draft-layers", help="--speculative self: layers of the draft (default: a quarter of the model's)."
+    ),
 ) -> None:
     """Serve /v1/completions, /v1/chat/completions, /v1/models, /health and /metrics."""
     if backend not in ("cpu", "cuda", "sim"):
@@ -39,6 +49,12 @@ def serve(
         raise ConfigError(f"--port must be in 1..65535 (got {port})")
     from jalapeno.server import build
     from jalapeno.sim import SimLimits
+    from jalapeno.spec import spec_config_from_options
+
+    spec = spec_config_from_options(speculative, num_speculative_tokens, draft_model, draft_layers)
+    if spec is not None and backend == "sim":
+        raise ConfigError("--speculative runs real drafts: use --backend cpu or cuda (the simulator prices it in "
+                          "`jalapeno simulate --spec-decode`)")
 
     if backend == "sim":
         if not hardware or not model:
@@ -63,6 +79,7 @@ def serve(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=max_model_len,
+            num_speculative_tokens=spec.num_speculative_tokens if spec is not None else 0,
         )
         served = build.build_torch(
             model,
@@ -71,6 +88,7 @@ def serve(
             served_name=served_model_name,
             engine_config=ecfg,
             max_model_len=max_model_len,
+            speculative=spec,
         )
 
     import uvicorn

@@ -15,6 +15,7 @@ from jalapeno.spec.proposer import (
     Proposer,
     SpecConfig,
     SpecStats,
+    spec_config_from_options,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "Proposer",
     "SpecConfig",
     "SpecStats",
+    "spec_config_from_options",
 ]

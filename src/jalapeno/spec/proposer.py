@@ -19,14 +19,15 @@ SPECULATIVE_METHODS = ("ngram", "self", "draft")
 @dataclass(frozen=True)
 class SpecConfig:
     """How the backend speculates. ``num_speculative_tokens`` (K) is the most draft tokens per step;
-    ``draft_layers``: the self-speculative draft's depth (the target's first N layers + its LM head);
+    ``draft_layers``: the self-speculative draft's depth (the target's first N layers + its LM head; None: a
+    quarter of the target's layers, at least 1);
     ``ngram_max``/``ngram_min``: the suffix lengths the n-gram proposer tries, longest first.
     ``min_acceptance``: once a sequence has had ``probe_tokens`` draft tokens verified and accepted fewer than
     this fraction, its k drops to 0 (it decodes plainly from then on)."""
 
     method: str = "ngram"
     num_speculative_tokens: int = 3
-    draft_layers: int = 1
+    draft_layers: int | None = None
     ngram_max: int = 3
     ngram_min: int = 1
     min_acceptance: float = 0.1
@@ -41,10 +42,39 @@ class SpecConfig:
             )
         if self.num_speculative_tokens < 1:
             raise ConfigError(f"--num-speculative-tokens must be >= 1 with --speculative (got {self.num_speculative_tokens})")
-        if self.draft_layers < 1:
+        if self.draft_layers is not None and self.draft_layers < 1:
             raise ConfigError(f"--draft-layers must be >= 1 (got {self.draft_layers})")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ConfigError(f"need 1 <= ngram_min <= ngram_max (got {self.ngram_min}, {self.ngram_max})")
+
+
+def spec_config_from_options(
+    method: str | None, num_tokens: int | None, draft_model: str | None = None, draft_layers: int | None = None,
+    context: int | None = None,
+) -> SpecConfig | None:
+    """The ``--speculative / --num-speculative-tokens / --draft-model / --draft-layers`` options of ``generate``
+    and ``serve`` as a :class:`SpecConfig` (None: no speculation); bad combinations fail in one line.
+    ``context``: the model's context length (K must leave room in it)."""
+    if num_tokens is not None and num_tokens < 0:
+        raise ConfigError(f"--num-speculative-tokens must be >= 0 (got {num_tokens})")
+    if method is None:
+        if num_tokens or draft_model or draft_layers:
+            raise ConfigError("--num-speculative-tokens/--draft-model/--draft-layers need --speculative ngram|self|draft")
+        return None
+    if method not in SPECULATIVE_METHODS:
+        raise ConfigError(f"unknown --speculative {method!r}; use one of: {', '.join(SPECULATIVE_METHODS)}")
+    if method == "draft" and not draft_model:
+        raise ConfigError("--speculative draft needs --draft-model PATH (a smaller model with the same vocabulary)")
+    if draft_model and method != "draft":
+        raise ConfigError(f"--draft-model is for --speculative draft, not {method}")
+    if draft_layers is not None and method != "self":
+        raise ConfigError(f"--draft-layers is for --speculative self, not {method}")
+    k = 3 if num_tokens is None else num_tokens
+    if k == 0:
+        return None
+    if context is not None and k >= context - 1:
+        raise ConfigError(f"--num-speculative-tokens {k} is too large for the model's context of {context} tokens")
+    return SpecConfig(method, num_speculative_tokens=k, draft_layers=draft_layers)
 
 
 @dataclass

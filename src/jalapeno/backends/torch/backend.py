@@ -101,11 +101,14 @@ class TorchBackend(Backend):
         #: speculative decoding (drafts fill the ``1 + k`` slots the scheduler reserves per decode), or None
         self.speculator = None
         if speculative is not None:
-            from jalapeno.backends.torch.speculative import Speculator
+            self.enable_speculation(speculative)
 
-            self.speculator = Speculator(speculative, lambda: self.runner, self.config.num_layers,
-                                         self.config.vocab_size)
-            self.max_multi_step = 1  # every step verifies drafts: no blind multi-step decode
+    def enable_speculation(self, config: SpecConfig) -> None:
+        """Speculate from now on (the engine must reserve ``config.num_speculative_tokens`` per decode)."""
+        from jalapeno.backends.torch.speculative import Speculator
+
+        self.speculator = Speculator(config, lambda: self.runner, self.config.num_layers, self.config.vocab_size)
+        self.max_multi_step = 1  # every step verifies drafts: no blind multi-step decode
 
     def set_decode_policy(self, policy: DecodePolicy) -> None:
         """Which decode steps take the fused CPU kernel from now on (this runner and any later one)."""
@@ -204,6 +207,9 @@ class TorchBackend(Backend):
             t1 = time.perf_counter()
             durations.append(t1 - t0 - sum(durations))
         return StepResult(tokens=tokens, duration_s=sum(durations), step_durations=tuple(durations))
+
+    def spec_decode_stats(self) -> dict | None:
+        return self.speculator.stats.to_dict() if self.speculator is not None else None
 
     def free_sequence(self, seq) -> None:
         if self.speculator is not None:

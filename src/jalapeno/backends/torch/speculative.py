@@ -95,12 +95,13 @@ class Speculator:
 
     def __init__(self, config: SpecConfig, runner: Callable[[], object], num_layers: int, vocab: int) -> None:
         if config.method == "self":
-            if config.draft_layers >= num_layers:
+            layers = config.draft_layers if config.draft_layers is not None else max(1, num_layers // 4)
+            if layers >= num_layers:
                 raise ConfigError(
-                    f"--draft-layers {config.draft_layers} must be below the model's {num_layers} layers "
+                    f"--draft-layers {layers} must be below the model's {num_layers} layers "
                     "(the draft is the target's first N layers)"
                 )
-            self.proposer: Proposer = SelfSpecProposer(runner, config.draft_layers)
+            self.proposer: Proposer = SelfSpecProposer(runner, layers)
         else:
             self.proposer = NgramProposer(config.ngram_max, config.ngram_min)
         self.config = config

@@ -75,3 +75,43 @@ def test_no_block_leaks_with_random_aborts(tiny_model):
     bm = engine.block_manager
     assert backend.speculator.stats.num_draft_tokens > 0
     assert bm.num_free == bm.num_blocks, (bm.num_free, bm.num_blocks)
+
+
+def test_greedy_draft_model_equals_plain(tiny_model):
+    """A separate draft model (another tiny family, same vocabulary) with its own paged KV cache."""
+    hf, path = tiny_model("llama")
+    _, draft_path = tiny_model("qwen2")
+    prompts = _prompts((5, 23, 9, 14))
+    spec = SpecConfig("draft", num_speculative_tokens=K, draft_model=str(draft_path), probe_tokens=1000)
+    backend = TorchBackend(path, num_blocks=18, speculative=spec)
+    engine = Engine(backend, EngineConfig(block_size=4, max_num_batched_tokens=16, max_num_seqs=4,
+                                          num_speculative_tokens=K))
+    assert _run(engine, prompts) == [hf_greedy(hf, p, GREEDY.max_tokens) for p in prompts]
+    assert backend.speculator.stats.num_draft_tokens > 0
+    assert engine.stats.num_preemptions > 0
+    assert engine.block_manager.num_free == engine.block_manager.num_blocks
+
+
+def test_draft_model_sampled_run_with_itself_as_draft_accepts_everything(tiny_model):
+    """The target as its own draft: p == q, so rejection sampling must accept every draft token (a check of
+    the draft's KV catch-up: a stale draft cache would make q differ from p)."""
+    _, path = tiny_model("llama")
+    spec = SpecConfig("draft", num_speculative_tokens=K, draft_model=str(path))
+    backend = TorchBackend(path, num_blocks=64, speculative=spec)
+    engine = Engine(backend, EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
+                                          num_speculative_tokens=K))
+    _run(engine, _prompts((5, 12)), SamplingParams(max_tokens=17, temperature=1.0, seed=1))
+    st = backend.speculator.stats
+    assert st.num_draft_tokens > 0 and st.num_accepted_tokens == st.num_draft_tokens
+
+
+def test_draft_model_with_another_vocabulary_is_refused(tiny_model, tmp_path):
+    import transformers
+
+    from jalapeno.errors import ConfigError
+
+    hf, path = tiny_model("llama")
+    cfg = transformers.LlamaConfig(**{**hf.config.to_dict(), "vocab_size": 64})
+    transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match="vocabulary"):
+        TorchBackend(path, num_blocks=8, speculative=SpecConfig("draft", draft_model=str(tmp_path)))

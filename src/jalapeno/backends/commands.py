@@ -56,7 +56,7 @@ def generate(
     ),
     speculative: Optional[str] = typer.Option(
         None, "--speculative", help="Speculative decoding: ngram (prompt lookup) or self (the model's first layers "
-        "as the draft); draft (a separate draft model) is not implemented yet."
+        "as the draft) or draft (--draft-model, same vocabulary)."
     ),
     num_speculative_tokens: Optional[int] = typer.Option(
         None, "--num-speculative-tokens", help="Draft tokens verified per step (default 3 with --speculative)."

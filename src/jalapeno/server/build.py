@@ -97,7 +97,7 @@ def build_torch(
     if speculative is not None:
         from jalapeno.spec import spec_config_from_options
 
-        spec_config_from_options(speculative.method, speculative.num_speculative_tokens, None,
+        spec_config_from_options(speculative.method, speculative.num_speculative_tokens, speculative.draft_model,
                                  speculative.draft_layers, ctx)  # K must leave room in the context
         backend.enable_speculation(speculative)
     cfg = engine_config or EngineConfig()

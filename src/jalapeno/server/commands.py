@@ -32,7 +32,7 @@ def serve(
     block_size: int = typer.Option(16, "--block-size"),
     log_level: str = typer.Option("info", "--log-level"),
     speculative: str | None = typer.Option(
-        None, "--speculative", help="cpu/cuda: speculative decoding, ngram or self (draft: not implemented yet)."
+        None, "--speculative", help="cpu/cuda: speculative decoding, ngram, self or draft (with --draft-model)."
     ),
     num_speculative_tokens: int | None = typer.Option(
         None, "--num-speculative-tokens", help="Draft tokens verified per step (default 3 with --speculative)."

@@ -12,7 +12,7 @@ from jalapeno.errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     from jalapeno.engine.sequence import Sequence
 
-#: ``--speculative`` choices (``draft`` needs ``--draft-model``: not implemented yet, refused in one line)
+#: ``--speculative`` choices (``draft`` needs ``--draft-model``)
 SPECULATIVE_METHODS = ("ngram", "self", "draft")
 
 
@@ -27,6 +27,8 @@ class SpecConfig:
 
     method: str = "ngram"
     num_speculative_tokens: int = 3
+    #: ``draft``: path of the draft model (same vocabulary as the target; it gets its own paged KV)
+    draft_model: str | None = None
     draft_layers: int | None = None
     ngram_max: int = 3
     ngram_min: int = 1
@@ -36,10 +38,8 @@ class SpecConfig:
     def __post_init__(self) -> None:
         if self.method not in SPECULATIVE_METHODS:
             raise ConfigError(f"unknown --speculative {self.method!r}; use one of: {', '.join(SPECULATIVE_METHODS)}")
-        if self.method == "draft":
-            raise ConfigError(
-                "--speculative draft (a separate draft model) is not implemented yet; use ngram or self"
-            )
+        if (self.method == "draft") != (self.draft_model is not None):
+            raise ConfigError("--speculative draft needs --draft-model PATH (and only it takes one)")
         if self.num_speculative_tokens < 1:
             raise ConfigError(f"--num-speculative-tokens must be >= 1 with --speculative (got {self.num_speculative_tokens})")
         if self.draft_layers is not None and self.draft_layers < 1:
@@ -74,7 +74,7 @@ def spec_config_from_options(
         return None
     if context is not None and k >= context - 1:
         raise ConfigError(f"--num-speculative-tokens {k} is too large for the model's context of {context} tokens")
-    return SpecConfig(method, num_speculative_tokens=k, draft_layers=draft_layers)
+    return SpecConfig(method, num_speculative_tokens=k, draft_model=draft_model, draft_layers=draft_layers)
 
 
 @dataclass
@@ -100,6 +100,9 @@ class Proposer(ABC):
 
     @abstractmethod
     def propose(self, requests: list[DraftRequest]) -> list[Draft]: ...
+
+    def forget(self, seq: "Sequence") -> None:  # noqa: B027 - optional hook
+        """``seq`` finished or was preempted (its KV blocks are gone): drop any state kept for it."""
 
 
 class NgramProposer(Proposer):

@@ -107,7 +107,8 @@ class TorchBackend(Backend):
         """Speculate from now on (the engine must reserve ``config.num_speculative_tokens`` per decode)."""
         from jalapeno.backends.torch.speculative import Speculator
 
-        self.speculator = Speculator(config, lambda: self.runner, self.config.num_layers, self.config.vocab_size)
+        self.speculator = Speculator(config, lambda: self.runner, self.config.num_layers, self.config.vocab_size,
+                                     str(self.device), self.dtype)
         self.max_multi_step = 1  # every step verifies drafts: no blind multi-step decode
 
     def set_decode_policy(self, policy: DecodePolicy) -> None:

@@ -16,6 +16,7 @@ import torch
 
 from jalapeno.backends.torch.attention import SeqSlice, StepMetadata
 from jalapeno.backends.torch.linear import run_linear
+from jalapeno.backends.torch.runner import PYTORCH_ONLY, ModelRunner
 from jalapeno.backends.torch.sampler import SampleSpec, _mix, filter_logits
 from jalapeno.errors import ConfigError
 from jalapeno.spec.proposer import AdaptiveK, Draft, DraftRequest, NgramProposer, Proposer, SpecConfig, SpecStats
@@ -51,34 +52,29 @@ def partial_forward(model, input_ids: torch.Tensor, meta: StepMetadata, kv_cache
     return run_linear(model.lm_head, x).float()
 
 
-class SelfSpecProposer(Proposer):
-    """Draft = the target's first ``num_layers`` layers + LM head, run k times (one token per sequence each)."""
+class _ModelProposer(Proposer):
+    """Drafts k tokens one position at a time with a model, sampling each from q filtered like the target's p."""
 
-    def __init__(self, runner: Callable[[], object], num_layers: int) -> None:
-        self._runner = runner
-        self.num_layers = num_layers
+    def _logits(self, j: int, requests: list[DraftRequest], live: list[int], feed: list[int]) -> torch.Tensor:
+        """Draft logits ``[len(live), V]`` for draft position ``j`` of the ``live`` requests."""
+        raise NotImplementedError
+
+    def _device(self) -> torch.device:
+        raise NotImplementedError
 
     @torch.inference_mode()
     def propose(self, requests: list[DraftRequest]) -> list[Draft]:
-        runner = self._runner()
-        dev = runner.device
+        dev = self._device()
         drafts = [Draft([], []) for _ in requests]
         feed = [r.seq.token_ids[r.start] for r in requests]
         for j in range(max((r.k for r in requests), default=0)):
             live = [i for i, r in enumerate(requests) if r.k > j]
-            if not live:
-                break
-            slices = [SeqSlice(requests[i].start + j, 1, requests[i].seq.block_table) for i in live]
-            meta = StepMetadata.build(slices, runner.block_size, dev)
-            ids = torch.tensor([feed[i] for i in live], dtype=torch.int64, device=dev)
-            rows = torch.arange(len(live), device=dev)
-            logits = partial_forward(runner.model, ids, meta, runner.kv_cache, rows, self.num_layers)
+            logits = self._logits(j, requests, live, feed)
             for row, i in enumerate(live):
                 seq = requests[i].seq
                 spec = seq_spec(seq, seq.num_output_tokens + j)
                 if spec.greedy:
                     tok = int(logits[row].argmax())
-                    drafts[i].probs = None
                 else:
                     q = probs_of(logits[row : row + 1], spec)[0]
                     tok = int(torch.multinomial(q, 1, generator=_generator(spec, dev, _DRAFT_SALT)).item())
@@ -90,18 +86,91 @@ class SelfSpecProposer(Proposer):
         return drafts
 
 
+class SelfSpecProposer(_ModelProposer):
+    """Draft = the target's first ``num_layers`` layers + LM head, run k times (one token per sequence each)."""
+
+    def __init__(self, runner: Callable[[], object], num_layers: int) -> None:
+        self._runner = runner
+        self.num_layers = num_layers
+
+    def _device(self) -> torch.device:
+        return self._runner().device
+
+    def _logits(self, j, requests, live, feed):
+        runner = self._runner()
+        slices = [SeqSlice(requests[i].start + j, 1, requests[i].seq.block_table) for i in live]
+        meta = StepMetadata.build(slices, runner.block_size, runner.device)
+        ids = torch.tensor([feed[i] for i in live], dtype=torch.int64, device=runner.device)
+        rows = torch.arange(len(live), device=runner.device)
+        return partial_forward(runner.model, ids, meta, runner.kv_cache, rows, self.num_layers)
+
+
+class DraftModelProposer(_ModelProposer):
+    """A separate, smaller draft model with its own paged KV cache. Its cache has as many blocks as the
+    target's and is indexed by the same block table, so the scheduler's blocks (and their rollback) cover it
+    too. Each proposal first feeds the tokens the draft has not seen (the prompt, or what was accepted since)."""
+
+    def __init__(self, model, target_runner: Callable[[], object], dtype: torch.dtype) -> None:
+        self.model = model
+        self._target = target_runner
+        self._dtype = dtype
+        self._runner: ModelRunner | None = None
+        self._done: dict[int | str, int] = {}  # seq_id -> tokens whose draft KV is in the draft cache
+
+    def _device(self) -> torch.device:
+        return self._target().device
+
+    def _draft_runner(self) -> ModelRunner:
+        t = self._target()
+        r = self._runner
+        if r is None or r.num_blocks != t.num_blocks or r.block_size != t.block_size:
+            self._runner = None
+            self._runner = ModelRunner(self.model, t.num_blocks, t.block_size, t.device, self._dtype, PYTORCH_ONLY)
+        return self._runner
+
+    def _logits(self, j, requests, live, feed):
+        runner = self._draft_runner()
+        slices, ids, rows = [], [], []
+        for i in live:
+            r = requests[i]
+            if j == 0:  # catch up: every token from the first the draft has not seen through the newest
+                done = min(self._done.get(r.seq.seq_id, 0), r.start)
+                slices.append(SeqSlice(done, r.start + 1 - done, r.seq.block_table))
+                ids.extend(r.seq.token_ids[done : r.start + 1])
+                self._done[r.seq.seq_id] = r.start + 1
+            else:
+                slices.append(SeqSlice(r.start + j, 1, r.seq.block_table))
+                ids.append(feed[i])
+            rows.append(len(ids) - 1)
+        return runner.forward(slices, ids, rows)
+
+    def forget(self, seq) -> None:
+        self._done.pop(seq.seq_id, None)
+
+
 class Speculator:
     """Per-step drafting and verification for :class:`~jalapeno.backends.torch.backend.TorchBackend`."""
 
-    def __init__(self, config: SpecConfig, runner: Callable[[], object], num_layers: int, vocab: int) -> None:
-        if config.method == "self":
+    def __init__(self, config: SpecConfig, runner: Callable[[], object], num_layers: int, vocab: int,
+                 device: str = "cpu", dtype: torch.dtype = torch.float32) -> None:
+        if config.method == "draft":
+            from jalapeno.backends.torch.loader import load_model
+
+            draft = load_model(config.draft_model, device, dtype)
+            if draft.config.vocab_size != vocab:
+                raise ConfigError(
+                    f"the draft model's vocabulary ({draft.config.vocab_size} tokens) differs from the target's "
+                    f"({vocab}); use a draft model of the same family and tokenizer"
+                )
+            self.proposer: Proposer = DraftModelProposer(draft.model, runner, dtype)
+        elif config.method == "self":
             layers = config.draft_layers if config.draft_layers is not None else max(1, num_layers // 4)
             if layers >= num_layers:
                 raise ConfigError(
                     f"--draft-layers {layers} must be below the model's {num_layers} layers "
                     "(the draft is the target's first N layers)"
                 )
-            self.proposer: Proposer = SelfSpecProposer(runner, layers)
+            self.proposer = SelfSpecProposer(runner, layers)
         else:
             self.proposer = NgramProposer(config.ngram_max, config.ngram_min)
         self.config = config
@@ -149,3 +218,4 @@ class Speculator:
 
     def forget(self, seq) -> None:
         self.adaptive.forget(seq)
+        self.proposer.forget(seq)

@@ -167,6 +167,16 @@ class SpecStats:
         """P(position j accepted | a draft reached position j), j = 0..K-1."""
         return [a / d if d else 0.0 for a, d in zip(self.accepted_per_pos, self.drafts_per_pos)]
 
+    def acceptance_chain(self) -> list[float]:
+        """The simulator's per-position acceptance a_1..a_K (``SpecDecode``): P(position j accepted | positions
+        before it accepted), per verified draft. Steps that had no draft (an n-gram miss, k dropped to 0) are
+        not counted: they decode plainly."""
+        rates, prev = [], self.num_drafts
+        for n in self.accepted_per_pos:
+            rates.append(n / prev if prev else 0.0)
+            prev = n
+        return rates
+
     def to_dict(self) -> dict:
         return {
             "num_speculative_tokens": self.num_speculative_tokens,
@@ -177,6 +187,7 @@ class SpecStats:
             "num_drafts_per_pos": list(self.drafts_per_pos),
             "acceptance_rate": self.acceptance_rate,
             "acceptance_per_pos": self.per_position_rate(),
+            "acceptance_chain": self.acceptance_chain(),
         }
 
 
@@ -202,3 +213,27 @@ class AdaptiveK:
 
     def forget(self, seq: "Sequence") -> None:
         self._seen.pop(seq.seq_id, None)
+
+
+def read_acceptance_file(path: str, k: int) -> tuple[float, ...]:
+    """The per-position acceptance chain (a_1..a_k) a ``generate --json`` run recorded (its ``spec_decode``
+    entry; a list of results: the first), for ``jalapeno simulate --acceptance FILE``."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--acceptance {path}: cannot read it as JSON ({exc.__class__.__name__}); give the file "
+                          "`jalapeno generate --speculative ... --json` wrote") from None
+    if isinstance(data, list) and data:
+        data = data[0]
+    spec = data.get("spec_decode", data) if isinstance(data, dict) else None
+    chain = spec.get("acceptance_chain") if isinstance(spec, dict) else None
+    if not isinstance(chain, list) or not chain:
+        raise ConfigError(f"--acceptance {path}: no spec_decode.acceptance_chain in it; record it with "
+                          "`jalapeno generate --speculative ... --json`")
+    if len(chain) != k:
+        raise ConfigError(f"--acceptance {path} was recorded with {len(chain)} speculative tokens; pass "
+                          f"--spec-tokens {len(chain)}")
+    return tuple(float(a) for a in chain)

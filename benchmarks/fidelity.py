@@ -1,45 +1,60 @@
-"""Fidelity of the serving simulator against published Hopper measurements (benchmarks/data/calibration.csv).
+"""Fidelity of the serving simulator against published measurements; regenerates docs/fidelity.md and its plot.
 
-    python benchmarks/fidelity.py                 # predict every usable point, write docs/fidelity.md + PNG
-    python benchmarks/fidelity.py --fit           # also re-fit the H200 efficiency block (prints the values)
-    python benchmarks/fidelity.py --quick         # fewer simulated requests (4 x concurrency), no files
+    python benchmarks/fidelity.py                    # predict every usable point, write docs/fidelity.md + PNG
+    python benchmarks/fidelity.py --quick            # 4 x concurrency requests per point, print, write nothing
+    python benchmarks/fidelity.py --fit h200         # re-fit a chip's named efficiency parameters (prints them)
+    python benchmarks/fidelity.py --fit-frameworks   # re-fit the serving frameworks' request latencies (H200)
+    python benchmarks/fidelity.py --fit-mtp          # re-fit MTP acceptance per (model, framework), write it
+    python benchmarks/fidelity.py --overlay DIR      # also predict Blackwell/AMD with `jalapeno calibrate` overlays
 
-Every usable point is simulated in-process (engine + SimBackend + cost model, the same path as
-``jalapeno simulate``) with a process pool of 2. "before" uses the efficiency blocks the catalogue shipped with
-(:data:`BEFORE`); "after" uses the current catalogue YAMLs (h100.yaml / h200.yaml), which hold the fitted values.
-The fit (``--fit``) is a bounded coordinate search on the H200 InferenceX rows dated before 2026-03 (one point
-per configuration, measured values = median over reruns); see docs/fidelity.md for the procedure and results.
+A thin caller of the library (``jalapeno.calibration``: points, fit, report; the same code as
+``jalapeno calibrate``). Hopper (``calibration.csv``): "before" = the efficiency blocks the catalogue shipped with
+before calibration (:data:`BEFORE`), "after" = the current catalogue. Blackwell / AMD
+(``calibration-blackwell-amd.csv``): "before" = the current catalogue, "after" = the ``--overlay`` chips
+(``jalapeno calibrate --out DIR``) when given, else the catalogue again.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import json
-import math
 import sys
 import time
+import zlib
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from jalapeno.calibration import (
-    METRICS,
-    Excluded,
-    Point,
-    SimSpec,
-    config_key,
-    load_points,
-    spread_pct,
-    summarize,
-    to_sim_spec,
+from jalapeno.calibration import Point, SimSpec, config_key, spread_pct, summarize
+from jalapeno.calibration.fit import (
+    Job,
+    Predictor,
+    apply_params,
+    dedupe,
+    fit,
+    fit_mtp_acceptance,
+    prepare,
+    split_items,
 )
-from jalapeno.calibration.predict import efficiency_of, simulate, with_efficiency
+from jalapeno.calibration.inputs import read_measurements
+from jalapeno.calibration.predict import efficiency_of
+from jalapeno.calibration.report import (
+    BEFORE_AFTER_HEADER,
+    Record,
+    before_after_rows,
+    concurrency_band,
+    markdown_table,
+    records,
+    scatter,
+    summary_rows,
+)
 from jalapeno.hardware.schema import Efficiency
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "benchmarks" / "data" / "calibration.csv"
+BA_CSV = ROOT / "benchmarks" / "data" / "calibration-blackwell-amd.csv"
 DOC = ROOT / "docs" / "fidelity.md"
 PNG = ROOT / "docs" / "fidelity-scatter.png"
 
@@ -50,227 +65,48 @@ BEFORE = {
     "h200": dict(compute={"bf16": 0.8, "fp16": 0.8, "fp8": 0.734}, memory={"hbm": 0.9}, scale_up=0.87,
                  step_overhead_us=40.0, layer_overhead_us=0.0),
 }
-#: metrics the targets are about, and their weight in the fit objective
+#: metrics the targets are about
 HEADLINE = ("output_tput_per_gpu", "total_tput_per_gpu", "median_tpot", "median_ttft")
-#: (TTFT is not fitted: its misses are dominated by a per-request latency the cost model does not have, and
-#: fitting it would only inflate the per-step overheads; see docs/fidelity.md)
-FIT_WEIGHTS = {"output_tput_per_gpu": 1.0, "median_tpot": 1.0}
-#: InferenceX rows from these months are held out of the fit (newest framework versions)
+#: Hopper InferenceX rows from these months are held out of the fit (newest framework versions)
 HELD_OUT_MONTHS = ("2026-03", "2026-04", "2026-05")
-#: parameters the fit may move: name -> (lower, upper). The compute and HBM fractions stay at their measured
-#: kernel values (MAMF best-shape GEMM, D2D copy; hardware-facts section 11): they are what every other chip in
-#: the catalogue uses too, so chips stay comparable. Calibration fits what the catalogue documents as
-#: calibration's job: the framework's fixed costs per step and per layer, and the collective efficiency.
-BOUNDS = {
-    "scale_up": (0.50, 0.90),
-    "step_overhead_us": (0.0, 1000.0),
-    "layer_overhead_us": (0.0, 200.0),
-}
-#: reported but not fitted (kept at the measured kernel values)
+#: Blackwell / AMD split (jalapeno calibrate's default): rows from this month on are held out
+BA_SPLIT = "date:2026-01"
+#: parameters the Hopper fit moved (reported against BEFORE); compute/HBM fractions stay at kernel values
+BOUNDS = ("scale_up", "step_overhead_us", "layer_overhead_us")
 FIXED = ("compute.fp8", "compute.bf16", "memory.hbm")
+
+Item = tuple[Point, SimSpec]
+
 
 # ------------------------------------------------------------------------------------------------ helpers
 def efficiencies(which: str) -> dict[str, Efficiency]:
-    """Efficiency per chip: ``before`` (shipped values) or ``after`` (current catalogue)."""
-    out = {}
-    for chip in ("h100", "h200"):
-        base = efficiency_of(chip)
-        out[chip] = with_efficiency(base, **BEFORE[chip]) if which == "before" else base
-    return out
+    """Efficiency per Hopper chip: ``before`` (shipped values) or ``after`` (current catalogue)."""
+    return {c: apply_params(efficiency_of(c), _flat(BEFORE[c])) if which == "before" else efficiency_of(c)
+            for c in ("h100", "h200")}
 
 
-def apply(base: Efficiency, params: dict[str, float]) -> Efficiency:
-    upd: dict = {}
-    for k, v in params.items():
-        if "." in k:
-            group, key = k.split(".")
-            upd.setdefault(group, {})[key] = v
-            if key == "bf16":
-                upd[group]["fp16"] = v
-        else:
-            upd[k] = v
-    return with_efficiency(base, **upd)
-
-
-def _job(args: tuple[SimSpec, Efficiency, int | None, dict]) -> dict:
-    spec, eff, per, opts = args
-    t = time.time()
-    try:
-        out = simulate(spec, eff, prompts_per_concurrency=per, **opts)
-    except Exception as exc:  # noqa: BLE001 - a failed point is reported, not fatal
-        out = {"error": f"{type(exc).__name__}: {exc}"}
-    out["wall_s"] = time.time() - t
-    return out
-
-
-def predict_all(specs: list[SimSpec], effs: dict[str, Efficiency], workers: int = 2,
-                per: int | None = None, **opts) -> list[dict]:
-    """Predictions for ``specs``; ``opts`` go to :func:`jalapeno.calibration.predict.simulate` (e.g.
-    ``frameworks=False`` for the chip's generic request overhead)."""
-    jobs = [(s, effs[s.chip], per, opts) for s in specs]
-    if workers <= 1:
-        return [_job(j) for j in jobs]
-    order = sorted(range(len(jobs)), key=lambda i: -_cost_guess(specs[i]))  # long jobs first
-    with ProcessPoolExecutor(workers) as ex:
-        res = list(ex.map(_job, [jobs[i] for i in order], chunksize=1))
-    out: list[dict] = [{}] * len(jobs)
-    for i, r in zip(order, res):
-        out[i] = r
-    return out
-
-
-def _cost_guess(s: SimSpec) -> float:
-    return (s.concurrency or 1000) * (s.osl + s.isl / 8)
-
-
-def errors(points: list[Point], preds: list[dict]) -> list[dict]:
-    """One record per (point, metric): signed % error and |ln(pred/meas)|."""
-    rows = []
-    for p, pr in zip(points, preds):
-        if "error" in pr:
-            continue
-        for m, v in p.metrics.items():
-            if m in pr and v > 0 and pr[m] > 0:
-                rows.append({"point": p, "metric": m, "meas": v, "pred": pr[m],
-                             "pct": 100.0 * (pr[m] - v) / v, "log": abs(math.log(pr[m] / v))})
-    return rows
-
-
-# ------------------------------------------------------------------------------------------------ fitting
-def dedupe(items: list[tuple[Point, SimSpec]]) -> list[tuple[Point, SimSpec]]:
-    """One synthetic point per configuration: measured metrics = median over its reruns."""
-    groups: dict[tuple, list[tuple[Point, SimSpec]]] = defaultdict(list)
-    for p, s in items:
-        groups[config_key(s)].append((p, s))
-    out = []
-    for g in groups.values():
-        p0, s0 = g[0]
-        metrics = {m: float(np.median([p.metrics[m] for p, _ in g if m in p.metrics])) for m in p0.metrics}
-        out.append((Point(p0.source, p0.key, tuple(i for p, _ in g for i in p.ids), metrics), s0))
-    return out
-
-
-def objective(points: list[Point], preds: list[dict]) -> float:
-    """Weighted mean over the fitted metrics of the median |ln(pred / meas)| (0.1 ~ 10% off)."""
-    by: dict[str, list[float]] = defaultdict(list)
-    for r in errors(points, preds):
-        if r["metric"] in FIT_WEIGHTS:
-            by[r["metric"]].append(r["log"])
-    failed = sum(1 for p in preds if "error" in p)
-    tot = sum(FIT_WEIGHTS[m] * float(np.median(v)) for m, v in by.items()) / sum(FIT_WEIGHTS.values())
-    return tot + failed  # a point that stops fitting (capacity) is heavily penalised
-
-
-def fit(items: list[tuple[Point, SimSpec]], chip: str, start: dict[str, float], *, workers: int = 2,
-        per: int = 4, max_evals: int = 60, log=print) -> tuple[dict[str, float], float]:
-    """Bounded coordinate search of :data:`BOUNDS` on ``items`` (one chip). Multiplicative steps for
-    fractions (start ±12%), additive for overheads (start ±40 us); a step halves after a pass without gain."""
-    points = [p for p, _ in items]
-    specs = [s for _, s in items]
-    base = efficiency_of(chip)
-    cache: dict[tuple, float] = {}
-
-    def f(x: dict[str, float]) -> float:
-        key = tuple(round(x[k], 4) for k in BOUNDS)
-        if key not in cache:
-            preds = predict_all(specs, {chip: apply(base, x)}, workers, per)
-            cache[key] = objective(points, preds)
-            log(f"  eval {len(cache):3d}  obj {cache[key]:.4f}  " + " ".join(f"{k}={x[k]:.3g}" for k in BOUNDS))
-        return cache[key]
-
-    x = dict(start)
-    best = f(x)
-    steps = {k: (0.12 if "overhead" not in k else 40.0) for k in BOUNDS}
-    while len(cache) < max_evals:
-        improved = False
-        for k in BOUNDS:
-            lo, hi = BOUNDS[k]
-            for sign in (+1, -1):
-                y = dict(x)
-                y[k] = x[k] * (1 + sign * steps[k]) if "overhead" not in k else x[k] + sign * steps[k]
-                y[k] = min(hi, max(lo, y[k]))
-                if y[k] == x[k]:
-                    continue
-                v = f(y)
-                if v < best - 1e-4:
-                    x, best, improved = y, v, True
-                    break
-            if len(cache) >= max_evals:
-                break
-        if not improved:
-            steps = {k: s / 2 for k, s in steps.items()}
-            if steps["scale_up"] < 0.02 and steps["step_overhead_us"] < 5:
-                break
-    return x, best
-
-
-def fit_frameworks(items: list[tuple[Point, SimSpec]], *, workers: int = 2, per: int = 4,
-                   log=print) -> dict[str, float]:
-    """Per serving framework, the request overhead (ms) that minimises the median |ln(pred / meas)| of median
-    TTFT over that framework's fit-split configurations, by simulation: a 10 ms grid over 0-120 ms, then
-    5 ms either side of its best. Only the front-end latency moves; the efficiency blocks stay as they are."""
-    from jalapeno.calibration.predict import framework_profile
-
+def _flat(d: dict) -> dict[str, float]:
     out: dict[str, float] = {}
-    for fw in sorted({framework_profile(s) for _, s in items} - {None}):
-        sel = [(p, s) for p, s in items if framework_profile(s) == fw and "median_ttft" in p.metrics]
-        specs = [s for _, s in sel]
-        effs = {c: efficiency_of(c) for c in {s.chip for s in specs}}
-        cache: dict[float, float] = {}
-
-        def f(ms: float) -> float:
-            if ms not in cache:
-                preds = predict_all(specs, effs, workers, per, request_overhead_ms=ms)
-                logs = [abs(math.log(pr["median_ttft"] / p.metrics["median_ttft"]))
-                        for (p, _), pr in zip(sel, preds) if "median_ttft" in pr]
-                cache[ms] = float(np.median(logs))
-                log(f"  {fw}: {ms:5.1f} ms -> median |ln| {cache[ms]:.4f} ({len(logs)} configurations)")
-            return cache[ms]
-
-        best = min(np.arange(0.0, 121.0, 10.0), key=f)
-        best = min((best - 5.0, best, best + 5.0), key=lambda ms: f(ms) if ms >= 0 else math.inf)
-        out[fw] = float(best)
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update({f"{k}.{kk}": vv for kk, vv in v.items() if kk != "fp16"})
+        else:
+            out[k] = v
     return out
 
 
-# ------------------------------------------------------------------------------------------------ report
-def table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
-
-
-def summary_rows(errs: list[dict], group) -> list[list[str]]:
-    """Rows: group, metric, n, median |%|, p90 |%|, median signed %."""
-    g: dict[tuple, list[float]] = defaultdict(list)
-    for r in errs:
-        k = group(r)
-        if k is not None:
-            g[(k, r["metric"])].append(r["pct"])
-    rows = []
-    for (k, m) in sorted(g, key=lambda t: (str(t[0]), list(METRICS).index(t[1]))):
-        rows.append([str(k), m, *summarize(g[(k, m)]).row()])
-    return rows
-
-
-def before_after_rows(eb: list[dict], ea: list[dict], group) -> list[list[str]]:
-    def agg(errs):
-        g: dict[tuple, list[float]] = defaultdict(list)
-        for r in errs:
-            k = group(r)
-            if k is not None:
-                g[(k, r["metric"])].append(r["pct"])
-        return g
-    gb, ga = agg(eb), agg(ea)
-    rows = []
-    for key in sorted(ga, key=lambda t: (str(t[0]), list(METRICS).index(t[1]))):
-        b, a = summarize(gb.get(key, [])), summarize(ga[key])
-        rows.append([str(key[0]), key[1], str(a.n), f"{b.median_abs:.1f}", f"{b.p90_abs:.1f}",
-                     f"{a.median_abs:.1f}", f"{a.p90_abs:.1f}", f"{a.median_signed:+.1f}"])
-    return rows
+def predict(pred: Predictor, items: list[Item], effs: dict[str, Efficiency], per: int | None, label: str,
+            **opts) -> list[dict]:
+    return pred.run([Job(s, effs[s.chip], per, **opts) for _, s in items], label)
 
 
 def split_of(p: Point, s: SimSpec) -> str:
+    if s.chip in ("b200", "mi355x"):
+        if s.spec_tokens:  # every aggregated MTP row is from 2026-01 on: half the configurations (by hash) fit
+            held = zlib.crc32(repr(config_key(s)).encode()) % 2 == 1
+            return f"{'held-out' if held else 'fit'}: {s.chip.upper()} InferenceX MTP (hash half)"
+        held = p.col("date")[:7] >= BA_SPLIT.split(":")[1]
+        return f"{'held-out' if held else 'fit'}: {s.chip.upper()} InferenceX {'2026-01+' if held else '< 2026-01'}"
     if s.kind == "offline":
         return "held-out: TRT-LLM offline"
     if s.kind == "nim":
@@ -284,138 +120,115 @@ def split_of(p: Point, s: SimSpec) -> str:
     return "fit: H200 InferenceX < 2026-03"
 
 
-def scatter(errs: list[dict], path: Path) -> None:
-    import matplotlib
+def _progress(label: str, done: int, total: int) -> None:
+    if done == total or done % 50 == 0:
+        print(f"  {label}: {done}/{total}", file=sys.stderr)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker  # noqa: F401 - used as matplotlib.ticker below
 
-    metrics = [m for m in METRICS if any(r["metric"] == m for r in errs)]
-    n = len(metrics)
-    cols = 4
-    rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 4.0 * rows))
-    colors = {"deepseek-r1": "tab:red", "gpt-oss-120b": "tab:blue", "gpt-oss-20b": "tab:cyan",
-              "llama-3.3-70b": "tab:green", "llama-3.1-8b": "tab:olive", "llama-3.1-405b": "tab:brown",
-              "qwen3-235b-a22b": "tab:purple"}
-    for ax, m in zip(np.ravel(axes), metrics):
-        rs = [r for r in errs if r["metric"] == m]
-        for model, c in colors.items():
-            sel = [r for r in rs if r["spec"].model == model]
-            if not sel:
-                continue
-            mk = ["^" if r["spec"].chip == "h100" else "o" for r in sel]
-            for marker in ("o", "^"):
-                xs = [r["meas"] for r, k in zip(sel, mk) if k == marker]
-                ys = [r["pred"] for r, k in zip(sel, mk) if k == marker]
-                if xs:
-                    ax.scatter(xs, ys, s=10, c=c, marker=marker, alpha=0.6,
-                               label=f"{model} {'H100' if marker == '^' else 'H200'}")
-        lo = min(min(r["meas"], r["pred"]) for r in rs) / 1.5
-        hi = max(max(r["meas"], r["pred"]) for r in rs) * 1.5
-        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
-        for f in (0.7, 1.3):
-            ax.plot([lo, hi], [lo * f, hi * f], "k:", lw=0.6)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-        ax.set_title(f"{m} ({METRICS[m][1]})", fontsize=9)
-        ax.set_xlabel("measured", fontsize=8)
-        ax.set_ylabel("predicted", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    for ax in np.ravel(axes)[n:]:
-        ax.axis("off")
-    uniq: dict = {}
-    for ax in np.ravel(axes):
-        h, lab = ax.get_legend_handles_labels()
-        uniq.update(zip(lab, h))
-    fig.legend(list(uniq.values()), list(uniq.keys()), loc="lower center", fontsize=8, ncol=7, markerscale=2)
-    fig.suptitle("Jalapeño simulator vs published Hopper measurements (after calibration; dotted: ±30%)")
-    fig.tight_layout(rect=(0, 0.07, 1, 0.97))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+# ------------------------------------------------------------------------------------------------ fits
+def run_fit(usable: list[Item], chip: str, names: list[str], workers: int) -> dict:
+    """Library fit of ``names`` on ``chip``'s fit split (Hopper: :func:`split_of`; others: :data:`BA_SPLIT`)."""
+    mine = [it for it in usable if it[1].chip == chip and not it[1].spec_tokens and it[1].kind == "ix"]
+    if chip in ("h100", "h200"):
+        train = [it for it in mine if split_of(*it).startswith("fit")]
+        held = [it for it in mine if not split_of(*it).startswith("fit")]
+    else:
+        train, held = split_items(mine, BA_SPLIT)
+    rep = fit(dedupe(train), dedupe(held), chip, names, workers=workers, progress=_progress)
+    return rep.to_json()
+
+
+def run_fit_mtp(usable: list[Item], workers: int, max_nfev: int = 6) -> list:
+    """One MTP acceptance per (model, framework) on the B200/MI355X MTP fit rows (all Hopper MTP rows stay held
+    out); writes jalapeno/calibration/mtp_acceptance.yaml."""
+    from jalapeno.calibration.mtp import write_mtp_fits
+
+    train = [it for it in usable if it[1].spec_tokens and it[1].kind == "ix" and split_of(*it).startswith("fit")]
+    fits = fit_mtp_acceptance(dedupe(train), None, workers=workers, max_nfev=max_nfev, progress=_progress)
+    write_mtp_fits(fits)
+    return [f.__dict__ for f in fits]
 
 
 # ------------------------------------------------------------------------------------------------ main
+def load(path: Path) -> tuple[list[Item], dict[str, int], dict[str, int], int]:
+    points = read_measurements(path)
+    prep = prepare(points)
+    excluded_rows: dict[str, int] = defaultdict(int)
+    for p in points:  # rows per exclusion reason, for the table
+        from jalapeno.calibration import Excluded, to_sim_spec
+
+        s = to_sim_spec(p)
+        reason = s.reason if isinstance(s, Excluded) else s.not_simulated
+        if reason:
+            excluded_rows[reason] += len(p.ids)
+    return prep.items, prep.excluded, dict(excluded_rows), len(points)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--csv", type=Path, default=CSV)
-    ap.add_argument("--fit", action="store_true", help="re-fit the H200 efficiency block and print it")
-    ap.add_argument("--max-evals", type=int, default=60)
-    ap.add_argument("--quick", action="store_true", help="4 x concurrency requests per point; write nothing")
-    ap.add_argument("--start", help="fit start point as JSON (default: the current H200 block)")
-    ap.add_argument("--fit-only", action="store_true", help="with --fit: stop after printing the fitted values")
-    ap.add_argument("--variant", help="also evaluate these efficiency overrides (JSON, applied to H100 and H200) "
-                    "and report them as a what-if (e.g. serving-level compute fractions)")
+    ap.add_argument("--ba-csv", type=Path, default=BA_CSV)
+    ap.add_argument("--fit", metavar="CHIP", help="re-fit CHIP's efficiency parameters on its fit split, print them")
+    ap.add_argument("--params", default="scale_up,step_overhead_us,layer_overhead_us", help="with --fit")
     ap.add_argument("--fit-frameworks", action="store_true",
-                    help="fit each serving framework's request overhead (jalapeno.perf.frameworks) on the fit rows, "
-                    "print them and stop")
+                    help="fit each serving framework's request latency on the H200 fit rows, print them and stop")
+    ap.add_argument("--fit-mtp", action="store_true", help="fit MTP acceptance per (model, framework), write it")
+    ap.add_argument("--overlay", type=Path, help="`jalapeno calibrate --out` directory: Blackwell/AMD 'after'")
+    ap.add_argument("--quick", action="store_true", help="4 x concurrency requests per point; write nothing")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", type=Path, help="also dump per-point predictions here")
+    ap.add_argument("--doc", type=Path, default=DOC, help="markdown to write (the scatter PNG goes next to it)")
     a = ap.parse_args(argv)
 
     t0 = time.time()
-    points = load_points(a.csv)
-    usable: list[tuple[Point, SimSpec]] = []
-    excluded: dict[str, int] = defaultdict(int)
-    excluded_rows: dict[str, int] = defaultdict(int)
-    for p in points:
-        s = to_sim_spec(p)
-        if isinstance(s, Excluded):
-            excluded[s.reason] += 1
-            excluded_rows[s.reason] += len(p.ids)
-        else:
-            usable.append((p, s))
-    print(f"{len(points)} points, {len(usable)} usable, {sum(excluded.values())} excluded", file=sys.stderr)
-
+    usable, excluded, excluded_rows, n_points = load(a.csv)
+    ba, ba_excluded, ba_excluded_rows, ba_n = load(a.ba_csv)
+    print(f"Hopper: {n_points} points, {len(usable)} usable; Blackwell/AMD: {ba_n} points, {len(ba)} usable",
+          file=sys.stderr)
     if a.fit:
-        train = [(p, s) for p, s in usable if split_of(p, s).startswith("fit")]
-        train = dedupe(train)
-        start = json.loads(a.start) if a.start else _current_params("h200")
-        print(f"fitting H200 on {len(train)} configurations from {start}", file=sys.stderr)
-        x, obj = fit(train, "h200", start, workers=a.workers, max_evals=a.max_evals,
-                     log=lambda s: print(s, file=sys.stderr))
-        print(json.dumps({"h200": x, "objective": obj}, indent=1))
-        if a.fit_only:
-            return 0
-
+        print(json.dumps(run_fit(usable + ba, a.fit, a.params.split(","), a.workers), indent=1))
+        return 0
     if a.fit_frameworks:
-        train = dedupe([(p, s) for p, s in usable if split_of(p, s).startswith("fit")])
-        print(f"fitting serving-framework request overheads on {len(train)} configurations", file=sys.stderr)
-        print(json.dumps(fit_frameworks(train, workers=a.workers, log=lambda s: print(s, file=sys.stderr)), indent=1))
+        fws = sorted({s.framework for _, s in usable if s.kind == "ix" and s.framework in ("vllm", "sglang", "trt")})
+        print(json.dumps(run_fit(usable, "h200", [f"request_overhead_ms@{f}" for f in fws], a.workers), indent=1))
+        return 0
+    if a.fit_mtp:
+        print(json.dumps(run_fit_mtp(usable + ba, a.workers), indent=1))
         return 0
 
     per = 4 if a.quick else None
-    specs = [s for _, s in usable]
-    pts = [p for p, _ in usable]
-    preds = {w: predict_all(specs, efficiencies(w), a.workers, per) for w in ("before", "after")}
-    if not a.quick:  # the same "after" efficiencies with the chips' generic request overhead (no framework)
-        preds["generic"] = predict_all(specs, efficiencies("after"), a.workers, per, frameworks=False)
-    variant = json.loads(a.variant) if a.variant else None
-    if variant:
-        effs = {c: apply(e, variant) for c, e in efficiencies("after").items()}
-        preds["variant"] = predict_all(specs, effs, a.workers, per)
-    errs = {w: errors(pts, preds[w]) for w in preds}
-    for w in errs:
-        for r in errs[w]:
-            r["spec"] = next(s for p, s in usable if p is r["point"])
-    failures = [(p.label, pr["error"]) for p, pr in zip(pts, preds["after"]) if "error" in pr]
+    ba_after = {c: efficiency_of(c) for c in ("b200", "mi355x")}
+    if a.overlay:
+        from jalapeno.hardware.catalog import get_chip
+
+        ba_after.update({c: get_chip(c, [a.overlay]).efficiency for c in ba_after})
+    with Predictor(a.workers, _progress) as pred:
+        preds = {w: predict(pred, usable, efficiencies(w), per, f"Hopper {w}") for w in ("before", "after")}
+        if not a.quick:  # the same "after" efficiencies with the chips' generic request overhead (no framework)
+            preds["generic"] = predict(pred, usable, efficiencies("after"), per, "Hopper generic", frameworks=False)
+        ba_preds = {"before": predict(pred, ba, {c: efficiency_of(c) for c in ba_after}, per, "B200/MI355X")}
+        ba_preds["after"] = ba_preds["before"] if not a.overlay else predict(pred, ba, ba_after, per, "overlay")
+    errs = {w: records(usable, preds[w]) for w in preds}
+    ba_errs = {w: records(ba, ba_preds[w]) for w in ba_preds}
+    failures = [(p.label, pr["error"]) for (p, _), pr in zip(usable + ba, preds["after"] + ba_preds["after"])
+                if "error" in pr]
     wall = time.time() - t0
     print(f"done in {wall:.0f} s", file=sys.stderr)
     if a.json:
         a.json.write_text(json.dumps([{"label": p.label, "measured": p.metrics, "before": b, "after": af}
-                                      for p, b, af in zip(pts, preds["before"], preds["after"])], indent=0))
-    headline = summary_rows(errs["after"], lambda r: "all")
-    print(table(["set", "metric", "n", "median |%|", "p90 |%|", "median signed %"], headline))
+                                      for (p, _), b, af in zip(usable + ba, preds["before"] + ba_preds["before"],
+                                                               preds["after"] + ba_preds["after"])], indent=0))
+    hdr = ["set", "metric", "n", "median |%|", "p90 |%|", "median signed %"]
+    print(markdown_table(hdr, summary_rows(errs["after"], lambda r: f"Hopper {split_of(r.point, r.spec)}", HEADLINE)))
+    print(markdown_table(hdr, summary_rows(ba_errs["after"], lambda r: split_of(r.point, r.spec), HEADLINE)))
     if a.quick:
         return 0
     spreads = measurement_spread(usable)
-    write_doc(usable, errs, excluded, excluded_rows, failures, spreads, wall, variant)
-    scatter(errs["after"], PNG)
+    a.doc.parent.mkdir(parents=True, exist_ok=True)
+    write_doc(a.doc, usable, errs, excluded, excluded_rows, failures, spreads, wall,
+              ba=(ba, ba_errs, ba_excluded, ba_excluded_rows, ba_n, a.overlay))
+    scatter(errs["after"] + ba_errs["after"], a.doc.parent / PNG.name,
+            "Jalapeño simulator vs published measurements (Hopper after calibration, B200/MI355X current; dotted: ±30%)")
     return 0
 
 
@@ -447,15 +260,15 @@ def measurement_spread(usable: list[tuple[Point, SimSpec]]) -> list[list[str]]:
     return rows
 
 
-def ttft_gap_rows(errs: list[dict]) -> list[list[str]]:
+def ttft_gap_rows(errs: list[Record]) -> list[list[str]]:
     """Low-concurrency TTFT (c <= 8, little queueing): measured - predicted (ms) and measured / predicted, by
     framework, model, layout and ISL. A constant gap = per-request latency; a constant ratio = prefill speed."""
     g: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     for r in errs:
-        s = r["spec"]
-        if r["metric"] == "median_ttft" and s.kind == "ix" and s.concurrency <= 8 and not s.spec_tokens:
+        s = r.spec
+        if r.metric == "median_ttft" and s.kind == "ix" and s.concurrency <= 8 and not s.spec_tokens:
             lay = f"tp{s.layout.tp}" + (f" ep{s.layout.ep}" if s.layout.ep > 1 else "") + (" dpa" if s.layout.dp_attention else "")
-            g[(s.framework, s.model, s.chip, lay, s.isl)].append((r["meas"], r["pred"]))
+            g[(s.framework, s.model, s.chip, lay, s.isl)].append((r.meas, r.pred))
     rows = []
     for k in sorted(g):
         m = np.array(g[k])
@@ -467,44 +280,42 @@ def ttft_gap_rows(errs: list[dict]) -> list[list[str]]:
 TARGETS = {"output_tput_per_gpu": 15.0, "total_tput_per_gpu": 15.0, "median_tpot": 15.0, "median_ttft": 30.0}
 
 
-def targets_text(ea: list[dict]) -> str:
+def targets_text(ea: list[Record]) -> str:
     """One line per target metric: median |error| after calibration over all usable points, and met or not."""
     lines = ["## Targets (median |error| over all usable points, after calibration)\n"]
     for m, lim in TARGETS.items():
-        v = summarize([r["pct"] for r in ea if r["metric"] == m]).median_abs
+        v = summarize([r.pct for r in ea if r.metric == m]).median_abs
         lines.append(f"* `{m}`: {v:.1f}% (target <= {lim:.0f}%): {'met' if v <= lim else '**not met**'}")
     return "\n".join(lines) + "\n"
 
 
-def write_doc(usable, errs, excluded, excluded_rows, failures, spreads, wall, variant=None) -> None:
+def write_doc(doc: Path, usable, errs, excluded, excluded_rows, failures, spreads, wall, ba) -> None:
     eb, ea = errs["before"], errs["after"]
     splits = {id(p): split_of(p, s) for p, s in usable}
-    hdr_ba = ["group", "metric", "n", "before median |%|", "before p90 |%|", "after median |%|", "after p90 |%|",
-              "after median signed %"]
+    hdr_ba = BEFORE_AFTER_HEADER
     fr = _current_params("h200")
     fr100 = _current_params("h100")
-    parts = [DOC_HEAD.format(n_points=len(usable) + sum(excluded.values()), n_usable=len(usable), wall=wall)]
+    parts = [DOC_HEAD.format(n_points=len(usable) + sum(excluded.values()), n_usable=len(usable), wall=wall,
+                             load=os.getloadavg()[0],
+                             ba_points=ba[4], ba_usable=len(ba[0]))]
     parts.append(targets_text(ea))
     parts.append("## Headline (all usable points)\n")
-    parts.append(table(hdr_ba, before_after_rows(eb, ea, lambda r: "all")))
+    parts.append(markdown_table(hdr_ba, before_after_rows(eb, ea, lambda r: "all")))
     parts.append("\n## By split (fit vs held-out)\n")
-    parts.append(table(hdr_ba, before_after_rows(eb, ea, lambda r: splits[id(r["point"])])))
+    parts.append(markdown_table(hdr_ba, before_after_rows(eb, ea, lambda r: splits[id(r.point)])))
     parts.append("\n## By model and chip\n")
-    parts.append(table(hdr_ba, before_after_rows(eb, ea, lambda r: f"{r['spec'].model} {r['spec'].chip}")))
+    parts.append(markdown_table(hdr_ba, before_after_rows(eb, ea, lambda r: f"{r.spec.model} {r.spec.chip}")))
     parts.append("\n## By framework\n")
-    parts.append(table(hdr_ba, before_after_rows(eb, ea, lambda r: f"{r['spec'].framework} ({r['spec'].kind})")))
+    parts.append(markdown_table(hdr_ba, before_after_rows(eb, ea, lambda r: f"{r.spec.framework} ({r.spec.kind})")))
     parts.append("\n## By concurrency (InferenceX)\n")
-    parts.append(table(hdr_ba, before_after_rows(
-        eb, ea, lambda r: f"c={r['spec'].concurrency:>3}" if r["spec"].kind == "ix" else None)))
-    if variant:
-        parts.append("\n## What-if: serving-level efficiencies\n")
-        parts.append(VARIANT_TEXT.format(variant=json.dumps(variant)))
-        parts.append(table(["group", "metric", "n", "after median |%|", "after p90 |%|", "what-if median |%|",
-                            "what-if p90 |%|", "what-if median signed %"],
-                           [r[:3] + r[5:7] + _variant_cols(errs["variant"], r) for r in
-                            before_after_rows(eb, ea, lambda r: splits[id(r["point"])])]))
+    parts.append(markdown_table(hdr_ba, before_after_rows(
+        eb, ea, lambda r: f"c={r.spec.concurrency:>3}" if r.spec.kind == "ix" else None)))
+    parts.append("\n## By concurrency band and ISL (InferenceX, headline metrics)\n")
+    parts.append(markdown_table(hdr_ba, before_after_rows(
+        eb, ea, lambda r: f"{concurrency_band(r.spec.concurrency)}, ISL {r.spec.isl}" if r.spec.kind == "ix" else None,
+        HEADLINE)))
     parts.append("\n## TTFT at low concurrency (c <= 8): where the time goes\n")
-    parts.append(table(["framework", "model", "chip", "layout", "ISL", "n", "measured ms", "predicted ms",
+    parts.append(markdown_table(["framework", "model", "chip", "layout", "ISL", "n", "measured ms", "predicted ms",
                         "gap ms", "ratio"], ttft_gap_rows(ea)))
     if "generic" in errs:
         from jalapeno.perf.frameworks import FRAMEWORKS
@@ -515,74 +326,115 @@ def write_doc(usable, errs, excluded, excluded_rows, failures, spreads, wall, va
         rows = []
         for metric in ("median_ttft", "median_e2e_latency"):
             for grp in ["all", *sorted({splits[id(p)] for p, _ in usable})]:
-                sel = lambda ev: [r["pct"] for r in ev if r["metric"] == metric and  # noqa: E731
-                                  (grp == "all" or splits[id(r["point"])] == grp)]
+                sel = lambda ev: [r.pct for r in ev if r.metric == metric and  # noqa: E731
+                                  (grp == "all" or splits[id(r.point)] == grp)]
                 if not sel(ea):
                     continue
                 g, f = summarize(sel(eg)), summarize(sel(ea))
                 rows.append([grp, metric, str(len(sel(ea))), f"{g.median_abs:.1f}", f"{g.p90_abs:.1f}",
                              f"{g.median_signed:+.1f}", f"{f.median_abs:.1f}", f"{f.p90_abs:.1f}", f"{f.median_signed:+.1f}"])
-        parts.append(table(["group", "metric", "n", "generic median |%|", "generic p90 |%|", "generic signed %",
+        parts.append(markdown_table(["group", "metric", "n", "generic median |%|", "generic p90 |%|", "generic signed %",
                             "profiles median |%|", "profiles p90 |%|", "profiles signed %"], rows))
     parts.append("\n## Spread of the measurements themselves\n")
     parts.append("Same configuration (model, chip, layout, framework family, ISL/OSL, concurrency) measured on "
                  "different dates / framework versions: (max - min) / median, in %.\n")
-    parts.append(table(["metric", "configs with reruns", "median spread %", "p90 spread %", "max %"], spreads))
+    parts.append(markdown_table(["metric", "configs with reruns", "median spread %", "p90 spread %", "max %"], spreads))
     parts.append("\n## Excluded points\n")
-    parts.append(table(["reason", "points", "rows"],
+    parts.append(markdown_table(["reason", "points", "rows"],
                        [[k, str(v), str(excluded_rows[k])] for k, v in sorted(excluded.items(), key=lambda t: -t[1])]))
     if failures:
         parts.append("\nPoints the simulator could not run: " + "; ".join(f"{l}: {e}" for l, e in failures[:10]))
     parts.append("\n## Fitted efficiency (current catalogue)\n")
-    parts.append(table(["parameter", "H200 before", "H200 after", "H100 before", "H100 after"], [
+    parts.append(markdown_table(["parameter", "H200 before", "H200 after", "H100 before", "H100 after"], [
         [k, _fmt(_before_param("h200", k)), _fmt(fr[k]), _fmt(_before_param("h100", k)), _fmt(fr100[k])] for k in (*FIXED, *BOUNDS)]))
     parts.append(DOC_TAIL)
+    parts.append(blackwell_amd_section(*ba))
     # the last section belongs to benchmarks/nongpu_check.py (chips without serving data): keep it
-    kept = DOC.read_text(encoding="utf-8").partition("## Chips without serving calibration") if DOC.exists() else ("", "", "")
-    DOC.write_text("\n".join(parts) + "\n" + ("\n" + kept[1] + kept[2] if kept[1] else ""))
-
-
-def _variant_cols(ev: list[dict], row: list[str]) -> list[str]:
-    split, metric = row[0], row[1]
-    sel = [r["pct"] for r in ev if r["metric"] == metric and split_of(r["point"], r["spec"]) == split]
-    s = summarize(sel)
-    return [f"{s.median_abs:.1f}", f"{s.p90_abs:.1f}", f"{s.median_signed:+.1f}"]
-
-
-VARIANT_TEXT = """Not adopted; shown as evidence. The same search with the compute and HBM fractions free (bounds 0.30-0.80
-and 0.60-0.92) and TTFT in the objective drives them to {variant}: Hopper serving stacks reach
-about a third of the large-GEMM rate on these MoE workloads (InferSim's default serving MFU for H800 is 0.35).
-Adopting it would make H100/H200 look 2-3x worse than every other chip in the catalogue (which keep kernel-level
-fractions), so it belongs in the cost model as an efficiency *curve* (small-M / grouped GEMMs), not in the chip
-files. Rows are split as above.
-"""
+    kept = doc.read_text(encoding="utf-8").partition("## Chips without serving calibration") if doc.exists() else ("", "", "")
+    doc.write_text("\n".join(parts) + "\n" + ("\n" + kept[1] + kept[2] if kept[1] else ""))
 
 
 def _before_param(chip: str, k: str) -> float:
-    b = BEFORE[chip]
-    if "." in k:
-        g, key = k.split(".")
-        return b[g][key]
-    return b[k]
+    return _flat(BEFORE[chip])[k]
 
 
 def _fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
+def blackwell_amd_section(ba, ba_errs, excluded, excluded_rows, n_points, overlay) -> str:
+    """Tables for B200 / MI355X: by chip and split, framework, model, concurrency band and ISL."""
+    from jalapeno.calibration.mtp import load_mtp_fits
+
+    eb, ea = ba_errs["before"], ba_errs["after"]
+    parts = [BA_HEAD.format(n_points=n_points, n_usable=len(ba), split=BA_SPLIT,
+                            after=f"the `jalapeno calibrate` overlay in `{overlay}`" if overlay else
+                            "the same (no overlay given: both columns are the current catalogue)")]
+
+    def tab(title: str, group, metrics=HEADLINE) -> None:
+        parts.append(f"\n### {title}\n")
+        parts.append(markdown_table(BEFORE_AFTER_HEADER, before_after_rows(eb, ea, group, metrics)))
+
+    tab("By chip and split (fit vs held-out)", lambda r: split_of(r.point, r.spec), None)
+    tab("By chip and framework", lambda r: f"{r.spec.chip} {r.spec.framework}" + (" MTP" if r.spec.spec_tokens else ""))
+    tab("By chip and model", lambda r: f"{r.spec.chip} {r.spec.model}")
+    tab("By chip and concurrency band", lambda r: f"{r.spec.chip} {concurrency_band(r.spec.concurrency)}")
+    tab("By chip and ISL/OSL", lambda r: f"{r.spec.chip} {r.spec.isl}/{r.spec.osl}")
+    fits = load_mtp_fits()
+    parts.append("\n### MTP acceptance (fitted, `jalapeno/calibration/mtp_acceptance.yaml`)\n")
+    parts.append(MTP_TEXT)
+    parts.append(markdown_table(["model", "framework", "acceptance", "fit configurations", "source"],
+                                [[f.model, f.framework, f"{f.acceptance:.3f}", str(f.points), f.source]
+                                 for f in fits.values()]) if fits else
+                 "**No fitted values in this run**: every MTP row was predicted with the default acceptance 0.75 "
+                 "(run `python benchmarks/fidelity.py --fit-mtp`, then regenerate).")
+    parts.append("\n### Excluded points\n")
+    parts.append(markdown_table(["reason", "points", "rows"], [[k, str(v), str(excluded_rows.get(k, 0))] for k, v in
+                                                              sorted(excluded.items(), key=lambda t: -t[1])]))
+    return "\n".join(parts) + "\n"
+
+
+BA_HEAD = """
+## Blackwell and AMD (B200, MI355X): `benchmarks/data/calibration-blackwell-amd.csv`
+
+{n_points} measured points ({n_usable} predicted), SemiAnalysis InferenceX rows dated before 2026-03: aggregated
+(predicted like the Hopper InferenceX rows above), MTP (`spec_decoding=mtp`: one draft token, an acceptance
+per model and framework, below) and disaggregated. Disaggregated rows are parsed into their prefill and decode
+pools (`jalapeno.calibration.points.DisaggLayout`: workers, per-worker chips = pool GPUs / workers, EP,
+dp-attention) but **not yet simulated**: the simulator's disaggregated mode has one dp-attention setting for
+both pools. Split as `jalapeno calibrate --split {split}` (rows from 2026-01 on held out). "before" = the
+current catalogue (H200's fitted overheads transferred), "after" = {after}.
+Frameworks `atom` (AMD), `mori-sglang` and `sglang-disagg` have no serving-framework profile: they run with the
+chip's generic request latency.
+"""
+
+MTP_TEXT = """InferenceX does not publish MTP's draft length or acceptance. One draft token (DeepSeek-R1 ships one MTP
+module) and ONE acceptance probability per (model, serving framework) are to be fitted on half of the B200/MI355X MTP
+configurations (every aggregated MTP row is dated 2026-01 or later, so the date split would leave none to fit:
+the half is chosen by a hash of the configuration, the other half is held out; every Hopper MTP row stays held
+out, a transfer to another chip): `python benchmarks/fidelity.py --fit-mtp`, i.e.
+`jalapeno.calibration.fit.fit_mtp_acceptance`: a bounded search on the soft-L1 cost of ln(pred/meas) of output
+tok/s per GPU and median TPOT, the chips' catalogue efficiency held fixed). A fitted value also absorbs what the simulator
+misprices in MTP (the draft pass's own overheads), so read it as an effective acceptance, not a measured one.
+"""
+
+
 FRAMEWORK_TEXT = """InferenceX rows are predicted with their serving framework's profile (`jalapeno.perf.frameworks`: {values}):
 the per-request front-end latency (HTTP, tokenization, admission, detokenization, first-chunk streaming) that
 the chip's generic `efficiency.request_overhead_ms` (40 ms) stands for when no framework is named. Each value is
-fitted on that framework's fit-split configurations only (`python benchmarks/fidelity.py --fit-frameworks`: the
-value minimising the median |ln(pred/meas)| of median TTFT, 10 ms grid then +-5 ms); nothing else moves, and H100
+fitted on that framework's fit-split configurations only (then: the value minimising the median |ln(pred/meas)| of
+median TTFT, 10 ms grid then +-5 ms; now `python benchmarks/fidelity.py --fit-frameworks`, a bounded search on
+the soft-L1 cost of ln(pred/meas) of median TTFT); nothing else moves, and H100
 and later H200 rows are held out. NIM and the offline table keep the generic value. "generic" = the same
 predictions with the generic 40 ms for every row (what `jalapeno simulate` does without `--framework`).
 """
 
 DOC_HEAD = """# Simulator fidelity against published measurements
 
-Generated by `python benchmarks/fidelity.py` ({wall:.0f} s on 2 CPU cores) from `benchmarks/data/calibration.csv`
-({n_points} measured points; {n_usable} predicted). Each usable point is simulated in-process: the engine's
+Generated by `python benchmarks/fidelity.py` ({wall:.0f} s on 2 CPU cores, load average {load:.0f}) from
+`benchmarks/data/calibration.csv` ({n_points} measured Hopper points; {n_usable} predicted) and
+`benchmarks/data/calibration-blackwell-amd.csv` ({ba_points} B200 / MI355X points; {ba_usable} predicted; last
+section). Each usable point is simulated in-process: the engine's
 scheduler and KV block manager over `SimBackend` and the roofline cost model (`jalapeno.perf`), i.e. what
 `jalapeno simulate` runs. Errors are `100 (predicted - measured) / measured`; tables give the median and 90th
 percentile of |error| and the median signed error (positive throughput or negative latency errors mean the
@@ -624,13 +476,11 @@ DOC_TAIL = """
 * Objective: mean over {output tok/s per GPU, median TPOT} of the median |ln(predicted / measured)|. TTFT is
   *not* in the objective: its miss is mostly a per-request latency the model lacks (below); with TTFT in the
   objective the search only inflates the per-step overheads (step overhead -> 240 us) and worsens TPOT p90.
-* Search: bounded coordinate search (12% multiplicative steps on scale_up within 0.5-0.9, 40 us additive steps
-  on the overheads, halved after a pass without improvement), 30 evaluations, objective 0.141 -> 0.125, from a
-  start chosen by a coarse manual probe. Reproduce (about 5 min on 2 cores):
-
-  ```console
-  $ python benchmarks/fidelity.py --fit --fit-only --max-evals 30 --start '{"compute.fp8":0.734,"compute.bf16":0.8,"memory.hbm":0.9,"scale_up":0.7,"step_overhead_us":100,"layer_overhead_us":120}'
-  ```
+* Search (at the time): a bounded coordinate search (12% multiplicative steps on scale_up within 0.5-0.9, 40 us
+  additive steps on the overheads, halved after a pass without improvement), 30 evaluations, objective 0.141 ->
+  0.125, from a start chosen by a coarse manual probe. The fit is now library code (`jalapeno.calibration.fit`,
+  the same as `jalapeno calibrate`: bounded soft-L1 least squares on ln(pred/meas)); re-run it with
+  `python benchmarks/fidelity.py --fit h200 --params scale_up,step_overhead_us,layer_overhead_us`.
 
 * Physical reading: 100 us per layer is ~10-20 small kernels per decoder layer at 5-10 us each at small batch
   (norms, rotary, router/top-k, quantize, all-reduce launch + sync) that a roofline prices at ~0; 120 us per

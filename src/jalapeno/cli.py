@@ -39,6 +39,8 @@ COMMAND_PACKAGES = [
     "server",
     "bench",
     "report",
+    "calibration",
+    "design",
 ]
 
 
@@ -56,6 +58,8 @@ COMMAND_OWNERS = {
     "recommend": "report",
     "report": "report",
     "demo": "demo",
+    "calibrate": "calibration",
+    "design": "design",
 }
 
 

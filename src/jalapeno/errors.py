@@ -32,3 +32,8 @@ class ConfigError(JalapenoError):
 
 class RequestError(JalapenoError):
     """A request to the engine is invalid (prompt too long, max_tokens <= 0, ...)."""
+
+
+class CalibrationError(JalapenoError):
+    """Measurements cannot be used for a fit (unknown column or unit, a layout that does not parse, too few
+    points for the parameters asked for)."""

@@ -1,12 +1,17 @@
-"""Calibration against published measurements: rows -> points -> simulator inputs, predictions, error stats.
+"""Calibration against measurements: rows -> points -> simulator inputs, predictions, fits, error tables.
 
-``benchmarks/fidelity.py`` drives it and writes ``docs/fidelity.md``.
+``points`` (published rows -> points -> :class:`SimSpec`, disaggregated layouts -> pools), ``inputs`` (checked
+CSV / ``jalapeno bench`` JSON), ``fit`` (named efficiency parameters, scipy least squares), ``overlay`` (the chip
+YAML a fit writes), ``report`` (error tables, scatter), ``mtp`` (fitted MTP acceptance). ``jalapeno calibrate``
+(``commands``) and ``benchmarks/fidelity.py`` (``docs/fidelity.md``) drive them.
 """
 
 from jalapeno.calibration.points import (
     METRICS,
+    DisaggLayout,
     Excluded,
     Layout,
+    Pool,
     Point,
     SimSpec,
     config_key,
@@ -16,6 +21,7 @@ from jalapeno.calibration.points import (
     map_chip,
     map_model,
     map_weights,
+    parse_disagg_layout,
     parse_layout,
     to_sim_spec,
 )
@@ -23,9 +29,11 @@ from jalapeno.calibration.stats import ErrorSummary, log_error, pct_error, sprea
 
 __all__ = [
     "METRICS",
+    "DisaggLayout",
     "ErrorSummary",
     "Excluded",
     "Layout",
+    "Pool",
     "Point",
     "SimSpec",
     "config_key",
@@ -36,6 +44,7 @@ __all__ = [
     "map_chip",
     "map_model",
     "map_weights",
+    "parse_disagg_layout",
     "parse_layout",
     "pct_error",
     "spread_pct",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from jalapeno.calibration.mtp import mtp_acceptance
 from jalapeno.errors import SpecError, UnknownNameError
 
 #: compared metric -> (what it means, unit)
@@ -39,6 +40,8 @@ REQUIRED_COLUMNS = ("id", *_KEY_COLUMNS, "metric", "value", "unit")
 _CHIPS = {
     "h100": "h100", "h100 80gb": "h100", "nvidia h100-sxm-80gb": "h100",
     "h200": "h200", "nvidia h200-sxm-141gb": "h200",
+    "b200": "b200", "nvidia b200": "b200",
+    "mi355x": "mi355x", "amd mi355x": "mi355x",
 }
 
 
@@ -70,6 +73,44 @@ class Layout:
 
 
 @dataclass(frozen=True)
+class Pool:
+    """One pool of a disaggregated deployment, as an InferenceX layout string names it.
+
+    ``recorded_tp`` / ``ep`` are the per-worker degrees the harness recorded; ``gpus`` is the pool's total GPU
+    count (the reliable part). A worker spans ``gpus / workers`` chips: with ``dp_attention`` the harness often
+    records TP1 while attention runs data-parallel over all of them."""
+
+    role: str  # "prefill" | "decode"
+    workers: int
+    recorded_tp: int
+    ep: int
+    dp_attention: bool
+    gpus: int
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return self.gpus // self.workers
+
+    @property
+    def layout(self) -> "Layout":
+        """One worker's layout in the simulator's terms: ``tp`` = chips per worker (attention tensor- or
+        data-parallel over them, as ``dp_attention`` says), ``ep`` as recorded."""
+        return Layout(self.gpus_per_worker, self.ep, self.dp_attention)
+
+
+@dataclass(frozen=True)
+class DisaggLayout:
+    """A disaggregated deployment: a prefill pool and a decode pool (see :func:`parse_disagg_layout`)."""
+
+    prefill: Pool
+    decode: Pool
+
+    @property
+    def gpus(self) -> int:
+        return self.prefill.gpus + self.decode.gpus
+
+
+@dataclass(frozen=True)
 class SimSpec:
     """What the simulator needs to predict one point. Lengths in tokens; ``concurrency`` None means
     "offline max throughput" (the predictor fills the KV cache)."""
@@ -87,7 +128,16 @@ class SimSpec:
     spec_tokens: int = 0  # MTP draft tokens (0 = off)
     spec_acceptance: tuple[float, ...] = ()
     kind: str = "ix"  # ix | offline | nim
-    framework: str = ""  # vllm | sglang | trt | nim
+    framework: str = ""  # vllm | sglang | trt | nim | atom | dynamo-sglang | ...
+    #: disaggregated deployments: both pools (``layout`` is then one decode worker's); None when aggregated
+    disagg: DisaggLayout | None = None
+
+    @property
+    def not_simulated(self) -> str | None:
+        """Why the simulator does not predict this point yet (None: it does)."""
+        if self.disagg is not None:
+            return "InferenceX disaggregated: not yet simulated (needs per-pool dp-attention and chip counts)"
+        return None
 
 
 @dataclass(frozen=True)
@@ -170,7 +220,7 @@ def _int(s: str) -> int | None:
 
 def framework_family(framework: str) -> str:
     f = framework.lower()
-    for name in ("dynamo-sglang", "dynamo-trt", "vllm", "sglang", "nim", "trt"):
+    for name in ("dynamo-sglang", "dynamo-trt", "mori-sglang", "sglang-disagg", "vllm", "sglang", "atom", "nim", "trt"):
         if f.startswith(name) or (name == "trt" and "tensorrt" in f) or (name == "nim" and "nim" in f):
             return name
     return f.split()[0] if f else ""
@@ -179,6 +229,16 @@ def framework_family(framework: str) -> str:
 def map_chip(hardware: str) -> str | None:
     """Catalogue key for a published hardware string, or None (e.g. H100 PCIe is not the SXM part)."""
     return _CHIPS.get(hardware.strip().lower())
+
+
+def _catalogue_chip(name: str) -> str | None:
+    """Catalogue key of any chip the catalogue (with ``JALAPENO_HARDWARE_PATH``) resolves, or None."""
+    from jalapeno.hardware.catalog import get_chip
+
+    try:
+        return get_chip(name).key
+    except UnknownNameError:
+        return None
 
 
 def map_model(name: str) -> str | None:
@@ -232,6 +292,27 @@ def parse_layout(text: str) -> Layout | None:
     return None
 
 
+_POOL = r"(\d+) worker\(s\) x TP(\d+) EP(\d+) DPattn=(True|False) \((\d+) GPUs\)"
+_DISAGG_LAYOUT = re.compile(rf"^disagg P: {_POOL}; D: {_POOL}$", re.I)
+
+
+def parse_disagg_layout(text: str) -> DisaggLayout | None:
+    """``"disagg P: 1 worker(s) x TP1 EP8 DPattn=True (8 GPUs); D: 2 worker(s) x TP8 EP8 DPattn=False (16 GPUs)"``
+    -> :class:`DisaggLayout`; None when the string is not in that form (e.g. LEGACY rows without worker
+    counts). A pool whose GPU count is not a multiple of its worker count is not parsed either."""
+    m = _DISAGG_LAYOUT.match(text.strip())
+    if not m:
+        return None
+    g = m.groups()
+    pools = []
+    for role, (n, tp, ep, dpa, gpus) in (("prefill", g[:5]), ("decode", g[5:])):
+        n_, gpus_ = int(n), int(gpus)
+        if n_ < 1 or gpus_ < n_ or gpus_ % n_:
+            return None
+        pools.append(Pool(role, n_, int(tp), int(ep), dpa.lower() == "true", gpus_))
+    return DisaggLayout(*pools)
+
+
 #: MTP settings used for InferenceX ``spec_decoding=mtp`` rows, which do not publish them: DeepSeek-R1 ships one
 #: MTP module (``num_nextn_predict_layers: 1``), so one draft token; acceptance 0.75 (DeepSeek-V3 reports
 #: 0.85-0.9 on its evals; InferenceX's random-token prompts are assumed a little lower) -> 1.75 tokens/step
@@ -247,7 +328,7 @@ def to_sim_spec(p: Point) -> SimSpec | Excluded:
     model = map_model(p.col("model"))
     if model is None:
         return Excluded(f"model not in catalogue ({p.col('model')})")
-    chip = map_chip(p.col("hardware"))
+    chip = map_chip(p.col("hardware")) if src != "BENCH" else _catalogue_chip(p.col("hardware"))
     if chip is None:
         return Excluded(f"chip not in catalogue ({p.col('hardware')})")
     notes = p.col("notes")
@@ -257,16 +338,24 @@ def to_sim_spec(p: Point) -> SimSpec | Excluded:
     weights = map_weights(p.col("precision"), model)
     fam = framework_family(p.col("framework"))
     if src in ("IXAPI", "IXRUN"):
-        if "disagg=True" in notes:
-            return Excluded("InferenceX disaggregated (multi-node prefill/decode pools)")
-        layout = parse_layout(p.col("parallelism"))
         conc = _int(p.col("concurrency_or_batch"))
+        disagg = None
+        if "disagg=True" in notes:
+            disagg = parse_disagg_layout(p.col("parallelism"))
+            if disagg is None:
+                legacy = "legacy" in p.col("parallelism").lower() or "worker" not in p.col("parallelism")
+                return Excluded("InferenceX disaggregated LEGACY layout (no worker counts)" if legacy
+                                else "disaggregated layout not parsable")
+            layout: Layout | None = disagg.decode.layout
+        else:
+            layout = parse_layout(p.col("parallelism"))
         if layout is None or conc is None:
             return Excluded("layout or concurrency not parsable")
         mtp = "spec_decoding=mtp" in notes
         return SimSpec(model, chip, layout, weights, "bf16", isl, osl, conc, 0.8,
-                       spec_tokens=MTP_TOKENS if mtp else 0, spec_acceptance=MTP_ACCEPTANCE if mtp else (),
-                       kind="ix", framework=fam)
+                       spec_tokens=MTP_TOKENS if mtp else 0,
+                       spec_acceptance=mtp_acceptance(model, fam) if mtp else (),
+                       kind="ix", framework=fam, disagg=disagg)
     # TRT-LLM and NIM serve NVIDIA's ModelOpt FP8 checkpoints (nvidia/<model>-FP8), whose quantization config
     # also stores the KV cache in FP8 (kv_cache_quant_algo FP8); native FP8/MXFP4 checkpoints keep a 16-bit KV
     kv = "fp8" if weights == "fp8" else "bf16"
@@ -275,6 +364,14 @@ def to_sim_spec(p: Point) -> SimSpec | Excluded:
         if layout is None:
             return Excluded("layout not parsable")
         return SimSpec(model, chip, layout, weights, kv, isl, osl, None, 1.0, kind="offline", framework="trt")
+    if src == "BENCH":  # jalapeno bench result (jalapeno.calibration.inputs.read_bench_json)
+        layout, conc = parse_layout(p.col("parallelism")), _int(p.col("concurrency_or_batch"))
+        if layout is None or conc is None:
+            return Excluded("layout or concurrency not parsable")
+        opts = dict(kv.split("=", 1) for kv in notes.replace(" ", "").split(";") if "=" in kv)
+        return SimSpec(model, chip, layout, weights, "bf16", isl, osl, conc, float(opts.get("range_ratio", 0.8)),
+                       num_prompts_per_concurrency=int(opts.get("prompts_per_concurrency", 10)), kind="ix",
+                       framework=fam)
     if src == "NIM":
         layout = parse_layout(p.col("parallelism"))
         conc = _int(p.col("concurrency_or_batch"))
@@ -288,4 +385,4 @@ def config_key(spec: SimSpec) -> tuple:
     """Points with the same key are the same configuration measured on different dates / framework versions
     (InferenceX reruns): same model, chip, layout, precision, workload, framework family and spec decoding."""
     return (spec.model, spec.chip, spec.layout, spec.weights, spec.kv, spec.isl, spec.osl, spec.concurrency,
-            spec.range_ratio, spec.kind, spec.framework, spec.spec_tokens)
+            spec.range_ratio, spec.kind, spec.framework, spec.spec_tokens, spec.disagg)

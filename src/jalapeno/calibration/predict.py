@@ -50,12 +50,20 @@ def efficiency_of(chip: str) -> Efficiency:
 
 
 def cost_model(spec: SimSpec, efficiency: Efficiency | None = None):
+    """The cost model of ``spec``'s configuration under ``efficiency`` (the chip's when None). Cached per
+    (configuration, efficiency values): a fit prices the same configuration under the same values many times
+    (reruns, before/after tables), and a :class:`~jalapeno.perf.CostModel` does not change once built."""
+    eff = efficiency if efficiency is not None else efficiency_of(spec.chip)
+    return _cost_model(spec.model, spec.chip, spec.layout, spec.weights, spec.kv, eff.model_dump_json())
+
+
+@lru_cache(maxsize=256)
+def _cost_model(model: str, chip: str, lay, weights: str, kv: str, eff_json: str):
     from jalapeno.perf import CostModel, Parallelism, Precision
 
-    lay = spec.layout
     par = Parallelism(tp=lay.tp, ep=lay.ep, dp_attention=lay.dp_attention)
-    return CostModel(_model(spec.model), _chip(spec.chip), par, Precision(weights=spec.weights, kv=spec.kv),
-                     efficiency=efficiency)
+    return CostModel(_model(model), _chip(chip), par, Precision(weights=weights, kv=kv),
+                     efficiency=Efficiency.model_validate_json(eff_json))
 
 
 def offline_concurrency(spec: SimSpec, kv_capacity_tokens: int) -> int:

@@ -260,6 +260,19 @@ def get_chip(name: str, extra_dirs: Iterable[PathLike] | None = None) -> ChipSpe
     return load_catalog(extra).resolve(name)
 
 
+def use_hardware_dirs(dirs: Iterable[PathLike] | None) -> None:
+    """Add chip directories for the rest of this process and the worker processes it starts (the CLI's
+    ``--hardware-dir`` on sweep/recommend/report): appended to ``JALAPENO_HARDWARE_PATH``, so every
+    :func:`get_chip` sees them. Each must be a directory (SpecError otherwise)."""
+    add = [str(Path(d).expanduser()) for d in dirs or ()]
+    for d in add:
+        if not Path(d).is_dir():
+            raise SpecError(f"--hardware-dir {d} does not exist or is not a directory")
+    if add:
+        old = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p.strip()]
+        os.environ[ENV_VAR] = os.pathsep.join(old + [d for d in add if d not in old])
+
+
 def list_chips(extra_dirs: Iterable[PathLike] | None = None) -> list[ChipSpec]:
     """All chips, sorted by key."""
     cat = load_catalog(extra_dirs)

@@ -106,6 +106,9 @@ class Efficiency(_Strict):
     #: admission), milliseconds. It is in TTFT and E2E latency, not in step time.
     request_overhead_ms: float = Field(default=0.0, ge=0)
     source: str = "defaults"
+    #: provenance of the values above that ``jalapeno calibrate`` fitted: parameter name (``step_overhead_us``,
+    #: ``compute.fp8``, ...) -> a Fact with status ``fitted`` naming the data and command it came from
+    fitted: dict[str, "Fact"] = Field(default_factory=dict)
 
     @field_validator("compute", "memory")
     @classmethod

@@ -25,6 +25,7 @@ def sweep_cmd(
     price: List[str] = typer.Option([], "--price", help="override a chip's price, CHIP=USD per chip-hour (repeatable)"),
     pue: float = typer.Option(1.2, "--pue", help="power usage effectiveness for tokens per MW"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    hardware_dir: List[Path] = typer.Option([], "--hardware-dir", help="extra chip YAML directory, e.g. a `jalapeno design` DIR/chips (repeatable)"),
 ) -> None:
     """Run a grid of simulations (models × chips × layouts × workloads × concurrencies) into DIR/results.parquet.
 
@@ -34,6 +35,9 @@ def sweep_cmd(
     from jalapeno.report.spec import load_sweep
     from jalapeno.report.sweep import run_spec
 
+    from jalapeno.hardware.catalog import use_hardware_dirs
+
+    use_hardware_dirs(hardware_dir)
     if workers is not None and workers < 1:
         raise ConfigError(f"--workers {workers} must be >= 1")
     if pue < 1.0:
@@ -69,9 +73,13 @@ def recommend_cmd(
     framework: Optional[str] = typer.Option(None, "--framework", help="serving framework profile: vllm | sglang | trt-llm"),
     trust: str = typer.Option("transferred", "--trust", help="any | transferred | calibrated: chips at least this trusted are ranked first (docs/report.md)"),
     as_json: bool = typer.Option(False, "--json", help="print the ranking as JSON"),
+    hardware_dir: List[Path] = typer.Option([], "--hardware-dir", help="extra chip YAML directory, e.g. a `jalapeno design` DIR/chips (repeatable)"),
 ) -> None:
     """Recommend the chip and layout that meet TTFT/TPOT SLOs best, and say why each other option lost."""
+    from jalapeno.hardware.catalog import use_hardware_dirs
     from jalapeno.report.economics import parse_prices
+
+    use_hardware_dirs(hardware_dir)
     from jalapeno.report.recommend import recommend
 
     chips = [h.strip() for h in hardware.split(",") if h.strip()] if hardware else None
@@ -134,9 +142,12 @@ def _g(v: float | None) -> str:
 def report_cmd(
     out_dir: Path = typer.Argument(..., help="a sweep's results directory"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file [default: DIR/report.html]"),
+    hardware_dir: List[Path] = typer.Option([], "--hardware-dir", help="extra chip YAML directory, e.g. a `jalapeno design` DIR/chips (repeatable)"),
 ) -> None:
     """Write a self-contained HTML report (summary, Pareto plots, chip cards, assumptions) for a sweep."""
+    from jalapeno.hardware.catalog import use_hardware_dirs
     from jalapeno.report.html import write_report
 
+    use_hardware_dirs(hardware_dir)
     path = write_report(out_dir, out)
     typer.echo(f"report: {path}")

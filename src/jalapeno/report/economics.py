@@ -145,12 +145,16 @@ def _num(x: object) -> float | None:
 # ---------------------------------------------------------------------------------------------------------
 # Catalogue lookups (not pure: they read the hardware catalogue)
 # ---------------------------------------------------------------------------------------------------------
-def chip_group(key: str, count: int, prices: Mapping[str, float] | None = None) -> ChipGroup:
-    """A :class:`ChipGroup` from the catalogue, with a price override from ``prices`` (chip key -> $/chip-hour)."""
+def chip_group(key: str, count: int, prices: Mapping[str, float] | None = None,
+               power_cap_w: float | None = None) -> ChipGroup:
+    """A :class:`ChipGroup` from the catalogue, with a price override from ``prices`` (chip key -> $/chip-hour);
+    ``power_cap_w`` (a capped chip) provisions the cap instead of the rated TDP."""
     from jalapeno.hardware import get_chip
 
     chip = get_chip(key)
     tdp = float(chip.power.tdp_w.value or 0.0)
+    if power_cap_w is not None and power_cap_w == power_cap_w and 0 < power_cap_w < tdp:
+        tdp = float(power_cap_w)
     oh = chip.power.facility_overhead_w
     if oh is not None and oh.value is not None:
         overhead, oh_src = float(oh.value), oh.source
@@ -177,14 +181,15 @@ def _price_override(prices: Mapping[str, float], *names: str) -> float | None:
 
 def point_groups(point: Mapping, prices: Mapping[str, float] | None = None) -> list[ChipGroup]:
     """The chips a point uses: one group (aggregated) or prefill + decode groups (disaggregated)."""
+    cap = point.get("power_cap_w")
     if point.get("mode") == "disaggregated":
         return [
-            chip_group(str(point["prefill_hardware"]), int(point["prefill_workers"]) * int(point["prefill_tp"]), prices),
-            chip_group(str(point["hardware"]), int(point["decode_workers"]) * int(point["tp"]), prices),
+            chip_group(str(point["prefill_hardware"]), int(point["prefill_workers"]) * int(point["prefill_tp"]), prices, cap),
+            chip_group(str(point["hardware"]), int(point["decode_workers"]) * int(point["tp"]), prices, cap),
         ]
     from jalapeno.report.grid import point_chips
 
-    return [chip_group(str(point["hardware"]), point_chips(dict(point)), prices)]
+    return [chip_group(str(point["hardware"]), point_chips(dict(point)), prices, cap)]
 
 
 def parse_prices(items: Iterable[str]) -> dict[str, float]:

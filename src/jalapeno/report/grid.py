@@ -47,6 +47,7 @@ POINT_DEFAULTS: dict[str, Any] = {
     "slo_tpot_ms": None,
     "seed": 0,
     "framework": None,  # serving-framework profile (jalapeno.perf.frameworks); None = the chip's generic one
+    "power_cap_w": None,  # per-chip power cap in W (jalapeno.hardware.power_cap); None = rated power
 }
 POINT_KEYS: tuple[str, ...] = tuple(POINT_DEFAULTS)
 
@@ -63,8 +64,9 @@ def point_id(point: dict) -> str:
     """Stable 16-hex-digit hash of a point's inputs (resume key). Independent of dict order and of keys that
     are not inputs (metrics, errors)."""
     inputs = {k: point.get(k, POINT_DEFAULTS[k]) for k in POINT_KEYS}
-    if inputs["framework"] is None:  # added later: unset keeps the ids of earlier results (resume)
-        del inputs["framework"]
+    for late in ("framework", "power_cap_w"):  # added later: unset keeps the ids of earlier results (resume)
+        if inputs[late] is None:
+            del inputs[late]
     blob = json.dumps({"schema": POINT_SCHEMA, **inputs}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -265,6 +267,7 @@ def expand(spec: SweepSpec, dims_fn: Callable[[str], ArchDims] | None = None) ->
                     slo_tpot_ms=slo.tpot_ms if slo else None,
                     seed=spec.seed,
                     framework=spec.framework,
+                    power_cap_w=spec.power_cap_w,
                 )
                 if reason is None and fit_check:
                     if p["mode"] == "disaggregated":

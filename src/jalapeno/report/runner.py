@@ -56,7 +56,7 @@ def point_scenario(point: dict):
         model=point["model"], precision=point.get("weights") or "native", kv_dtype=point.get("kv") or "bf16",
         isl=int(point["isl"]), osl=int(point["osl"]), concurrency=int(point["concurrency"]),
         num_prompts=point.get("num_prompts"), goodput=goodput, seed=int(point.get("seed") or 0),
-        framework=point.get("framework") or None, **spec,
+        framework=point.get("framework") or None, power_cap_w=_opt_float(point.get("power_cap_w")), **spec,
     )
     if point.get("mode") == "disaggregated":
         return Scenario(
@@ -69,6 +69,14 @@ def point_scenario(point: dict):
         hardware=point["hardware"], tp=int(point["tp"]), ep=int(point["ep"]), pp=int(point["pp"]),
         dp=int(point["dp"]), dp_attention=bool(point["dp_attention"]), **common,
     )
+
+
+def _opt_float(v: object) -> float | None:
+    """A float, or None for None/NaN (parquet gives NaN for a missing float)."""
+    if v is None:
+        return None
+    f = float(v)  # type: ignore[arg-type]
+    return None if f != f else f
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -204,7 +212,9 @@ def _run_local(points: list[dict], workers: int, point_fn: PointFn, sink: Callab
     ex.shutdown(wait=True)
 
 
-def _run_ray(points: list[dict], address: str, point_fn: PointFn, sink: Callable[[dict], None]) -> None:
+def _run_ray(points: list[dict], address: str, point_fn: PointFn, sink: Callable[[dict], None],
+             task: Callable[[PointFn, dict], dict] = execute) -> None:
+    """Run ``task(point_fn, point)`` for every point as Ray tasks (``jalapeno design`` passes its own task)."""
     try:
         import ray
     except ImportError:
@@ -223,8 +233,8 @@ def _run_ray(points: list[dict], address: str, point_fn: PointFn, sink: Callable
                 raise ConfigError(f"--ray {address}: cannot connect to a Ray cluster ({exc}); use --ray auto for a local one") from None
         started = True
     try:
-        task = ray.remote(execute)
-        refs = [task.remote(point_fn, p) for p in points]
+        remote = ray.remote(task)
+        refs = [remote.remote(point_fn, p) for p in points]
         while refs:
             done, refs = ray.wait(refs, num_returns=1)
             sink(ray.get(done[0]))

@@ -18,6 +18,7 @@ file and the line it comes from: the YAML is also *composed* into a node tree so
     num_prompts: null          # default: the simulator's (InferenceX: 10 × concurrency)
     slo: {ttft_ms: 2000, tpot_ms: 50}   # for SLO attainment and the $/Mtok compliance factor
     framework: vllm            # optional serving-framework profile (vllm | sglang | trt-llm)
+    power_cap_w: 550           # optional: cap every chip's power (DVFS clocks; docs/design.md)
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ class SweepSpec(_Strict):
     seed: int = 0
     #: serving-framework profile for every point (vllm | sglang | trt-llm; see jalapeno.perf.frameworks)
     framework: str | None = None
+    #: power cap per chip in watts for every point (clocks lowered to fit; jalapeno.hardware.power_cap)
+    power_cap_w: float | None = Field(default=None, gt=0)
 
     @field_validator("parallelism")
     @classmethod

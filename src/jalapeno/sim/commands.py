@@ -43,6 +43,8 @@ def _print_summary(sc, m: dict) -> None:
         f", decode {sc.decode_workers or 1}x{sc.decode_hardware or sc.hardware} tp={sc.decode_tp or sc.tp}"
     )
     load = f"concurrency {sc.concurrency}" if sc.request_rate is None else f"{sc.request_rate} req/s"
+    if sc.power_cap_w is not None:
+        where += f", capped at {sc.power_cap_w:g} W"
     t = Table(title=f"{where}, {sc.precision}, ISL {sc.isl} / OSL {sc.osl}, {load}", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -107,6 +109,7 @@ def register(app: typer.Typer) -> None:
         trace: Annotated[Optional[Path], typer.Option(help="Workload from a CSV/JSONL trace (input_len, output_len[, arrival_s]).")] = None,
         hardware_dir: Annotated[Optional[list[Path]], typer.Option("--hardware-dir", help="Extra chip YAML directory.")] = None,
         framework: Annotated[Optional[str], typer.Option(help="Serving framework profile: vllm | sglang | trt-llm (its per-request latency; default: the chip's generic one).")] = None,
+        power_cap_w: Annotated[Optional[float], typer.Option("--power-cap-w", help="Cap each chip's power (W): clocks lowered until the modelled power fits (DVFS; docs/design.md).")] = None,
         scenarios: Annotated[Optional[Path], typer.Option(help="CSV of scenarios (columns named like these flags).")] = None,
         output: Annotated[Optional[Path], typer.Option(help="With --scenarios: results CSV.")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the metrics JSON.")] = False,
@@ -142,6 +145,7 @@ def register(app: typer.Typer) -> None:
             seed=seed, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             block_size=block_size, trace=str(trace) if trace else None,
             hardware_dir=[str(d) for d in hardware_dir or []], framework=framework,
+            power_cap_w=power_cap_w,
         )
         m = run_scenario(sc)
         if as_json:

@@ -40,10 +40,12 @@ def cost_model_for(
     framework: str | None = None,
     hardware_dir: Iterable[str] | None = None,
     sram_pinning: bool | None = None,
+    power_cap_w: float | None = None,
 ) -> "CostModel":
     """The cost model of one replica: catalogue ``model`` (or a :class:`ModelArch`) on ``tp·pp`` chips of
     ``hardware`` (a catalogue key, or a :class:`ChipSpec`). ``efficiency`` replaces the chip's efficiency
-    block; ``framework`` (``vllm | sglang | trt-llm``) then applies that serving framework's request latency."""
+    block; ``framework`` (``vllm | sglang | trt-llm``) then applies that serving framework's request latency;
+    ``power_cap_w`` caps each chip (clocks lowered until the modelled power fits: ``hardware.power_cap``)."""
     from jalapeno.hardware import get_chip
     from jalapeno.models import load_model
     from jalapeno.perf import CostModel, Parallelism, Precision
@@ -53,6 +55,10 @@ def cost_model_for(
         chip = get_chip(hardware, list(hardware_dir)) if hardware_dir else get_chip(hardware)
     else:
         chip = hardware
+    if power_cap_w is not None:
+        from jalapeno.hardware.power_cap import apply_power_cap
+
+        chip = apply_power_cap(chip, power_cap_w)
     if ep > 1 and not arch.num_experts:
         raise ConfigError(f"--ep {ep} but {arch.name} is a dense model (no experts); use --ep 1")
     if framework:

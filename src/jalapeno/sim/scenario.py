@@ -70,6 +70,8 @@ class Scenario:
     #: serving-framework profile (jalapeno.perf.frameworks: vllm | sglang | trt-llm): its per-request front-end
     #: latency replaces the chip's generic ``efficiency.request_overhead_ms``; None keeps the chip's
     framework: str | None = None
+    #: power cap in watts: clocks lowered until the modelled power fits (jalapeno.hardware.power_cap); None = rated
+    power_cap_w: float | None = None
 
     @property
     def disaggregated(self) -> bool:
@@ -152,6 +154,8 @@ def _validate(sc: Scenario) -> None:
         raise ConfigError("give --concurrency N (closed loop) or --request-rate R (open loop)")
     if sc.request_rate is not None and not sc.request_rate > 0:
         raise ConfigError(f"--request-rate must be > 0 requests/s (got {sc.request_rate})")
+    if sc.power_cap_w is not None and not sc.power_cap_w > 0:
+        raise ConfigError(f"--power-cap-w must be > 0 watts (got {sc.power_cap_w})")
     if sc.spec_decode is not None and sc.spec_decode not in ("mtp", "draft", "ngram"):
         raise ConfigError(f"--spec-decode {sc.spec_decode!r} must be mtp, draft or ngram")
 
@@ -176,7 +180,7 @@ def _parse_acceptance(text: str | float, k: int) -> float | tuple[float, ...]:
 def _cost_model(sc: Scenario, arch, hardware: str, tp: int, ep: int, dp_attention: bool):
     return cost_model_for(arch, hardware, tp=tp, ep=ep, pp=sc.pp, dp_attention=dp_attention,
                           precision=sc.precision, kv=sc.kv_dtype, framework=sc.framework,
-                          hardware_dir=sc.hardware_dir)
+                          hardware_dir=sc.hardware_dir, power_cap_w=sc.power_cap_w)
 
 
 def _workload(sc: Scenario):

@@ -134,6 +134,13 @@ def generate(
         max_model_len=cfg.max_position_embeddings, max_num_seqs=max(len(prompts), 1), num_speculative_tokens=k
     )
     outputs = generate_tokens(backend, prompts, sampling, engine_cfg)
+    _emit(outputs, tokenizer, backend, as_json)
+
+
+def _emit(outputs: list[list[int]], tokenizer, backend, as_json: bool) -> None:
+    """Print the generated tokens (text where a tokenizer exists), with the speculative counters in --json."""
+    from jalapeno.backends.torch.loader import load_tokenizer
+
     if tokenizer is None:
         try:
             tokenizer = load_tokenizer(backend.loaded.tokenizer_source)

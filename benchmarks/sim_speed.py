@@ -1,9 +1,10 @@
 """Wall time of `jalapeno simulate` (the whole CLI process) on the two InferenceX-sized targets, on one core.
 
-    python benchmarks/sim_speed.py [--repeat 3] [--no-compile]
+    python benchmarks/sim_speed.py [--repeat 3] [--no-compile] [--only TEXT]
 
 Targets (docs/engine.md, issue #4): DeepSeek-R1 FP8 on 8xH200 TP8 EP8, 1k/1k at concurrency 64 (640 requests)
-<= 0.5 s; 1k/8k at concurrency 256 (2,560 requests, ~21M simulated tokens) <= 2 s, on one core.
+<= 0.5 s; 1k/8k at concurrency 256 (2,560 requests, ~21M simulated tokens) <= 2 s, on one core. Issue #17
+item 8: one rack-scale disaggregated GB200 point (concurrency 8,192, 81,920 requests) <= 10 s.
 
 Each case runs as a fresh `sys.executable -m jalapeno.cli simulate ... --json` process pinned to one CPU
 (``os.sched_setaffinity`` in the child, where the OS has it) with OMP/OpenBLAS/MKL threads set to 1. Reports
@@ -39,6 +40,14 @@ CASES = {
         "--concurrency 256",
         2.0,
     ),
+    # issue #17 item 8: an InferenceX GB200 NVL72 disaggregated point (4 prefill workers of 4 GPUs with
+    # dp-attention, one 48-GPU wide-EP decode worker: 288 expert slots; KV over NVLink), 81,920 requests
+    "R1 FP4 GB200 disagg 4x4P+48D c8192": (
+        "--model deepseek-r1 --hardware gb200 --precision fp4 --isl 1024 --osl 1024 --concurrency 8192 "
+        "--num-prompts 81920 --prefill-workers 4 --prefill-chips-per-worker 4 --prefill-ep 4 --prefill-dp-attention "
+        "--decode-workers 1 --decode-chips-per-worker 48 --decode-ep 48 --decode-dp-attention",
+        10.0,
+    ),
 }
 
 #: thread pools a numerical library might start; one core means one thread
@@ -71,6 +80,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cpu", type=int, default=None, help="CPU to pin the runs to (default: the last one allowed)")
     ap.add_argument("--no-compile", action="store_true", help="do not byte-compile the package first")
+    ap.add_argument("--only", default="", help="run only the cases whose name contains this text")
     args = ap.parse_args()
     if not args.no_compile:
         import jalapeno
@@ -86,6 +96,8 @@ def main() -> None:
     print(f"{'case':36s} {'wall s':>8s} {'cpu s':>8s} {'target':>7s} {'steps':>9s} {'sim tokens':>11s}")
     print(f"{'import jalapeno.cli only':36s} {imp[0]:8.2f} {imp[1]:8.2f}")
     for name, (flags, target) in CASES.items():
+        if args.only not in name:
+            continue
         runs = [timed([*cli, "simulate", *flags.split(), "--json"], cpu) for _ in range(args.repeat)]
         wall = min(r[0] for r in runs)
         cpu_s = min(r[1] for r in runs)

@@ -25,6 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help text is plain: "[r·L, L]" must not be read as a rich style tag
 )
 
 # Packages that contribute commands, in help order. A package listed here must define
@@ -91,16 +92,51 @@ def _ensure_registered(argv: list[str] | None) -> None:
         _register(COMMAND_PACKAGES)
 
 
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
-) -> None:
-    """Jalapeño: chip twin and serving simulator, inference engine, and InferenceX-compatible bench."""
-    if version:
+def _print_version(value: bool) -> None:
+    """Eager option callback: runs while parsing, before click asks for a command."""
+    if value:
         from jalapeno import __version__
 
         typer.echo(f"jalapeno {__version__}")
         raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", is_eager=True, callback=_print_version
+    ),
+) -> None:
+    """Jalapeño: chip twin and serving simulator, inference engine, and InferenceX-compatible bench."""
+
+
+#: top-level modules of the optional extras -> the extra that installs them
+EXTRA_OF_MODULE = {
+    "torch": "torch",
+    "transformers": "torch",
+    "safetensors": "torch",
+    "gguf": "torch",
+    "fastapi": "server",
+    "uvicorn": "server",
+    "starlette": "server",
+    "prometheus_client": "server",
+    "ray": "ray",
+    "pynvml": "gpu",
+}
+
+
+def missing_extra_message(exc: ModuleNotFoundError) -> str | None:
+    """One line naming the extra to install when ``exc`` is a missing optional dependency, else None."""
+    root = (exc.name or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(root)
+    if extra is None:
+        return None
+    msg = f"this command needs '{root}', which is not installed: pip install 'jalapeno[{extra}]'"
+    if extra in ("torch", "server"):
+        msg = f"this command needs '{root}', which is not installed: pip install 'jalapeno[torch,server]'"
+    if extra == "torch":
+        msg += " (CPU-only machine: first pip install torch --index-url https://download.pytorch.org/whl/cpu)"
+    return msg
 
 
 def err_console() -> "Console":
@@ -121,8 +157,18 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="jalapeno")
     except JalapenoError as exc:
-        err_console().print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True, markup=True)
+        from rich.markup import escape
+
+        err_console().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True, markup=True)
         sys.exit(exc.exit_code)
+    except ModuleNotFoundError as exc:
+        msg = missing_extra_message(exc)
+        if msg is None:
+            raise
+        from rich.markup import escape
+
+        err_console().print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     except KeyboardInterrupt:
         err_console().print("interrupted")
         sys.exit(130)

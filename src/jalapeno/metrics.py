@@ -140,10 +140,13 @@ def compute_metrics(
     output_chips: int | None = None,
     itl_values: Sequence[float] | np.ndarray | None = None,
     itl_counts: Sequence[int] | np.ndarray | None = None,
+    energy_source: str = "measured",
 ) -> dict:
     """Aggregate request outcomes into the vLLM/InferenceX metrics object (same keys for sim and bench).
 
     ``energy_j`` is the energy of all chips over ``duration_s``; None means power was not measured.
+    ``energy_source``: "measured" (a power meter) or "predicted" (the simulator's energy model); reported as
+    ``power_source`` (None without energy) and ``power_measured`` (true only for a measurement).
     ``output_chips`` divides output throughput per chip when disaggregated (InferenceX divides by decode GPUs).
     ``itl_values`` (s) with optional ``itl_counts``: inter-token gaps already pooled over all requests (the
     simulator's compressed form); when given they replace the per-request ``itl_s``.
@@ -195,11 +198,13 @@ def compute_metrics(
     if energy_j is not None and duration_s > 0:
         m["avg_power_w"] = energy_j / duration_s
         m["output_tokens_per_joule"] = total_out / energy_j if energy_j > 0 else None
-        m["power_measured"] = True
+        m["power_measured"] = energy_source == "measured"
+        m["power_source"] = energy_source
     else:
         m["avg_power_w"] = None
         m["output_tokens_per_joule"] = None
         m["power_measured"] = False
+        m["power_source"] = None
     if slo is not None and not slo.empty:
         good = sum(1 for r in ok if slo.met(r))
         m["request_goodput"] = good / dur

@@ -176,42 +176,19 @@ def test_no_power_without_nvidia_gpu(tmp_path, fast_server):
 
 
 def test_unknown_model_requests_fail_cleanly(tmp_path, fast_server, capsys):
+    """Nothing completed: exit 2 with one line (not a table of zeros); the results file still records why."""
     _, srv = fast_server
-    r = _bench(
-        tmp_path,
-        srv.url,
-        "--model",
-        "nope",
-        "--concurrency",
-        "2",
-        "--num-prompts",
-        "3",
-        "--input-len",
-        "8",
-        "--output-len",
-        "2",
-    )
+    out = tmp_path / "r.json"
+    args = ["--model", "nope", "--concurrency", "2", "--num-prompts", "3", "--input-len", "8", "--output-len", "2"]
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--base-url", srv.url, "--no-progress", "-o", str(out), "--save-detailed",
+              "--num-warmups", "0", *args])
+    assert exc.value.code == 2
+    r = json.loads(out.read_text())
     assert r["completed"] == 0 and r["failed"] == 3
     assert all("does not exist" in q["error"] for q in r["requests"])
-    assert "every request failed" in capsys.readouterr().out
-
-
-def test_unreachable_server_fails_requests_without_traceback(tmp_path):
-    r = _bench(
-        tmp_path,
-        "http://127.0.0.1:9",
-        "--model",
-        "m",
-        "--concurrency",
-        "1",
-        "--num-prompts",
-        "2",
-        "--input-len",
-        "8",
-        "--output-len",
-        "2",
-    )
-    assert r["failed"] == 2 and all(q["error"] for q in r["requests"])
+    err = capsys.readouterr().err
+    assert err.startswith("error: no request completed: all 3 failed") and "does not exist" in err
 
 
 @pytest.mark.parametrize(
@@ -232,3 +209,56 @@ def test_bad_arguments_exit_2_with_one_line(args, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "Traceback" not in err
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("warmups", ["0", "1"])
+def test_bench_against_no_server_fails_with_one_line(tmp_path, capsys, warmups):
+    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--base-url", url, "--model", "m", "--no-progress", "--num-prompts", "3",
+              "--num-warmups", warmups, "--input-len", "8", "--output-len", "4", "-o", str(tmp_path / "r.json")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "failed" in err and "Connect" in err
+
+
+def test_bench_url_without_scheme_is_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--base-url", "127.0.0.1:8000", "--model", "m", "--no-progress"])
+    assert exc.value.code == 2 and "http://" in capsys.readouterr().err
+
+
+def test_bench_prints_the_failure_count(tmp_path, capsys, fast_server):
+    """Requests over the context fail (400) while the others complete: the count is printed."""
+    served, srv = fast_server
+    ctx = served.config.max_model_len
+    path = tmp_path / "d.jsonl"
+    rows = [{"prompt": "a b c", "output_len": 4}] * 3 + [{"prompt": "a b", "output_len": ctx}] * 2
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = _bench(tmp_path, srv.url, "--dataset", "file", "--dataset-path", str(path), "--num-prompts", "5",
+               "--num-warmups", "0")
+    assert r["completed"] == 3 and r["failed"] == 2
+    assert "2 of 5 requests failed" in capsys.readouterr().out
+
+
+def test_one_unmeasured_warmup_by_default(tmp_path, fast_server):
+    import re
+
+    import httpx
+
+    served, srv = fast_server
+    count = lambda: sum(  # noqa: E731
+        float(v) for v in re.findall(r"^jalapeno_requests_finished_total\{[^}]*\} (\S+)$", httpx.get(srv.url + "/metrics").text, re.M)
+    )
+    before = count()
+    r = _bench(tmp_path, srv.url, "--num-prompts", "4", "--input-len", "8", "--output-len", "4")
+    assert r["num_warmups"] == 1 and r["completed"] == 4
+    assert count() - before == 5  # the server saw the warm-up too

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from jalapeno.bench.dataset import WorkloadSpec, build_requests
+from jalapeno.bench.dataset import WorkloadSpec, build_requests, workload_lengths
 from jalapeno.errors import ConfigError
 
 
@@ -94,3 +94,30 @@ def test_invalid_specs():
     with pytest.raises(ConfigError):
         build_requests(WorkloadSpec(range_ratio=0.0), "completions")  # [0, L] is no InferenceX range
     assert math.isfinite(WorkloadSpec().range_ratio)
+
+
+def test_tokenizer_prompts_encode_to_the_intended_length():
+    """Decoded random ids re-tokenise longer or shorter; like vLLM, the prompts are re-encoded and trimmed so
+    the server sees the asked length (checked with the tokenizer itself)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    corpus = ["the quick brown fox jumps over the lazy dog", "naïve café 日本語 🙂", "lorem ipsum dolor sit amet"] * 20
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=400, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_object=tok)
+    spec = WorkloadSpec(dataset="random", num_prompts=20, input_len=200, output_len=8, range_ratio=0.5)
+    reqs = build_requests(spec, "completions", hf)
+    isl, _ = workload_lengths(spec)
+    naive = [len(hf.encode(hf.decode(np.random.default_rng(i).choice(400, n).tolist()), add_special_tokens=False))
+             for i, n in enumerate(isl.tolist())]
+    target = isl.sum()
+    assert abs(sum(naive) - target) / target > 0.02  # the problem is real for this tokenizer
+    got = [len(hf.encode(r.prompt, add_special_tokens=False)) for r in reqs]
+    assert got == [r.prompt_len for r in reqs]  # the reported length is the real one
+    # random bytes of a byte-level vocabulary decode to replacement characters: most settle exactly, the
+    # rest within a token or two
+    assert sum(g == n for g, n in zip(got, isl.tolist())) >= 0.6 * len(reqs)
+    assert max(abs(g - n) for g, n in zip(got, isl.tolist())) <= 2

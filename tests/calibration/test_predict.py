@@ -19,7 +19,8 @@ def test_single_stream_tpot_equals_decode_step_time():
     mid = cm.step(StepShape.from_lists(decode_ctx=[512 + 32])).time_s
     assert got["median_tpot"] == pytest.approx(mid, rel=0.02)
     prefill = cm.step(StepShape.from_lists(prefill=[(512, 0)])).time_s
-    front = cm.eff.request_overhead_ms / 1000  # the serving front end's per-request latency
+    # the serving front end's per-request latency: a fixed part and a part per prompt token
+    front = cm.eff.request_overhead_ms / 1000 + cm.eff.request_overhead_us_per_token * 1e-6 * 512
     assert got["median_ttft"] == pytest.approx(front + prefill, rel=0.05)
     e2e = front + prefill + 63 * mid
     assert got["median_e2e_latency"] == pytest.approx(e2e, rel=0.03)
@@ -57,6 +58,21 @@ def test_inferencex_rows_use_their_frameworks_request_overhead():
     assert framework_profile(SimSpec(**base, kind="nim", framework="nim")) is None
     assert framework_profile(SimSpec(**base, kind="ix", framework="dynamo-sglang")) is None
     with_fw, generic = simulate(ix)["median_ttft"], simulate(ix, frameworks=False)["median_ttft"]
-    d = (get_framework("trt").request_overhead_ms - efficiency_of("h200").request_overhead_ms) / 1000
+    eff = efficiency_of("h200")
+    fw_ms = eff.framework_overhead_ms.get("trt-llm", get_framework("trt").request_overhead_ms)
+    d = (fw_ms - eff.request_overhead_ms) / 1000
     assert with_fw - generic == pytest.approx(d, abs=1e-9)
-    assert simulate(ix, request_overhead_ms=0.0)["median_ttft"] == pytest.approx(generic - 0.040, abs=1e-9)
+    no_front = simulate(ix, request_overhead_ms=0.0)["median_ttft"]
+    assert no_front == pytest.approx(generic - eff.request_overhead_ms / 1000, abs=1e-9)
+
+
+def test_request_latency_grows_with_the_prompt_by_the_per_token_term():
+    # fixed lengths, one request at a time: TTFT and E2E grow by exactly per-token time x prompt length
+    spec = SimSpec("llama-3.1-8b", "h200", Layout(1), "bf16", "bf16", isl=512, osl=16, concurrency=1,
+                   range_ratio=1.0, num_prompts_per_concurrency=2)
+    base = with_efficiency(efficiency_of("h200"), request_overhead_us_per_token=0.0)
+    slow = with_efficiency(base, request_overhead_us_per_token=10.0)
+    a, b = simulate(spec, base), simulate(spec, slow)
+    assert b["median_ttft"] - a["median_ttft"] == pytest.approx(512 * 10e-6, rel=1e-6)
+    assert b["median_e2e_latency"] - a["median_e2e_latency"] == pytest.approx(512 * 10e-6, rel=1e-6)
+    assert b["median_tpot"] == pytest.approx(a["median_tpot"], rel=1e-9)  # not in step time

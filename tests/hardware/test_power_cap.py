@@ -74,7 +74,7 @@ def test_simulate_cli_flag_and_error_exit(capsys):
 
 
 def test_sweep_point_carries_the_cap_into_scenario_and_economics():
-    from jalapeno.report.economics import point_groups
+    from jalapeno.economics import point_groups
     from jalapeno.report.grid import expand, point_id
     from jalapeno.report.runner import point_scenario
     from jalapeno.report.spec import parse_sweep

@@ -67,3 +67,23 @@ def test_roofline_bad_input_is_a_user_error(app, args, msg):
     res = CliRunner().invoke(app, ["roofline", "--model", "llama-3.1-8b", "--hardware", "h200", *args])
     assert res.exit_code != 0
     assert isinstance(res.exception, JalapenoError) and msg in str(res.exception)
+
+
+@pytest.mark.parametrize("phase, extra", [("decode", ["--batch", "1"]), ("prefill", ["--batch", "4", "--tp", "8"])])
+def test_roofline_table_fits_80_columns_without_exponents(app, phase, extra):
+    import re
+
+    model = "llama-3.1-8b" if phase == "decode" else "deepseek-r1"
+    res = CliRunner().invoke(app, ["roofline", "--model", model, "--hardware", "h200", "--phase", phase,
+                                   "--context", "1024", *extra], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    assert max(len(line) for line in res.output.splitlines()) <= 80
+    assert not re.search(r"\d[eE][+-]?\d", res.output)  # no 1.2e-05 in a human table
+    assert "step_time_s" in res.output and "attention" in res.output
+
+
+def test_num_has_no_exponent():
+    from jalapeno.perf.commands import _num, _si, _time
+
+    assert _num(0.0068283) == "0.00683" and _num(1234567.0) == "1,234,567" and _num(999.96) == "1,000"
+    assert _num(3.2e-9) == "<0.000001" and _si(1.5e12, "B") == "1.50 TB" and _time(4.2e-9) == "0.00420 µs"

@@ -176,8 +176,9 @@ def test_disaggregated_transfer_carries_the_linear_attention_state():
     from jalapeno.sim.scenario import _kv_link
 
     cm = CostModel(load_model("qwen3.5-397b-a17b"), H200, Parallelism(tp=8, ep=8))
-    link = _kv_link(cm, cm)
-    assert link.bytes_per_token == 8 * Q_FULL * 2 * 256 * 2
+    link = _kv_link(cm, cm, 1, 1)
+    # one copy of the KV moves: 2 KV heads (replicated 4x over tp 8 on the chips, sent once) x (K, V) x 256 x bf16
+    assert link.bytes_per_token == 2 * Q_FULL * 2 * 256 * 2
     assert link.state_bytes == pytest.approx(Q_LIN * STATE)  # 192 MB per request, whatever the prompt length
     bare = KVLink(link.latency_s, link.bytes_per_s, link.bytes_per_token)
     assert link.transfer_s(1000) - bare.transfer_s(1000) == pytest.approx(Q_LIN * STATE / link.bytes_per_s)

@@ -64,16 +64,16 @@ def test_an_uncalibrated_winner_is_ranked_after_the_trusted_chips_with_a_warning
 
 
 def test_recommend_with_an_uncalibrated_chip_that_scores_best(calls):
-    # fake model: tpu-v6e (uncalibrated) is 4x faster than h200 (calibrated) and b200 (transferred) 2x
-    kw = dict(isl=1024, osl=64, ttft_slo_ms=1000, tpot_slo_ms=20, hardware=["h200", "b200", "tpu-v6e"], max_chips=1,
+    # fake model: tpu-v6e (uncalibrated) is 4x faster than h200 (calibrated) and gb200 (transferred) 2x
+    kw = dict(isl=1024, osl=64, ttft_slo_ms=1000, tpot_slo_ms=20, hardware=["h200", "gb200", "tpu-v6e"], max_chips=1,
               objective="latency", concurrencies=(1,), point_fn=report_fakes.fake_point, workers=1)
     rec = recommend("llama-3.1-8b", **kw)
-    assert [c.hardware for c in rec.ranked] == ["b200", "h200", "tpu-v6e"]
+    assert [c.hardware for c in rec.ranked] == ["gb200", "h200", "tpu-v6e"]
     assert rec.warnings and "tpu-v6e tp1 scores best" in rec.warnings[0]
     d = rec.as_dict()
     assert d["trust"] == "transferred" and d["warnings"] == rec.warnings
     assert [(c["hardware"], c["confidence_status"], c["trusted"]) for c in d["ranked"]] == [
-        ("b200", "transferred", True), ("h200", "calibrated", True), ("tpu-v6e", "uncalibrated", False)]
+        ("gb200", "transferred", True), ("h200", "calibrated", True), ("tpu-v6e", "uncalibrated", False)]
     assert [c.hardware for c in recommend("llama-3.1-8b", trust="any", **kw).ranked][0] == "tpu-v6e"
     with pytest.raises(Exception, match="--trust"):
         recommend("llama-3.1-8b", trust="some", **kw)

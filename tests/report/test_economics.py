@@ -5,7 +5,7 @@ import math
 import pytest
 
 from jalapeno.errors import ConfigError
-from jalapeno.report.economics import (
+from jalapeno.economics import (
     ChipGroup,
     compliance_factor,
     economics,

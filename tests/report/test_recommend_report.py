@@ -7,6 +7,7 @@ import pytest
 
 from jalapeno.testing import report_fakes
 from jalapeno.errors import ConfigError, UnknownNameError
+from jalapeno.fmt import num
 from jalapeno.report.html import write_report
 from jalapeno.report.recommend import PRESETS, rank, recommend
 from jalapeno.report.spec import parse_sweep
@@ -28,7 +29,7 @@ def test_recommend_ranks_by_cost_and_explains_each_loser(calls):
     assert ("h200", "tp2") in ranked and ranked[("h200", "tp2")].concurrency == 1
     # every ranked candidate after the first says how much more it costs than the winner
     for c in rec.ranked[1:]:
-        assert c.reason.startswith("cost more: $") and f"vs ${rec.best.usd_per_mtok:.3g}/Mtok" in c.reason
+        assert c.reason.startswith("cost more: $") and f"vs ${num(rec.best.usd_per_mtok)}/Mtok" in c.reason
     costs = [c.usd_per_mtok for c in rec.ranked]
     assert costs == sorted(costs)
     # a layout that did not fit at the lowest concurrency is not retried at higher ones

@@ -132,3 +132,22 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as ei:
         main(["report", str(tmp_path / "nothing")])
     assert ei.value.code == 2
+
+
+def test_changed_slo_in_a_used_folder_is_refused_unless_overwrite(tmp_path, calls, capsys):
+    """Old-SLO rows must not be reported under a new SLO: refuse, or delete them with --overwrite."""
+    run_spec(_spec(), tmp_path, point_fn=report_fakes.fake_point, workers=1, progress=False)
+    stricter = _spec(SPEC.replace("tpot_ms: 5.5", "tpot_ms: 2.0"))
+    with pytest.raises(ConfigError, match="slo.*--overwrite"):
+        run_spec(stricter, tmp_path, point_fn=report_fakes.fake_point, workers=1, progress=False)
+    calls.clear()
+    s = run_spec(stricter, tmp_path, point_fn=report_fakes.fake_point, workers=1, progress=False, overwrite=True)
+    assert (s.ran, s.already_done) == (N_POINTS, 0) and len(calls) == N_POINTS
+    # the CLI says so in one line, exit 2
+    from jalapeno.cli import main
+
+    spec_file = tmp_path / "s.yaml"
+    spec_file.write_text(SPEC)
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", str(spec_file), "--out", str(tmp_path), "-q", "-j", "1"])
+    assert exc.value.code == 2 and "--overwrite" in capsys.readouterr().err

@@ -81,3 +81,11 @@ def test_stop_strings_stream_equals_whole_text_cut(text, stops, cuts):
         out += s.flush()
     assert out == expected
     assert s.stopped == bool(idx)
+
+
+@given(st.text(min_size=1, max_size=200))
+@settings(max_examples=60, deadline=None)
+def test_min_prompt_len_is_a_lower_bound(byte_bpe, text):
+    """The early too-long check never rejects what tokenisation would accept."""
+    codec = TokenizerCodec(byte_bpe)
+    assert codec.min_prompt_len(text, 10) <= len(codec.encode(text))

@@ -132,3 +132,33 @@ def test_sdk_sees_authentication_error(keyed_server):
         c.completions.create(model=MODEL, prompt="a", max_tokens=1)
     good = openai.OpenAI(base_url=keyed_server[1].url + "/v1", api_key="test-key-123", max_retries=0)
     assert good.completions.create(model=MODEL, prompt="a", max_tokens=2).usage.completion_tokens == 2
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
+        {"tool_choice": "auto"},
+        {"response_format": {"type": "json_object"}},
+        {"best_of": 3},
+        {"functions": [{"name": "f"}]},
+    ],
+)
+def test_unsupported_fields_are_400_not_ignored(url, extra):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], **extra}
+    err = _check_error(httpx.post(url + "/v1/chat/completions", json=body), 400, param=next(iter(extra)))
+    assert "support" in err["message"]
+
+
+@pytest.mark.parametrize("extra", [{"tool_choice": "none"}, {"response_format": {"type": "text"}}, {"best_of": 1}])
+def test_no_op_values_of_those_fields_are_served(url, extra):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 1, **extra}
+    assert httpx.post(url + "/v1/chat/completions", json=body).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "field, value", [("max_tokens", "4"), ("max_tokens", True), ("temperature", "0.5"), ("stream", "yes")]
+)
+def test_types_are_strict(url, field, value):
+    body = {"model": MODEL, "prompt": "a b", field: value}
+    _check_error(httpx.post(url + "/v1/completions", json=body), 400, param=field)

@@ -148,3 +148,50 @@ def test_non_streamed_request_whose_client_leaves_is_aborted(slow_server):
     st = served.engine.stats
     assert st.running == 0 and st.waiting == 0 and st.kv_blocks_used == 0
     assert st.tokens_generated < 200 * 2000 / 4 + 3000  # stopped long before 3000 tokens
+
+
+def test_timing_samples_are_streamed_not_kept(make_sim_server):
+    """Per-token timing samples go into /metrics' histogram each step; the engine keeps none of them (memory
+    must not grow with every token served). Gaps counted: every token after a request's first."""
+    served, srv = make_sim_server(0.0)
+    lengths = [3 + (i * 5) % 20 for i in range(12)]
+
+    async def main():
+        async with httpx.AsyncClient(timeout=60) as client:
+            return await asyncio.gather(*(_stream(client, srv.url, n, i) for i, n in enumerate(lengths)))
+
+    asyncio.run(main())
+    vals, _ = served.engine.itl_samples()
+    assert vals.size == 0
+    text = httpx.get(srv.url + "/metrics").text
+    count = float(re.search(r"^jalapeno_inter_token_latency_seconds_count (\S+)$", text, re.M).group(1))
+    assert count == sum(n - 1 for n in lengths)
+
+
+def test_a_client_that_never_reads_is_aborted_not_buffered(sim_server):
+    """Back-pressure: an output queue nobody reads stops growing at the backlog bound; the request is aborted
+    and its KV blocks freed. Checked on the engine's own queue (a socket would first fill kernel buffers)."""
+    from jalapeno.engine.sequence import SamplingParams
+    from jalapeno.server.async_engine import AsyncEngine, EngineError
+    from jalapeno.server.build import build_sim
+
+    served = build_sim("h100", MODEL, time_scale=0.0)
+    aeng = AsyncEngine(served.engine, time_scale=0.0, max_backlog=50)
+
+    async def main():
+        aeng.start()
+        try:
+            _, q = aeng.submit(None, 8, SamplingParams(max_tokens=100_000, ignore_eos=True))
+            deadline = time.monotonic() + 30
+            while served.engine.has_unfinished() or served.engine.stats.num_steps == 0:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.1)
+            items = [q.get_nowait() for _ in range(q.qsize())]
+        finally:
+            aeng.stop()
+        return items
+
+    items = asyncio.run(main())
+    assert 50 <= len(items) <= 52 and isinstance(items[-1], EngineError) and "unread" in items[-1].message
+    assert served.engine.block_manager.num_used == 0

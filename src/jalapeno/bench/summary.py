@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 #: (label, metrics key, format) of the headline rows
@@ -75,7 +76,7 @@ def print_summary(console: Console, metrics: dict, power_note: str, title: str =
     else:
         t.add_row("Power", "not measured")
     console.print(t)
-    console.print(f"[dim]{power_note}[/]")
+    console.print(f"[dim]{escape(power_note)}[/]")
 
 
 def ratio(measured, predicted) -> float | None:

@@ -118,9 +118,10 @@ def current_value(p: Param, base: Efficiency) -> float:
         from jalapeno.perf.frameworks import get_framework
 
         try:
-            return get_framework(p.framework).request_overhead_ms
+            fw = get_framework(p.framework)
         except ConfigError:
             return base.request_overhead_ms
+        return base.framework_overhead_ms.get(fw.key, fw.request_overhead_ms)  # the chip family's own, if fitted
     group, _, key = p.name.partition(".")
     if group == "compute" and key:
         return base.compute.get(key, base.compute_default)

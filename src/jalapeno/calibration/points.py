@@ -135,8 +135,8 @@ class SimSpec:
     @property
     def not_simulated(self) -> str | None:
         """Why the simulator does not predict this point yet (None: it does)."""
-        if self.disagg is not None:
-            return "InferenceX disaggregated: not yet simulated (needs per-pool dp-attention and chip counts)"
+        if self.disagg is not None:  # predict.simulate runs them (calibration.disagg); kept out of the fit tables
+            return "InferenceX disaggregated: predicted by benchmarks/disagg_fidelity.py, not in these tables"
         return None
 
 

@@ -97,6 +97,11 @@ def simulate(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int =
     from jalapeno.sim import SpecDecode, build_sim_engine, run_workload
     from jalapeno.workload import inferencex_workload
 
+    if getattr(spec, "disagg", None) is not None:  # both pools, per-pool layouts (calibration.disagg)
+        from jalapeno.calibration.disagg import simulate_disagg
+
+        return simulate_disagg(spec, efficiency, seed=seed, prompts_per_concurrency=prompts_per_concurrency,
+                               frameworks=frameworks, request_overhead_ms=request_overhead_ms)
     eff = efficiency if efficiency is not None else efficiency_of(spec.chip)
     if frameworks:
         eff = apply_framework(eff, framework_profile(spec))

@@ -21,6 +21,7 @@ def register(app: typer.Typer) -> None:
         """Tour the stack on embedded defaults: catalogue, a model, a chip, a simulation, a sweep and its report."""
         from rich.console import Console
         from rich.table import Table
+        from rich.markup import escape
 
         from jalapeno.sim.scenario import Scenario, run_scenario
         from jalapeno.hardware import get_chip, list_chips
@@ -69,8 +70,8 @@ def register(app: typer.Typer) -> None:
                       f"{r['output_tokens_per_joule']:.2f}" if r.get("output_tokens_per_joule") else "-")
         con.print(t)
         # 4. a small sweep and its report
-        con.print(f"[bold]4. sweep[/] {QUICK_SWEEP_PATH.name} -> {out}   (jalapeno sweep examples/quick-sweep.yaml"
+        con.print(f"[bold]4. sweep[/] {QUICK_SWEEP_PATH.name} -> {escape(str(out))}   (jalapeno sweep examples/quick-sweep.yaml"
                   f" --out {out} && jalapeno report {out})")
         summary, html = run_quick(out, workers=workers)
         con.print(summary.line())
-        con.print(f"[bold green]report:[/] {html}  (open it in a browser; no server needed)")
+        con.print(f"[bold green]report:[/] {escape(str(html))}  (open it in a browser; no server needed)")

@@ -35,7 +35,7 @@ from jalapeno.hardware.schema import (
 Node = Literal["n3", "n4", "n5", "n7", "n14"]
 MemoryKind = Literal["hbm3", "hbm3e", "hbm4", "lpddr5x"]
 WAFER_DIAMETER_MM = 300.0
-PUE = 1.2  # as jalapeno.report.economics.DEFAULT_PUE
+PUE = 1.2  # as jalapeno.economics.DEFAULT_PUE
 
 
 class DesignKnobs(BaseModel):

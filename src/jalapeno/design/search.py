@@ -88,7 +88,7 @@ def _best_point(rows: list[dict], wl: DesignWorkload) -> dict | None:
 def score_workload(key: str, chip_dir: str, chip, wl: DesignWorkload, spec: DesignSpec) -> dict:
     """Best SLO-meeting point of one workload on one design: $/Mtok, tokens/s/user, tokens/J, layout."""
     from jalapeno.models import load_model
-    from jalapeno.report.economics import ChipGroup, economics
+    from jalapeno.economics import ChipGroup, economics
 
     arch = load_model(wl.model)
     price, tdp = float(chip.price.usd_per_hour.value), float(chip.power.tdp_w.value)

@@ -216,3 +216,9 @@ class Engine:
     def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
         """Pooled inter-token gaps (s) and their counts, over the engine's life."""
         return self.latency.samples()
+
+    def take_itl_samples(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`itl_samples`, then forget them: a long-running server drains them every step into streaming
+        statistics, so memory does not grow with every token served."""
+        with self._lock:
+            return self.latency.take()

@@ -104,8 +104,19 @@ class Capabilities:
     length_only: bool = False
 
 
+class SequenceFailed(Exception):
+    """A backend's step failed because of one sequence (``seq_id``). Raised before the step changed anything
+    the engine owns, so a caller may abort that sequence alone and step again for the others."""
+
+    def __init__(self, seq_id: int | str, message: str) -> None:
+        super().__init__(message)
+        self.seq_id = seq_id
+        self.message = message
+
+
 class Backend(ABC):
-    """What every backend implements. Small on purpose."""
+    """What every backend implements. Small on purpose. ``execute`` raises :class:`SequenceFailed` when it can
+    tell that one sequence caused a failure (its others then retry on the next step)."""
 
     #: largest K a backend accepts in :attr:`ScheduledBatch.num_steps` (1 = step by step only)
     max_multi_step: int = 1

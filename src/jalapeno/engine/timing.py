@@ -42,6 +42,14 @@ class LatencyRecorder:
         once per sequence of the batch (all of them sample every step)."""
         self._steps.append((list(map(sub, step_ends[2:], step_ends[1:-1])), num_seqs))
 
+    def take(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`samples`, then forget them (the lists are cleared in place: the hot path holds them)."""
+        out = self.samples()
+        self.values.clear()
+        self.counts.clear()
+        self._steps.clear()
+        return out
+
     def samples(self) -> tuple[np.ndarray, np.ndarray]:
         """Every gap recorded (s) and its count."""
         vals = [np.asarray(self.values, dtype=np.float64)]

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from jalapeno.hardware.catalog import ENV_VAR, chip_summary, iter_facts, load_catalog
@@ -109,7 +110,7 @@ def _plain(value: Any) -> str:
 
 
 def _show(spec: ChipSpec, origin: Path | None) -> list[Table | str]:
-    head = Table(title=f"{spec.name} [{spec.key}]", show_header=False)
+    head = Table(title=escape(f"{spec.name} [{spec.key}]"), show_header=False)
     head.add_column("field")
     head.add_column("value", overflow="fold")
     for field in ("key", "name", "vendor", "status", "aliases", "description", "system_size"):
@@ -159,7 +160,7 @@ def _show(spec: ChipSpec, origin: Path | None) -> list[Table | str]:
 def register(app: typer.Typer) -> None:
     """Attach the ``hardware`` sub-command group to the root CLI."""
     hw = typer.Typer(name="hardware", help="Browse the accelerator catalogue (chips as YAML data).",
-                     no_args_is_help=True)
+                     no_args_is_help=True, rich_markup_mode=None)
 
     @hw.command("list")
     def list_cmd(hardware_dir: HardwareDirs = None, as_json: AsJson = False) -> None:

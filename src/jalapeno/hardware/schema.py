@@ -100,11 +100,38 @@ class Efficiency(_Strict):
     scale_out: float = Field(default=0.8, gt=0, le=1)
     #: fixed per-step overhead (kernel launches, scheduling, sampling host work), microseconds
     step_overhead_us: float = Field(default=0.0, ge=0)
-    #: fixed per-layer overhead (per kernel group), microseconds
+    #: fixed per-layer overhead (per kernel group), microseconds, every layer of every step
     layer_overhead_us: float = Field(default=0.0, ge=0)
+    #: extra per MoE layer on top of ``layer_overhead_us`` (router, top-k, dispatch/combine, grouped-GEMM
+    #: launches), microseconds
+    moe_layer_overhead_us: float = Field(default=0.0, ge=0)
+    #: per sequence in the step (decode sequences + prefill chunks): scheduler, sampler and attention-metadata
+    #: host work and the attention kernel's per-sequence cost, microseconds
+    seq_overhead_us: float = Field(default=0.0, ge=0)
+    #: per layer, only in steps that prefill (run eagerly / piecewise, not as one captured CUDA graph: their
+    #: kernel launches are not hidden), microseconds
+    prefill_layer_overhead_us: float = Field(default=0.0, ge=0)
+    #: per routed expert a chip runs in one MoE layer, every step (the fused/grouped MoE GEMM's per-expert
+    #: cost at small M: tile scheduling, pipeline fill and wave tail for each active expert), microseconds
+    expert_overhead_us: float = Field(default=0.0, ge=0)
+    #: per routed expert a chip runs in one MoE layer of a step that prefills (the grouped-GEMM path of eager
+    #: prefill schedules one small GEMM per expert; decode runs a captured fused-MoE kernel), microseconds
+    prefill_expert_overhead_us: float = Field(default=0.0, ge=0)
+    #: per prefill token (chunked-prefill bookkeeping, small-tile GEMM and attention inefficiency beyond the
+    #: large-GEMM fraction), nanoseconds
+    prefill_token_overhead_ns: float = Field(default=0.0, ge=0)
+    #: fraction of the per-token collective time of prefill tokens hidden under compute (overlapped
+    #: all-reduce / all-to-all); decode tokens keep theirs exposed
+    prefill_collective_overlap: float = Field(default=0.0, ge=0, lt=1)
     #: fixed latency each request spends between the client and its first scheduling (HTTP, tokenization,
     #: admission), milliseconds. It is in TTFT and E2E latency, not in step time.
     request_overhead_ms: float = Field(default=0.0, ge=0)
+    #: front-end time per prompt token (tokenization, request copy), microseconds; adds to the per-request
+    #: latency like ``request_overhead_ms``
+    request_overhead_us_per_token: float = Field(default=0.0, ge=0)
+    #: per serving framework (``jalapeno.perf.frameworks`` key -> ms): this chip family's fitted front-end latency
+    #: of that stack; replaces the framework profile's global value when ``--framework`` names it
+    framework_overhead_ms: dict[str, float] = Field(default_factory=dict)
     source: str = "defaults"
     #: provenance of the values above that ``jalapeno calibrate`` fitted: parameter name (``step_overhead_us``,
     #: ``compute.fp8``, ...) -> a Fact with status ``fitted`` naming the data and command it came from

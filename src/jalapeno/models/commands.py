@@ -99,7 +99,7 @@ def _gb(n: float) -> str:
 
 def register(app: typer.Typer) -> None:
     models_app = typer.Typer(help="The model catalogue: architectures, parameter counts, KV and weight bytes.",
-                             no_args_is_help=True)
+                             no_args_is_help=True, rich_markup_mode=None)
 
     @models_app.command("list")
     def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table.")):

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from jalapeno.errors import CapacityError, ConfigError
+from jalapeno.fmt import num as _num
 
 
 def _shape(phase: str, batch: int, context: int, window: int | None):
@@ -30,16 +31,16 @@ def _op_dict(o) -> dict:
 def _si(x: float, unit: str = "") -> str:
     for f, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(x) >= f:
-            return f"{x / f:.3g} {p}{unit}"
-    return f"{x:.3g} {unit}".rstrip()
+            return f"{_num(x / f)} {p}{unit}"
+    return f"{_num(x)} {unit}".rstrip()
 
 
 def _time(s: float) -> str:
     if s >= 1:
-        return f"{s:.3g} s"
+        return f"{_num(s)} s"
     if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} µs"
+        return f"{_num(s * 1e3)} ms"
+    return f"{_num(s * 1e6)} µs"
 
 
 DpAttention = Annotated[bool, typer.Option("--dp-attention", help="Attention data-parallel over the tp ranks.")]
@@ -112,34 +113,47 @@ def register(app: typer.Typer) -> None:
         _print_table(cm, bd, kv_cap, phase, batch, context, plot)
 
 
+_SHORT_BOUND = {"memory": "mem", "compute": "comp", "network": "net", "overhead": "ovh"}
+
+
 def _print_table(cm, bd, kv_cap, phase, batch, context, plot) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
+    c = Console()
+    narrow = c.width < 120  # an 80-column terminal: fewer columns, no borders, short words
     levels = sorted({k for o in bd.ops for k in o.bytes})
     t = Table(title=f"{cm.model.name} on {cm.chips_per_replica}x{cm.chip.key} ({cm.parallel.describe()}) — {phase}, "
-                    f"batch {batch}, context {context}; weights in {cm.weight_location}")
-    cols = ["op", "layers", "dtype", "FLOPs", *[f"bytes {lv}" for lv in levels], "net bytes", "FLOP/B", "time",
-            "bound", "share"]
+                    f"batch {batch}, context {context}; weights in {cm.weight_location}",
+              box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, collapse_padding=narrow, pad_edge=not narrow)
+    cells = {
+        "op": lambda o: o.name,
+        "layers": lambda o: str(o.layers or ""),
+        "dtype": lambda o: o.dtype,
+        "FLOPs": lambda o: _si(o.flops) if o.flops else "",
+        **{f"bytes {lv}": (lambda o, lv=lv: _si(o.bytes[lv], "B") if o.bytes.get(lv) else "") for lv in levels},
+        "net bytes": lambda o: _si(o.net_bytes, "B") if o.net_bytes else "",
+        "FLOP/B": lambda o: _num(o.intensity) if o.total_bytes else "",
+        "time": lambda o: _time(o.time_s),
+        "bound": lambda o: _SHORT_BOUND.get(o.bound, o.bound) if narrow else o.bound,
+        "share": lambda o: f"{o.share:.1%}",
+    }
+    rows = {col: [f(o) for o in bd.ops] for col, f in cells.items()}
+    cols = [col for col in cells if any(rows[col]) and not (narrow and col in ("layers", "dtype"))]
     for col in cols:
-        t.add_column(col, justify="left" if col in ("op", "bound", "dtype") else "right")
-    for o in bd.ops:
-        t.add_row(
-            o.name, str(o.layers or ""), o.dtype, _si(o.flops) if o.flops else "",
-            *[_si(o.bytes[lv], "B") if o.bytes.get(lv) else "" for lv in levels],
-            _si(o.net_bytes, "B") if o.net_bytes else "",
-            f"{o.intensity:.3g}" if o.total_bytes else "", _time(o.time_s), o.bound, f"{o.share:.1%}",
-        )
-    c = Console()
+        t.add_column(col, justify="left" if col in ("op", "bound", "dtype") else "right", no_wrap=True)
+    for i in range(len(bd.ops)):
+        t.add_row(*[rows[col][i] for col in cols])
     c.print(t)
     tot = bd.totals()
     cap = f"{kv_cap:,}" if isinstance(kv_cap, int) else kv_cap
     c.print(
-        f"step_time_s {tot['step_time_s']:.6g}  flops {_si(tot['flops'])}  bytes {_si(tot['bytes'], 'B')}  "
-        f"arithmetic_intensity {tot['arithmetic_intensity']:.3g} FLOP/B  energy_j {tot['energy_j']:.4g}  "
-        f"avg_power_w {tot['avg_power_w']:.4g} ({cm.chips_per_replica} chips)  "
-        f"tokens_per_s {tot['tokens_per_s']:.4g}  joules_per_token {tot['joules_per_token']:.4g}  "
+        f"step_time_s {_num(tot['step_time_s'], 4)}  flops {_si(tot['flops'])}  bytes {_si(tot['bytes'], 'B')}  "
+        f"arithmetic_intensity {_num(tot['arithmetic_intensity'])} FLOP/B  energy_j {_num(tot['energy_j'], 4)}  "
+        f"avg_power_w {_num(tot['avg_power_w'], 4)} ({cm.chips_per_replica} chips)  "
+        f"tokens_per_s {_num(tot['tokens_per_s'], 4)}  joules_per_token {_num(tot['joules_per_token'], 4)}  "
         f"kv_capacity_tokens {cap}"
     )
     if plot is not None:
-        c.print(f"roofline chart written to {plot}")
+        c.print(f"roofline chart written to {plot}", markup=False)

@@ -6,11 +6,13 @@ differ in it by a factor of two or more, independently of the accelerator, so ``
 replaces it with the named framework's value. Nothing else changes: per-step and per-layer overheads stay the
 chip's (they were fitted over all frameworks together).
 
-Every value is CALIBRATED the same way, on the fit split of ``benchmarks/data/calibration.csv`` only (H200
-InferenceX aggregated rows dated before 2026-03, no MTP; one point per configuration): the value that minimises
-the median |ln(predicted / measured)| median TTFT of that framework's rows, by simulation
-(``python benchmarks/fidelity.py --fit-frameworks``). H100 rows and later H200 rows are the held-out check
-(docs/fidelity.md).
+Every value here is the HOPPER calibration (issue #13, ``python benchmarks/fit_terms.py fit --chip h200
+--frameworks``): fitted jointly with the chip's named overhead terms (docs/cost-model.md) by least squares on
+ln(predicted / measured) of output throughput, TPOT and TTFT over the H200 InferenceX aggregated rows dated before
+2026-03 (no MTP; one point per configuration). H100 rows and later H200 rows are the held-out check
+(docs/fidelity.md). A chip whose family was fitted separately carries its own values in
+``efficiency.framework_overhead_ms`` (Blackwell: the B200 fit; CDNA: the MI355X fit), which take precedence;
+these global values serve every other chip.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from dataclasses import dataclass
 from jalapeno.errors import ConfigError
 
 _FIT = (
-    "CALIBRATED: minimises median |ln(pred/meas)| of median TTFT on this framework's H200 InferenceX rows "
-    "dated before 2026-03 (docs/fidelity.md, python benchmarks/fidelity.py --fit-frameworks)"
+    "CALIBRATED (Hopper): fitted with the chip overhead terms on the H200 InferenceX aggregated rows dated before "
+    "2026-03 (docs/fidelity.md, python benchmarks/fit_terms.py fit --chip h200 --frameworks)"
 )
 
 
@@ -37,9 +39,9 @@ class ServingFramework:
 
 
 FRAMEWORKS: tuple[ServingFramework, ...] = (
-    ServingFramework("vllm", "vLLM (V1 engine, OpenAI server)", 30.0, (), _FIT),
-    ServingFramework("sglang", "SGLang", 70.0, (), _FIT),
-    ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 65.0, ("trt", "trtllm", "tensorrt-llm"), _FIT),
+    ServingFramework("vllm", "vLLM (V1 engine, OpenAI server)", 15.7, (), _FIT),
+    ServingFramework("sglang", "SGLang", 41.1, (), _FIT),
+    ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 52.0, ("trt", "trtllm", "tensorrt-llm"), _FIT),
 )
 
 
@@ -54,12 +56,14 @@ def get_framework(name: str) -> ServingFramework:
 
 
 def apply_framework(efficiency, framework: str | ServingFramework | None):
-    """``efficiency`` (a :class:`~jalapeno.hardware.schema.Efficiency`) with the framework's request overhead;
+    """``efficiency`` (a :class:`~jalapeno.hardware.schema.Efficiency`) with the framework's request overhead
+    (the chip's own fitted value for that framework, ``efficiency.framework_overhead_ms``, when it has one);
     unchanged when ``framework`` is None or empty."""
     if not framework:
         return efficiency
     fw = framework if isinstance(framework, ServingFramework) else get_framework(framework)
-    return efficiency.model_copy(update={"request_overhead_ms": fw.request_overhead_ms})
+    ms = efficiency.framework_overhead_ms.get(fw.key, fw.request_overhead_ms)
+    return efficiency.model_copy(update={"request_overhead_ms": ms})
 
 
 __all__ = ["ServingFramework", "FRAMEWORKS", "get_framework", "apply_framework"]

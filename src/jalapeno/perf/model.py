@@ -2,7 +2,8 @@
 
 ``op time = max(flops / (peak[dtype] * eff_c[dtype]), sum_level bytes_level / (bw_level * eff_m[level]))``
 for compute/memory operators, ``latency + bytes / (bw * eff_net)`` for collectives (not overlapped), and
-``step time = sum(op times) + step_overhead + layers * layer_overhead``. Energy = idle power x time +
+``step time = sum(op times) + overheads`` (per step, per layer, per MoE layer, per sequence, per layer of a
+prefilling step, per prefill token; :func:`overhead_vector`). Energy = idle power x time +
 work energy (pJ per FLOP / byte / network byte), capped at TDP x time, over the replica's chips.
 See docs/cost-model.md for every equation and assumption.
 """
@@ -65,6 +66,28 @@ def advance_decode(shape: StepShape, steps: int, window: int | None = None) -> S
     )
 
 
+#: collectives inside the layers whose per-token time a prefill can hide under compute (not the pipeline hand-off,
+#: which sits between stages, nor the logits gather, which follows the last GEMM)
+OVERLAPPABLE = frozenset({"embed_allreduce", "attn_allreduce", "mlp_allreduce", "moe_allreduce", "moe_dispatch",
+                          "moe_combine"})
+
+
+def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_per_chip: float = 0.0) -> np.ndarray:
+    """Time (s) the fixed costs add to a step, as coefficients over :data:`~jalapeno.perf.ops.FEATURES`:
+    per step, per layer, per MoE layer, per routed expert run in a MoE layer (``Ue`` x experts per chip x MoE
+    layers), per sequence in the step (``N``), per layer of a step that prefills (``Pf``), per routed expert run
+    in a MoE layer of a step that prefills (``Uep``, same scale) and per prefill token (``Tp``). Affine in the features, so ``decode_steps`` stays closed-form."""
+    us = 1e-6
+    return vec(
+        one=(eff.step_overhead_us + num_layers * eff.layer_overhead_us + moe_layers * eff.moe_layer_overhead_us) * us,
+        N=eff.seq_overhead_us * us,
+        Pf=num_layers * eff.prefill_layer_overhead_us * us,
+        Ue=moe_layers * experts_per_chip * eff.expert_overhead_us * us,
+        Uep=moe_layers * experts_per_chip * eff.prefill_expert_overhead_us * us,
+        Tp=eff.prefill_token_overhead_ns * 1e-9,
+    )
+
+
 class CostModel:
     """Step time/energy of ``model`` on ``parallel.tp * parallel.pp`` chips of ``chip`` (one replica).
 
@@ -115,6 +138,7 @@ class CostModel:
         }
         ops = build_ops(
             model, tp=p.tp, ep=p.ep, dp_attention=p.dp_attention, wbytes=wbytes, wdtype=cdt,
+            expert_slots=p.expert_slots(model.num_experts),
             kvb=self.kv_bytes_per_element, actb=self.act_bytes, coll=coll,
         )
         ops += self._pipeline_ops()
@@ -122,7 +146,8 @@ class CostModel:
         self._stages = self._stage_layers(ops)
         self._place(ops)
         self._compile(ops)
-        self._routing = Routing.of(model.num_experts, model.experts_per_token, p.ep)
+        self.expert_slots = p.expert_slots(model.num_experts)
+        self._routing = Routing.of(model.num_experts, model.experts_per_token, p.ep, self.expert_slots)
 
     # ------------------------------------------------------------------ validation & placement
     def _validate(self) -> None:
@@ -147,8 +172,8 @@ class CostModel:
                 )
         if p.ep > 1 and m.num_experts == 0:
             raise ConfigError(f"ep={p.ep} but {m.name} is a dense model (no experts); use ep=1")
-        if m.num_experts and m.num_experts % p.ep:
-            raise ConfigError(f"ep={p.ep} must divide num_experts={m.num_experts} of {m.name}")
+        if m.num_experts and p.ep > m.num_experts:
+            raise ConfigError(f"ep={p.ep} exceeds num_experts={m.num_experts} of {m.name}; use ep <= {m.num_experts}")
         if p.pp > m.num_layers:
             raise ConfigError(
                 f"pp={p.pp} exceeds num_layers={m.num_layers} of {m.name}; use at most one stage per layer"
@@ -337,8 +362,11 @@ class CostModel:
         tc = np.array([(o.flops if o.time_flops is None else o.time_flops) / self._rate(o.dtype) for o in work])
         tm = np.array([sum((c / self._bw(s) for s, c in (o.bytes if o.time_bytes is None else o.time_bytes).items()),
                            np.zeros(NF)) for o in work])
-        self._overhead_s = (eff.step_overhead_us + self.model.num_layers * eff.layer_overhead_us) * 1e-6
-        lin = sum((o.net_time for o in net), np.zeros(NF)) + vec(one=self._overhead_s)
+        self._net_time = [self._overlapped(o) for o in net]
+        m = self.model
+        self._overhead = overhead_vector(eff, m.num_layers, self._moe_layers(),
+                                         m.num_experts / self.parallel.ep if m.num_experts else 0.0)
+        lin = sum(self._net_time, np.zeros(NF)) + self._overhead
         pj_net = self.chip.energy.pj_per_network_byte or FALLBACK_PJ_PER_NET_BYTE
         e_work = np.zeros(NF)
         fl = np.zeros(NF)
@@ -359,6 +387,24 @@ class CostModel:
         self.idle_w = idle if idle is not None else FALLBACK_IDLE_FRACTION * tdp
         self.tdp_w = tdp if tdp > 0 else math.inf  # the cap; unknown TDP = no cap
         self._pj_net = pj_net
+
+    def _moe_layers(self) -> int:
+        m = self.model
+        return sum(1 for i in range(m.num_layers) if m.is_moe_layer(i)) if m.num_experts else 0
+
+    def _overlapped(self, o: OpSpec) -> np.ndarray:
+        """``o``'s time coefficients with ``prefill_collective_overlap`` applied: a layer collective's per-token
+        term ``T`` is split into its decode part (``Td``, exposed) and its prefill part (``Tp``, scaled by
+        ``1 - overlap``: that share runs under the GEMMs of the same prefill). Latency terms stay exposed."""
+        ov = self.eff.prefill_collective_overlap
+        if not ov or o.name not in OVERLAPPABLE:
+            return o.net_time
+        v = o.net_time.copy()
+        c = v[IDX["T"]]
+        v[IDX["T"]] = 0.0
+        v[IDX["Td"]] += c
+        v[IDX["Tp"]] += c * (1.0 - ov)
+        return v
 
     # ------------------------------------------------------------------ public API
     @property
@@ -470,11 +516,12 @@ class CostModel:
             bound = "compute" if tc >= tm else "memory"
             dtype = o.dtype or self.compute_dtypes["attn_math"]
             rows.append((o.name, fl, by, 0.0, max(tc, tm), bound, dtype, o.layers))
-        for o in self._net:
-            nb, nt = float(o.net_bytes @ x) * o.mult, float(o.net_time @ x)
+        for o, v in zip(self._net, self._net_time):
+            nb, nt = float(o.net_bytes @ x) * o.mult, float(v @ x)
             rows.append((o.name, 0.0, {}, nb, nt, "network", "", o.layers))
-        if self._overhead_s:
-            rows.append(("overhead", 0.0, {}, 0.0, self._overhead_s, "overhead", "", self.model.num_layers))
+        ovh = float(self._overhead @ x)
+        if ovh:
+            rows.append(("overhead", 0.0, {}, 0.0, ovh, "overhead", "", self.model.num_layers))
         rows = [r for r in rows if r[4] > 0 or r[1] > 0]
         total = sum(r[4] for r in rows)
         ops = tuple(
@@ -544,7 +591,7 @@ class CostModel:
                    if state_reserve else "") +
                 f" leave no room for the KV cache in {lv_kv.name} (model {m.name} on "
                 f"{p.chips_per_replica}x{self.chip.key}, {p.describe()}); try more chips, a smaller weight dtype "
-                "or a smaller max_batch_tokens"
+                f"or a smaller token budget per step (--max-num-batched-tokens, now {max_batch_tokens})"
             )
         tokens = int(free // per_chip_token) * (tp if p.dp_attention else 1)
         notes = []

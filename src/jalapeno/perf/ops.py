@@ -40,6 +40,8 @@ FEATURES = (
     "Ue",  # the same on the busiest expert-parallel rank (= U without expert parallelism)
     "Tm",  # tokens whose (token, expert) pairs load the busiest EP rank as much as it is loaded (= T without EP)
     "N",  # sequences in the step (decode + prefill chunks): each reads and writes its recurrent state once
+    "Pf",  # 1 when the step prefills (an eager / piecewise step), else 0
+    "Uep",  # Ue in a step that prefills, else 0 (routed experts the busiest rank runs, as a fraction)
 )
 #: chunk length of the chunked (parallel) Gated DeltaNet prefill kernels (flash-linear-attention's default)
 GDN_CHUNK = 64
@@ -73,7 +75,9 @@ class Routing:
     pair_cap: float = 0.0  # most pairs one token can put on one rank: min(k, E/ep)
 
     @classmethod
-    def of(cls, num_experts: int, k: int, ep: int) -> "Routing":
+    def of(cls, num_experts: int, k: int, ep: int, slots: int | None = None) -> "Routing":
+        """``slots``: expert slots over the ranks (> ``num_experts`` with redundant copies; each rank holds
+        ``slots/ep`` of them, the routing statistics stay those of the ``num_experts`` distinct experts)."""
         if not num_experts:
             return cls()
         keep = 1.0 - k / num_experts
@@ -81,7 +85,7 @@ class Routing:
             return cls(keep)
         from statistics import NormalDist
 
-        n = num_experts / ep
+        n = (slots or num_experts) / ep
         z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25))
         var = k * (1 / ep) * (1 - 1 / ep) * (num_experts - k) / max(num_experts - 1, 1)
         return cls(keep, n, z, k / ep, var, min(k, n))
@@ -116,6 +120,8 @@ def features(shape: StepShape, moe: "float | Routing") -> list[float]:
         ue,
         tm,
         shape.decode_seqs + shape.prefill_seqs,
+        1.0 if shape.prefill_tokens else 0.0,
+        ue if shape.prefill_tokens else 0.0,
     ]
 
 
@@ -261,6 +267,7 @@ def build_ops(
     kvb: float,
     actb: float,
     coll: dict[str, tuple[float, float, float]],  # collective name -> (latency_s, s_per_byte, sent_per_byte)
+    expert_slots: int | None = None,  # experts stored over the ep ranks (> num_experts: redundant copies)
 ) -> list[OpSpec]:
     """All operators of one step for model ``m`` with the given sharding (see module doc for conventions)."""
     b = _Ops(tp, coll)
@@ -284,7 +291,7 @@ def build_ops(
     if not dp_attention:
         b.net("attn_allreduce", m.num_layers, "tp_allreduce", vec(T=h * a))
     # ---------------- MLP / MoE ----------------
-    _mlp_and_moe(b, m, ep, dp_attention, wbytes, wdtype, a, vec(T=1.0 / d.att_split))
+    _mlp_and_moe(b, m, ep, dp_attention, wbytes, wdtype, a, vec(T=1.0 / d.att_split), expert_slots)
     # ---------------- norms, residuals, final norm, LM head, sampling ----------------
     _norms_and_head(b, m, wdtype, a, d.att_split)
     return b.ops
@@ -373,7 +380,7 @@ def _gqa_attention(b: _Ops, m: ModelArch, d, wdtype: dict[str, str], wb: float, 
 
 
 def _mlp_and_moe(b: _Ops, m: ModelArch, ep: int, dp_attention: bool, wbytes: dict[str, float],
-                 wdtype: dict[str, str], a: float, tok_att: np.ndarray) -> None:
+                 wdtype: dict[str, str], a: float, tok_att: np.ndarray, expert_slots: int | None = None) -> None:
     """Dense MLP layers, and MoE layers: router, routed experts (EP-balanced or busiest rank), shared experts,
     and their collectives."""
     tp, h = b.tp, m.hidden_size
@@ -392,6 +399,7 @@ def _mlp_and_moe(b: _Ops, m: ModelArch, ep: int, dp_attention: bool, wbytes: dic
     if not moe_ids:
         return
     E, k = m.num_experts, m.experts_per_token
+    S = expert_slots or E  # slots: E, or padded to a multiple of ep with redundant experts
     p_r = h * E
     rbias = E * B16 if m.router_bias else 0.0
     b.layer("moe_router", moe_ids, wdtype["bf16"], 2 * p_r * tok_att, p_r * B16 + rbias, p_r * B16 + rbias,
@@ -401,16 +409,17 @@ def _mlp_and_moe(b: _Ops, m: ModelArch, ep: int, dp_attention: bool, wbytes: dic
     ebias = (2 * im + h) * B16 if m.mlp_bias else 0.0
     e_bytes = p_e * wbytes["experts"] + ebias
     # experts split over ep ranks, each expert split tp/ep ways: a chip handles T*k/ep (token, expert)
-    # pairs on im*ep/tp of the intermediate; it reads the touched experts among its E/ep (balanced routing)
+    # pairs on im*ep/tp of the intermediate; it reads the touched experts among its S/ep slots (balanced
+    # routing; a redundant copy is touched as often as the expert it copies, so the touched share is U)
     flops = 2 * p_e * k / tp * T
-    w_read = vec(U=E * e_bytes / tp)
+    w_read = vec(U=S * e_bytes / tp)
     act = vec(T=k / ep) * (2 * h + 6 * im * ep / tp) * a
     n = len(moe_ids)
     moe = OpSpec("moe_experts", "work", n, wdtype["experts"], tp, flops * n,
-                 {"W": w_read * n, "A": act * n}, stored=E * e_bytes / tp, layer_ids=moe_ids)
+                 {"W": w_read * n, "A": act * n}, stored=S * e_bytes / tp, layer_ids=moe_ids)
     if ep > 1:  # the busiest EP rank sets the time (see Routing): U -> Ue, T -> Tm
         moe.time_flops = vec(Tm=2 * p_e * k / tp) * n
-        moe.time_bytes = {"W": vec(Ue=E * e_bytes / tp) * n,
+        moe.time_bytes = {"W": vec(Ue=S * e_bytes / tp) * n,
                           "A": vec(Tm=k / ep) * (2 * h + 6 * im * ep / tp) * a * n}
     b.ops.append(moe)
     if m.num_shared_experts:

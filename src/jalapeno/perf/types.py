@@ -32,6 +32,12 @@ class Parallelism:
     dp: int = 1
     dp_attention: bool = False
 
+    def expert_slots(self, num_experts: int) -> int:
+        """Expert slots over the ``ep`` ranks: ``num_experts`` when ``ep`` divides it, else padded to
+        ``ceil(E/ep)·ep`` with redundant copies of (hot) experts, as wide-EP deployments do (DeepSeek's 256
+        routed experts over EP 72 → 288 slots = 256 + 32 redundant; EPLB). Every rank holds ``slots/ep``."""
+        return -(-num_experts // self.ep) * self.ep if num_experts else 0
+
     def __post_init__(self) -> None:
         for name in ("tp", "ep", "pp", "dp"):
             v = getattr(self, name)

@@ -25,13 +25,15 @@ def sweep_cmd(
     price: List[str] = typer.Option([], "--price", help="override a chip's price, CHIP=USD per chip-hour (repeatable)"),
     pue: float = typer.Option(1.2, "--pue", help="power usage effectiveness for tokens per MW"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="delete results of a different spec already in DIR"),
     hardware_dir: List[Path] = typer.Option([], "--hardware-dir", help="extra chip YAML directory, e.g. a `jalapeno design` DIR/chips (repeatable)"),
 ) -> None:
     """Run a grid of simulations (models × chips × layouts × workloads × concurrencies) into DIR/results.parquet.
 
-    Re-running resumes: points already in DIR are skipped. Ctrl-C keeps finished points.
+    Re-running the same spec resumes: points already in DIR are skipped. Ctrl-C keeps finished points. A
+    different spec into a DIR that holds results is refused unless --overwrite.
     """
-    from jalapeno.report.economics import parse_prices
+    from jalapeno.economics import parse_prices
     from jalapeno.report.spec import load_sweep
     from jalapeno.report.sweep import run_spec
 
@@ -45,7 +47,9 @@ def sweep_cmd(
     prices = parse_prices(price)
     spec = load_sweep(spec_file)
     try:
-        summary = run_spec(spec, out, workers=workers, ray=ray, prices=prices, pue=pue, progress=not quiet)
+        summary = run_spec(
+            spec, out, workers=workers, ray=ray, prices=prices, pue=pue, progress=not quiet, overwrite=overwrite
+        )
     except KeyboardInterrupt:
         from jalapeno.report.store import ResultStore
 
@@ -77,7 +81,7 @@ def recommend_cmd(
 ) -> None:
     """Recommend the chip and layout that meet TTFT/TPOT SLOs best, and say why each other option lost."""
     from jalapeno.hardware.catalog import use_hardware_dirs
-    from jalapeno.report.economics import parse_prices
+    from jalapeno.economics import parse_prices
 
     use_hardware_dirs(hardware_dir)
     from jalapeno.report.recommend import recommend
@@ -136,7 +140,9 @@ def _print_recommendation(rec, top: int = 10) -> None:  # noqa: ANN001 - Recomme
 
 
 def _g(v: float | None) -> str:
-    return "–" if v is None else f"{v:.4g}"
+    from jalapeno.fmt import num
+
+    return "–" if v is None else num(v, 4)
 
 
 def report_cmd(

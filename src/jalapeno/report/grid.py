@@ -71,15 +71,6 @@ def point_id(point: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def point_chips(point: dict) -> int:
-    """Chips a point occupies: tp·pp·dp aggregated (tp·pp with DP attention, where dp splits attention inside
-    the tp group, as ``simulate`` counts); prefill_workers·prefill_tp + decode_workers·tp disaggregated."""
-    if point.get("mode") == "disaggregated":
-        return int(point["prefill_workers"]) * int(point["prefill_tp"]) + int(point["decode_workers"]) * int(point["tp"])
-    dp = 1 if point.get("dp_attention") else int(point.get("dp") or 1)
-    return int(point["tp"]) * int(point.get("pp") or 1) * dp
-
-
 def describe_layout(point: dict) -> str:
     """Short label such as ``tp8 ep8 dpa`` or ``P1×tp8(h200) D2×tp4``."""
     if point.get("mode") == "disaggregated":

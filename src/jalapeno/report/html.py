@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from jalapeno.errors import SpecError
-from jalapeno.report.economics import DEFAULT_OVERHEAD_FRACTION, DEFAULT_PUE, chip_group
+from jalapeno.economics import DEFAULT_OVERHEAD_FRACTION, DEFAULT_PUE, chip_group
 from jalapeno.report.grid import describe_layout
 from jalapeno.report.pareto import FRONTS, X_COLUMN, fronts_by_group
 from jalapeno.report.store import ResultStore

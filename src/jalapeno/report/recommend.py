@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal, Mapping, Sequence
 
 from jalapeno.errors import ConfigError, UnknownNameError
+from jalapeno.fmt import num
 from jalapeno.hardware.confidence import TRUST_LEVELS, trusted
-from jalapeno.report.economics import DEFAULT_PUE
+from jalapeno.economics import DEFAULT_PUE
 from jalapeno.report.grid import ArchDims, auto_layouts, describe_layout, make_point
 from jalapeno.report.runner import PointFn, run_point, run_points
 
@@ -169,10 +170,10 @@ def describe_value(v: float | None, objective: str) -> str:
     if v is None:
         return "n/a"
     if objective == "cost":
-        return f"${v:.3g}/Mtok"
+        return f"${num(v)}/Mtok"
     if objective == "energy":
-        return f"{-v:.3g} tok/J"
-    return f"{v:.4g} ms median E2E"
+        return f"{num(-v)} tok/J"
+    return f"{num(v)} ms median E2E"
 
 
 def rank(

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from jalapeno.errors import CapacityError, ConfigError, JalapenoError
-from jalapeno.report.grid import POINT_KEYS, point_chips, point_id
+from jalapeno.economics import point_chips
+from jalapeno.report.grid import POINT_KEYS, point_id
 from jalapeno.report.store import ResultStore
 
 PointFn = Callable[[dict], dict]

@@ -63,6 +63,16 @@ class ResultStore:
             rows[r["point_id"]] = r
         return list(rows.values())
 
+    def has_results(self) -> bool:
+        return self.results_path.exists() or (self.parts.is_dir() and any(self.parts.glob("*.jsonl")))
+
+    def clear(self) -> None:
+        """Delete every stored row (results.parquet and part files)."""
+        self.close()
+        self.results_path.unlink(missing_ok=True)
+        for f in self.parts.glob("*.jsonl") if self.parts.is_dir() else ():
+            f.unlink()
+
     def done_ids(self) -> set[str]:
         """Points that need not run again: finished ok or skipped (failed ones are retried)."""
         return {r["point_id"] for r in self.rows() if r.get("status") != "error"}

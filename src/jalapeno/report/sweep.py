@@ -11,13 +11,16 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from jalapeno.report.economics import DEFAULT_PUE, economics, point_groups
+from jalapeno.errors import ConfigError
+from jalapeno.economics import DEFAULT_PUE, economics, point_groups
 from jalapeno.report.grid import ArchDims, expand
 from jalapeno.report.runner import PointFn, SweepSummary, run_point, run_sweep
 from jalapeno.report.spec import SweepSpec
 from jalapeno.report.store import ResultStore
 
 META = "sweep.json"
+#: spec fields that change a point's results without changing its id: a folder's rows must share them
+RESULT_SETTINGS = ("slo", "seed", "num_prompts", "framework")
 
 
 def make_enricher(prices: Mapping[str, float] | None = None, pue: float = DEFAULT_PUE) -> Callable[[dict], dict]:
@@ -60,12 +63,28 @@ def run_spec(
     point_fn: PointFn = run_point,
     dims_fn: Callable[[str], ArchDims] | None = None,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> SweepSummary:
+    """Run ``spec`` into ``out_dir``, resuming the points already there. A grown or shrunk grid resumes (only
+    new points run); results made under different per-point settings (SLO, seed, prompts, framework: not part
+    of a point's id) are refused, since they would be mixed with the new ones, unless ``overwrite``, which
+    deletes them first."""
     points = expand(spec, dims_fn)
     store = ResultStore(out_dir)
+    new_spec = spec.model_dump(mode="json")
+    if store.has_results():
+        old = read_meta(out_dir).get("spec")
+        changed = sorted(k for k in RESULT_SETTINGS if old is None or old.get(k) != new_spec.get(k))
+        if changed and not overwrite:
+            raise ConfigError(
+                f"{store.dir} holds results made with a different {', '.join(changed)} (see its {META}); "
+                "use another --out, or --overwrite to delete them"
+            )
+        if changed:
+            store.clear()
     store.dir.mkdir(parents=True, exist_ok=True)
     meta = {
-        "spec": spec.model_dump(mode="json"),
+        "spec": new_spec,
         "prices": dict(prices or {}),
         "pue": pue,
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

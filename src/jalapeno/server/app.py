@@ -14,11 +14,12 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -47,6 +48,13 @@ class ServerConfig:
     vocab_size: int | None = None
     time_scale: float = 1.0
     owned_by: str = "jalapeno"
+    #: request bodies beyond this many bytes are refused with a 413 before they are read in full
+    max_request_bytes: int = 16 * 2**20
+    #: a request body must arrive in full within this many seconds (else 408)
+    body_timeout_s: float = 30.0
+    #: host names the Host header may carry (None: any); `jalapeno serve` passes the bound names, so a page
+    #: that rebinds its own DNS name to 127.0.0.1 cannot reach a keyless server on loopback
+    allowed_hosts: frozenset[str] | None = None
 
 
 @dataclass
@@ -114,6 +122,11 @@ class _Generation:
         if self._q is not None:
             self._q.put_nowait(_CLIENT_GONE)
 
+    def shut_down(self) -> None:
+        """The server is shutting down: end :meth:`batches` with a 503 at its next wait."""
+        if self._q is not None:
+            self._q.put_nowait(_SHUTDOWN)
+
     async def batches(self) -> AsyncIterator[list[_Delta]]:
         """Deltas in batches: everything the engine has delivered by the time the consumer asks (one delta per
         engine step, so a stream still carries one event per step; a slow consumer gets them in one write)."""
@@ -122,6 +135,7 @@ class _Generation:
         self._q = q
         detok = s.codec.detokenizer(self.prompt.ids)
         self._done = False
+        s.live.add(self)
         try:
             while not self.client_gone:
                 items = [await q.get()]
@@ -129,6 +143,10 @@ class _Generation:
                     items.append(q.get_nowait())
                 if self.client_gone:
                     return
+                if _SHUTDOWN in items:
+                    raise APIError(
+                        "the server is shutting down; retry elsewhere", status=503, type="server_error", code="shutdown"
+                    )
                 out: list[_Delta] = []
                 for item in items:
                     d = self._apply(item, sid, detok)
@@ -149,6 +167,7 @@ class _Generation:
                 if out:
                     yield out
         finally:
+            s.live.discard(self)
             if not self._done:
                 s.engine.abort(sid)  # client disconnected / cancelled: free its KV blocks now
 
@@ -194,6 +213,15 @@ class _State:
     codec: Codec
     metrics: ServerMetrics
     eos_ids: tuple[int, ...] = ()
+    #: requests in flight (ended by :meth:`drain` at shutdown)
+    live: set = field(default_factory=set)
+    shutting_down: bool = False
+
+    def drain(self) -> None:
+        """Refuse new requests and end every request in flight with a 'shutting down' error (event loop)."""
+        self.shutting_down = True
+        for gen in list(self.live):
+            gen.shut_down()
 
 
 def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
@@ -201,6 +229,7 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
     with the app's lifespan."""
     aeng = AsyncEngine(engine, time_scale=cfg.time_scale)
     state = _State(cfg, aeng, codec, ServerMetrics(aeng.stats), tuple(codec.eos_token_ids))
+    aeng.on_itl = state.metrics.observe_itl
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -210,8 +239,12 @@ def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
         finally:
             aeng.stop()
 
-    app = FastAPI(title="Jalapeño OpenAI-compatible server", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="Jalapeño OpenAI-compatible server", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.jalapeno = state
+    if cfg.allowed_hosts is not None:
+        app.add_middleware(_HostCheck, allowed=cfg.allowed_hosts)
     _add_error_handlers(app)
     _add_routes(app, state)
     return app
@@ -249,30 +282,25 @@ def _add_routes(app: FastAPI, state: _State) -> None:
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        _check_auth(request, cfg)
+        _check_auth(request, state)
         req: CompletionRequest = await _parse(request, CompletionRequest, cfg)
-        prompt = _make_prompt(req.prompt, cfg, codec)  # type: ignore[arg-type]
+        prompt = await asyncio.to_thread(_make_prompt, req.prompt, cfg, codec)  # type: ignore[arg-type]
         sp, stop_ids = _sampling_for(req, prompt, req.max_tokens, state)
         gen = _Generation(state, prompt, sp, req.stop, stop_ids)  # type: ignore[arg-type]
         return await _respond(request, gen, req.stream, req.include_usage, cfg, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        _check_auth(request, cfg)
+        _check_auth(request, state)
         req: ChatCompletionRequest = await _parse(request, ChatCompletionRequest, cfg)
-        try:
-            msgs = [{"role": m.role, "content": m.text()} for m in req.messages]
-            rendered = codec.chat_prompt(msgs)
-        except ValueError as exc:
-            raise APIError(str(exc), param="messages") from None
-        prompt = _make_prompt(rendered, cfg, codec)
+        prompt = await asyncio.to_thread(_chat_prompt, req, cfg, codec)
         sp, stop_ids = _sampling_for(req, prompt, req.effective_max_tokens, state)
         gen = _Generation(state, prompt, sp, req.stop, stop_ids)  # type: ignore[arg-type]
         return await _respond(request, gen, req.stream, req.include_usage, cfg, chat=True)
 
     @app.get("/v1/models")
     async def models(request: Request):
-        _check_auth(request, cfg)
+        _check_auth(request, state)
         return {
             "object": "list",
             "data": [
@@ -297,7 +325,11 @@ def _add_routes(app: FastAPI, state: _State) -> None:
         return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
-def _check_auth(request: Request, cfg: ServerConfig) -> None:
+def _check_auth(request: Request, state: _State) -> None:
+    """503 while shutting down; with an API key, 401 unless the request carries it."""
+    cfg = state.cfg
+    if state.shutting_down:
+        raise APIError("the server is shutting down; retry elsewhere", status=503, type="server_error", code="shutdown")
     if not cfg.api_key:
         return
     got = request.headers.get("authorization", "")
@@ -311,12 +343,34 @@ def _check_auth(request: Request, cfg: ServerConfig) -> None:
         )
 
 
-async def _parse(request: Request, model_cls, cfg: ServerConfig):
-    raw = await request.body()
+async def _read_body(request: Request, cfg: ServerConfig) -> bytes:
+    """The body, refused with a 413 beyond ``cfg.max_request_bytes`` and a 408 after ``cfg.body_timeout_s``."""
+    limit = cfg.max_request_bytes
+    too_large = APIError(
+        f"request body exceeds {limit} bytes (the server's --max-request-bytes)",
+        status=413,
+        code="request_too_large",
+    )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    buf = bytearray()
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise APIError(f"request body is not valid JSON ({exc})", code="invalid_json") from None
+        async with asyncio.timeout(cfg.body_timeout_s):
+            async for chunk in request.stream():
+                buf += chunk
+                if len(buf) > limit:
+                    raise too_large
+    except TimeoutError:
+        raise APIError(
+            f"request body not received within {cfg.body_timeout_s:g} s", status=408, code="request_timeout"
+        ) from None
+    return bytes(buf)
+
+
+
+async def _parse(request: Request, model_cls, cfg: ServerConfig):
+    data = _load_json(await _read_body(request, cfg))
     if not isinstance(data, dict):
         raise APIError("request body must be a JSON object", code="invalid_json")
     try:
@@ -334,7 +388,23 @@ async def _parse(request: Request, model_cls, cfg: ServerConfig):
     return req
 
 
+def _chat_prompt(req: ChatCompletionRequest, cfg: ServerConfig, codec: Codec) -> _Prompt:
+    try:
+        msgs = [{"role": m.role, "content": m.text()} for m in req.messages]
+        rendered = codec.chat_prompt(msgs)
+    except ValueError as exc:
+        raise APIError(str(exc), param="messages") from None
+    return _make_prompt(rendered, cfg, codec)
+
+
 def _make_prompt(p: str | list[int], cfg: ServerConfig, codec: Codec) -> _Prompt:
+    """Token ids (or the length) of a prompt; runs in a worker thread (tokenising is slow)."""
+    if isinstance(p, str) and (least := codec.min_prompt_len(p, cfg.max_model_len)) >= cfg.max_model_len:
+        raise APIError(
+            f"prompt has at least {least} tokens; the context is {cfg.max_model_len}",
+            param="prompt",
+            code="context_length_exceeded",
+        )
     if isinstance(p, list):
         if cfg.vocab_size is not None and max(p) >= cfg.vocab_size:
             raise APIError(f"token id {max(p)} is outside the vocabulary (size {cfg.vocab_size})", param="prompt")
@@ -469,6 +539,59 @@ async def _stream_response(request: Request, gen: _Generation, base: dict, inclu
 
 
 _CLIENT_GONE = object()
+_SHUTDOWN = object()
+
+
+def host_name(host_header: str) -> str:
+    """The name part of a Host header: ``"[::1]:8000"`` → ``"::1"``, ``"Example.com:80"`` → ``"example.com"``."""
+    h = host_header.strip().lower()
+    if h.startswith("["):
+        return h[1 : h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+class _HostCheck:
+    """Pure ASGI middleware: a request whose Host header names no allowed host gets an OpenAI-style 400."""
+
+    def __init__(self, app, allowed: frozenset[str]) -> None:
+        self.app = app
+        self.allowed = frozenset(a.lower() for a in allowed)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            raw = next((v for k, v in scope["headers"] if k == b"host"), b"")
+            name = host_name(raw.decode("latin-1"))
+            if name not in self.allowed:
+                err = APIError(
+                    f"Host '{name}' is not served here (start the server with --allowed-hosts to add it)",
+                    code="invalid_host",
+                )
+                await JSONResponse(err.body(), status_code=400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _load_json(raw: bytes) -> Any:
+    """The request body as JSON, or a 400: malformed, nested too deep, or holding a lone UTF-16 surrogate
+    (``"\\ud800"`` is valid JSON but not text: it could never be tokenised nor sent back)."""
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise APIError(f"request body is not valid JSON ({exc})", code="invalid_json") from None
+    except RecursionError:
+        raise APIError("request body is nested too deeply", code="invalid_json") from None
+    if _SURROGATE_ESCAPE.search(raw):  # rare: only then pay for the exact check
+        try:
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise APIError(
+                "request body holds a lone UTF-16 surrogate (\\ud800-\\udfff not in a pair): send valid text",
+                code="invalid_json",
+            ) from None
+    return data
+
+
 
 
 async def _watch_disconnect(request: Request, gen: _Generation, every_s: float = 0.25) -> None:

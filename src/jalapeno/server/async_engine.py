@@ -2,6 +2,8 @@
 
 Requests and aborts enter through a thread-safe queue and are applied between steps; each step's outputs go
 back to the event loop with one ``loop.call_soon_threadsafe`` per step, into per-request ``asyncio.Queue``s.
+A step that fails because of one request (the backend raises ``SequenceFailed``) aborts that request alone and
+the loop steps again for the rest; any other step failure fails the requests in flight, and the loop goes on.
 
 Pacing (simulated backends): the engine runs on its virtual clock, and the thread releases a step's tokens when
 wall time reaches ``anchor_wall + (virtual − anchor_virtual) × time_scale`` (1.0 = the simulated chip's real
@@ -17,8 +19,12 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from jalapeno.engine.interface import SequenceFailed
 from jalapeno.engine.sequence import RequestOutput, SamplingParams, Sequence
 
 log = logging.getLogger("jalapeno.server")
@@ -32,19 +38,35 @@ class EngineError:
     user_error: bool = False
 
 
+class _CountingQueue(asyncio.Queue):
+    """An ``asyncio.Queue`` that counts what its consumer took (``get`` goes through ``get_nowait``)."""
+
+    taken = 0
+
+    def get_nowait(self):
+        item = super().get_nowait()
+        self.taken += 1
+        return item
+
+
 class _Handle:
-    __slots__ = ("loop", "queue")
+    __slots__ = ("loop", "queue", "sent")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.queue: _CountingQueue = _CountingQueue()
+        #: outputs handed to the loop for this request (engine thread); unread = sent - queue.taken
+        self.sent = 0
 
 
 class AsyncEngine:
     """Thread owner of an engine. ``submit`` (from asyncio) returns a queue of :class:`RequestOutput`."""
 
-    def __init__(self, engine: Any, *, time_scale: float = 1.0) -> None:
+    def __init__(self, engine: Any, *, time_scale: float = 1.0, max_backlog: int = 4096) -> None:
         self.engine = engine
+        #: back-pressure: a request whose consumer has left this many step outputs unread (a client that does
+        #: not read its stream) is aborted, so the server never buffers a whole output for it
+        self.max_backlog = max_backlog
         self.paced = engine.backend.capabilities.virtual_time and time_scale > 0
         self.time_scale = time_scale
         self._cmds: queue.SimpleQueue = queue.SimpleQueue()
@@ -54,6 +76,8 @@ class AsyncEngine:
         self._lock = threading.Lock()
         self._stats: dict = {}
         self.steps = 0
+        #: called on the engine thread with each step's inter-token gaps (s) and their counts
+        self.on_itl: Callable[[np.ndarray, np.ndarray], None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -152,6 +176,11 @@ class AsyncEngine:
                 anchor = (time.perf_counter(), self.engine.clock.now())
             try:
                 outs = self.engine.step()
+            except SequenceFailed as exc:  # one request's fault: abort it alone; the others step again
+                log.warning("request %s failed: %s", exc.seq_id, exc.message)
+                self.engine.abort(exc.seq_id)
+                self._deliver_one(exc.seq_id, EngineError(f"request failed: {exc.message}"), final=True)
+                continue
             except Exception as exc:  # noqa: BLE001 - fail the in-flight requests, keep serving
                 log.exception("engine step failed")
                 self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}")
@@ -164,6 +193,9 @@ class AsyncEngine:
                     self._stop.wait(delay)
             self._refresh_stats()
             self._deliver(outs)
+            vals, counts = self.engine.take_itl_samples()  # bounded memory: streamed into statistics
+            if self.on_itl is not None and len(vals):
+                self.on_itl(vals, counts)
 
     def _fail_all(self, msg: str) -> None:
         with self._lock:
@@ -183,6 +215,7 @@ class AsyncEngine:
 
     def _deliver(self, outs: list[RequestOutput]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+        stalled: list[int | str] = []
         with self._lock:
             for o in outs:
                 h = self._handles.get(o.seq_id)
@@ -190,7 +223,15 @@ class AsyncEngine:
                     continue  # aborted meanwhile
                 if o.finished:
                     del self._handles[o.seq_id]
+                elif h.sent - h.queue.taken >= self.max_backlog:  # exact even while callbacks are pending
+                    del self._handles[o.seq_id]
+                    stalled.append(o.seq_id)
+                    o = EngineError(f"the client left {self.max_backlog} steps of output unread; request aborted")
+                h.sent += 1
                 by_loop.setdefault(h.loop, []).append((h.queue, o))
+        for sid in stalled:
+            log.warning("request %s aborted: its client is not reading", sid)
+            self.engine.abort(sid)
         for loop, items in by_loop.items():
             try:
                 loop.call_soon_threadsafe(_put_all, items)

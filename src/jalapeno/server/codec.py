@@ -28,6 +28,10 @@ class Codec(Protocol):
 
     def prompt_len(self, text: str) -> int: ...
 
+    def min_prompt_len(self, text: str, limit: int) -> int:
+        """A cheap lower bound on ``prompt_len(text)``, exact when below ``limit`` or not (rejects a prompt too
+        long for the context before tokenising all of it)."""
+
     def chat_prompt(self, messages: list[dict[str, str]]) -> str | list[int]: ...
 
     def detokenizer(self, prompt_ids: Sequence[int] | None) -> Detokenizer: ...
@@ -58,6 +62,9 @@ class PlaceholderCodec:
 
     def prompt_len(self, text: str) -> int:
         return max(1, len(text.split()))
+
+    def min_prompt_len(self, text: str, limit: int) -> int:
+        return len(text.split(None, limit))  # at most limit + 1 words: stops early on a huge prompt
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str:
         # a minimal template: one "<role>:" word per message plus its content words
@@ -108,6 +115,7 @@ class TokenizerCodec:
         self.eos_token_ids = tuple(eos)
         specials = set(special_ids) | set(getattr(tok, "all_special_ids", []) or []) | set(eos)
         self._skip = frozenset(int(i) for i in specials)
+        self._max_token_bytes: int | None = None
 
     def encode(self, text: str) -> list[int]:
         try:
@@ -117,6 +125,17 @@ class TokenizerCodec:
 
     def prompt_len(self, text: str) -> int:
         return len(self.encode(text))
+
+    def min_prompt_len(self, text: str, limit: int) -> int:
+        """UTF-8 bytes / the longest token's bytes: no token stands for more bytes than its vocabulary string
+        takes in UTF-8 (byte-level BPE and SentencePiece strings spell each byte with one or more bytes)."""
+        if self._max_token_bytes is None:
+            vocab = getattr(self.tok, "get_vocab", None)
+            strings = vocab().keys() if vocab is not None else ()
+            self._max_token_bytes = max((len(t.encode("utf-8", "replace")) for t in strings), default=0)
+        if not self._max_token_bytes:
+            return 0
+        return len(text.encode("utf-8", "replace")) // self._max_token_bytes
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str | list[int]:
         apply = getattr(self.tok, "apply_chat_template", None)

@@ -64,6 +64,9 @@ class ServerMetrics:
             buckets=_LAT_BUCKETS,
             registry=r,
         )
+        self.itl = Histogram(
+            "jalapeno_inter_token_latency_seconds", "Gap between tokens of a request (s)", buckets=_LAT_BUCKETS, registry=r
+        )
         self.generated = Counter("jalapeno_generation_tokens", "Generated tokens", registry=r)
         self.prompt = Counter("jalapeno_prompt_tokens", "Prompt tokens", registry=r)
         r.register(_SpecDecodeCollector(stats))
@@ -81,6 +84,13 @@ class ServerMetrics:
             self.ttft.observe(ttft_s)
             if output_tokens > 1:
                 self.tpot.observe((e2e_s - ttft_s) / (output_tokens - 1))
+
+    def observe_itl(self, values, counts) -> None:
+        """Inter-token gaps (s), each with how many tokens had it (one step's worth from the engine)."""
+        observe = self.itl.observe
+        for v, c in zip(values.tolist(), counts.tolist()):
+            for _ in range(c):
+                observe(v)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,7 +1,9 @@
 """OpenAI request bodies (the subset we serve) and OpenAI-style errors.
 
-Unknown fields are ignored (clients send ``user``, ``logprobs``… freely); fields we cannot honour (``n`` > 1)
-are refused with a 400 rather than silently ignored.
+Unknown fields are ignored (clients send ``user``, ``metadata``… freely); fields we cannot honour (``n`` > 1,
+``tools``, ``tool_choice``, ``response_format`` other than text, ``best_of`` > 1, ``logprobs``, ``echo``) are
+refused with a 400 rather than silently ignored. Types are strict: ``max_tokens: "4"`` or ``true`` is a 400, not
+a coerced 4 or 1.
 """
 
 from __future__ import annotations
@@ -35,12 +37,12 @@ class APIError(Exception):
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     include_usage: bool = False
 
 
 class _Sampling(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str
     max_tokens: int | None = None
@@ -56,6 +58,41 @@ class _Sampling(BaseModel):
     #: accepted only when off: we do not return log-probabilities or echo prompts, and say so
     logprobs: int | bool | None = None
     echo: bool = False
+    #: accepted only at their no-op values (absent, empty, "none", text, 1); anything else is a 400
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    response_format: Any = None
+    best_of: int | None = None
+
+    @field_validator("tools", "functions")
+    @classmethod
+    def _no_tools(cls, v: Any) -> Any:
+        if v:
+            raise ValueError("tool and function calling are not supported by this server")
+        return v
+
+    @field_validator("tool_choice", "function_call")
+    @classmethod
+    def _no_tool_choice(cls, v: Any) -> Any:
+        if v not in (None, "none"):
+            raise ValueError("tool and function calling are not supported by this server")
+        return v
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_only(cls, v: Any) -> Any:
+        if v is not None and v != {"type": "text"}:
+            raise ValueError("only {'type': 'text'} is supported (no JSON mode or schemas)")
+        return v
+
+    @field_validator("best_of")
+    @classmethod
+    def _best_of_one(cls, v: int | None) -> int | None:
+        if v not in (None, 1):
+            raise ValueError("only best_of=1 is supported")
+        return v
 
     @field_validator("logprobs", "echo")
     @classmethod
@@ -109,7 +146,7 @@ class CompletionRequest(_Sampling):
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[dict] | None = None

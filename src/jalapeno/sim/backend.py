@@ -130,6 +130,12 @@ class SimBackend(Backend):
         eff = getattr(self.cm, "eff", None)
         return float(getattr(eff, "request_overhead_ms", 0.0)) / 1000.0
 
+    @property
+    def request_latency_per_token_s(self) -> float:
+        """Front-end time per prompt token (``efficiency.request_overhead_us_per_token``), added to the latency."""
+        eff = getattr(self.cm, "eff", None)
+        return float(getattr(eff, "request_overhead_us_per_token", 0.0)) / 1e6
+
     def num_kv_blocks(self, block_size: int) -> int:
         return int(self.memory_plan().kv_capacity_tokens) // block_size
 

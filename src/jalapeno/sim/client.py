@@ -55,6 +55,7 @@ class SimResult:
             output_chips=output_chips,
             itl_values=self.itl_values,
             itl_counts=self.itl_counts,
+            energy_source="predicted",  # the cost model's energy, not a power meter
         )
         if self.chain_e2el_s is not None and self.chain_e2el_s.size:
             m["mean_chain_e2el_ms"] = float(np.mean(self.chain_e2el_s) * 1000)
@@ -96,7 +97,7 @@ class Target(Protocol):
 class Client:
     """The load generator's state: which calls are due, and what came back."""
 
-    def __init__(self, wl: Workload, serving_latency_s: float = 0.0) -> None:
+    def __init__(self, wl: Workload, serving_latency_s: float = 0.0, per_prompt_token_s: float = 0.0) -> None:
         self.wl = wl
         self.n = wl.num_chains
         self.calls = wl.chain_calls
@@ -105,6 +106,7 @@ class Client:
         self.in_flight = 0
         self.due: deque[Call] = deque()  # follow-up calls, sent at once
         self.delay = float(wl.request_latency_s) + float(serving_latency_s)
+        self.per_token = float(per_prompt_token_s)  # front-end time per prompt token (tokenization)
         self.in_transit: list[tuple[float, int, Call]] = []  # heap of sent calls not yet at the engine
         self._sent = 0
         self._freed: list[float] = []
@@ -118,10 +120,10 @@ class Client:
     def release(self, now: float) -> list[Call]:
         """Calls that reach the engine by ``now`` (sent at least ``request_latency_s`` earlier)."""
         sent = self._send(now)
-        if self.delay == 0.0 and not self.in_transit:
+        if self.delay == 0.0 and self.per_token == 0.0 and not self.in_transit:
             return sent
         for c in sent:
-            c.arrive_s = c.send_s + self.delay
+            c.arrive_s = c.send_s + self.delay + self.per_token * c.prompt_len
             heapq.heappush(self.in_transit, (c.arrive_s, self._sent, c))
             self._sent += 1
         out = []
@@ -208,6 +210,10 @@ class EngineTarget:
         measured)."""
         return self.engine.backend.request_latency_s
 
+    def request_latency_per_token_s(self) -> float:
+        """The part of the serving latency that grows with the prompt, per prompt token (simulated backends)."""
+        return float(getattr(self.engine.backend, "request_latency_per_token_s", 0.0))
+
     def busy(self) -> bool:
         return self.engine.has_unfinished()
 
@@ -243,7 +249,8 @@ class EngineTarget:
 
 def drive(target: Target, wl: Workload) -> SimResult:
     """Run ``wl`` against ``target`` until every call has finished."""
-    client = Client(wl, target.request_latency_s())
+    per_token = getattr(target, "request_latency_per_token_s", None)
+    client = Client(wl, target.request_latency_s(), per_token() if per_token else 0.0)
     last_finish = 0.0
     while not client.done:
         for call in client.release(target.now()):

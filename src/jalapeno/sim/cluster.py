@@ -8,8 +8,11 @@ reach (its clock plus, while it only decodes, its fewest steps to a completion t
 steps only get longer as contexts grow) — so workers interleave as they would in real time.
 
 Disaggregated serving: a request prefills in the prefill pool (``max_tokens=1``: its first token), its KV
-(``kv_bytes_per_token × prompt``) crosses the scale-out network (``latency + bytes / bandwidth``), and it
-then decodes in the decode pool. Its TTFT ends when the KV (and first token) reach the decode worker.
+(``kv_bytes_per_token × prompt``) crosses the link between the pools (:class:`KVLink`: ``latency + bytes /
+bandwidth``), and it then decodes in the decode pool. Its TTFT ends when the KV (and first token) reach the
+decode worker. Each worker's link lanes are servers with their own virtual-time queue: a transfer starts when
+its KV is ready and both the sending worker's and the receiving worker's earliest-free lane are free, so a busy
+link delays the next request's KV.
 """
 
 from __future__ import annotations
@@ -33,12 +36,20 @@ class KVLink:
     state each request carries whatever its length (0 without linear attention)."""
 
     latency_s: float
-    bytes_per_s: float
+    bytes_per_s: float  # one transfer (all the chips holding the sequence's KV sending at once)
     bytes_per_token: float
     state_bytes: float = 0.0
+    #: parallel transfers one prefill (decode) worker can send (receive) at once
+    send_lanes: int = 1
+    recv_lanes: int = 1
+    fabric: str = "scale-out"  # "scale-up" (NVLink inside one domain) | "scale-out" (NIC)
+
+    def busy_s(self, tokens: int) -> float:
+        """Seconds one transfer of ``tokens`` prompt tokens occupies its lanes."""
+        return (tokens * self.bytes_per_token + self.state_bytes) / self.bytes_per_s
 
     def transfer_s(self, tokens: int) -> float:
-        return self.latency_s + (tokens * self.bytes_per_token + self.state_bytes) / self.bytes_per_s
+        return self.latency_s + self.busy_s(tokens)
 
 
 def _bound(e: Engine) -> float:
@@ -71,6 +82,13 @@ class Cluster:
         self._transfers: list[tuple[float, int, Sequence, Engine]] = []
         self._tick = itertools.count()
         self._finished_direct: list[Sequence] = []
+        # free-at times of each worker's KV link lanes (by id), and the total time transfers waited for one
+        self._lanes: dict[int, list[float]] = {}
+        if link is not None:
+            self._lanes = {id(e): [0.0] * link.send_lanes for e in self.prefill}
+            self._lanes.update({id(e): [0.0] * link.recv_lanes for e in self.decode})
+        self._queued_s = 0.0
+        self._num_transfers = 0
 
     # --- Target protocol ------------------------------------------------------------------------
     def now(self) -> float:
@@ -84,6 +102,9 @@ class Cluster:
     def request_latency_s(self) -> float:
         """Requests enter through the prefill (or only) pool's serving front end."""
         return self.prefill[0].backend.request_latency_s
+
+    def request_latency_per_token_s(self) -> float:
+        return float(getattr(self.prefill[0].backend, "request_latency_per_token_s", 0.0))
 
     def busy(self) -> bool:
         return bool(self._transfers) or any(e.has_unfinished() for e in self.all)
@@ -143,7 +164,7 @@ class Cluster:
                 out.append(seq)
                 continue
             dst = min(self.decode, key=lambda d: self._load(d) + self._inbound(d))
-            t = seq.finish_s + self.link.transfer_s(seq.prompt_len)  # type: ignore[union-attr]
+            t = self._transfer(e, dst, seq.finish_s, seq.prompt_len)
             nxt = Sequence(
                 None,
                 SamplingParams(max_tokens=call.max_tokens, ignore_eos=True),
@@ -156,6 +177,22 @@ class Cluster:
             nxt.first_token_s = nxt.last_token_s = t
             heapq.heappush(self._transfers, (t, next(self._tick), nxt, dst))
         return out
+
+    def _transfer(self, src: Engine, dst: Engine, ready: float, tokens: int) -> float:
+        """Queue one KV transfer on the earliest-free lanes of ``src`` and ``dst``; returns its arrival time."""
+        link = self.link
+        assert link is not None
+        tx, rx = self._lanes[id(src)], self._lanes[id(dst)]
+        i, j = tx.index(min(tx)), rx.index(min(rx))
+        start = max(ready, tx[i], rx[j])
+        tx[i] = rx[j] = start + link.busy_s(tokens)
+        self._queued_s += start - ready
+        self._num_transfers += 1
+        return tx[i] + link.latency_s
+
+    def kv_queue_s_mean(self) -> float:
+        """Mean time a KV transfer waited for a busy link lane (0 when none waited)."""
+        return self._queued_s / self._num_transfers if self._num_transfers else 0.0
 
     def _inbound(self, d: Engine) -> int:
         return sum(1 for x in self._transfers if x[3] is d)

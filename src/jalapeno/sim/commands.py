@@ -25,8 +25,10 @@ _SUMMARY = (
     ("median_itl_ms", "median ITL (ms)", "{:.2f}"),
     ("median_e2el_ms", "median E2E latency (ms)", "{:,.0f}"),
     ("mean_chain_e2el_ms", "mean chain E2E latency (ms)", "{:,.0f}"),
-    ("avg_power_w", "average power, all chips (W)", "{:,.0f}"),
-    ("output_tokens_per_joule", "output tokens per joule", "{:.3f}"),
+    ("avg_power_w", "average power, all chips (W, predicted)", "{:,.0f}"),
+    ("output_tokens_per_joule", "output tokens per joule (predicted)", "{:.3f}"),
+    ("hourly_cost_usd", "cost of the chips ($/hour)", "{:,.2f}"),
+    ("usd_per_mtok", "$ per million output tokens", "{:,.3f}"),
     ("request_goodput", "goodput (requests/s meeting SLOs)", "{:.3f}"),
 )
 
@@ -39,8 +41,11 @@ def _print_summary(sc, m: dict) -> None:
         f"{sc.model} on {sc.hardware} tp={sc.tp} ep={sc.ep}" + (f" dp={sc.dp}" if sc.dp > 1 else "")
         + (" dp-attention" if sc.dp_attention else "")
         if not sc.disaggregated
-        else f"{sc.model}: prefill {sc.prefill_workers or 1}x{sc.prefill_hardware or sc.hardware} tp={sc.prefill_tp or sc.tp}"
-        f", decode {sc.decode_workers or 1}x{sc.decode_hardware or sc.hardware} tp={sc.decode_tp or sc.tp}"
+        else f"{sc.model}: " + ", ".join(
+            f"{q.role} {q.workers}x{q.hardware} tp={q.tp}" + (f" ep={q.ep}" if q.ep > 1 else "")
+            + (f" pp={q.pp}" if q.pp > 1 else "") + (" dp-attention" if q.dp_attention else "")
+            + (f" {q.precision}" if q.precision != sc.precision else "")
+            for q in (sc.pool("prefill"), sc.pool("decode")))
     )
     load = f"concurrency {sc.concurrency}" if sc.request_rate is None else f"{sc.request_rate} req/s"
     if sc.power_cap_w is not None:
@@ -60,11 +65,34 @@ def _print_summary(sc, m: dict) -> None:
         t.add_row("confidence", conf["label"])
     console = Console()
     console.print(t)
+    if m.get("economics_note"):
+        console.print(f"economics: {m['economics_note']}", markup=False, highlight=False)
     for c in (conf or {}).get("chips", []):
         if c["status"] == "uncalibrated":
             console.print(f"[yellow]warning:[/] {c['chip']} is uncalibrated: no measured serving point checked "
                           f"its parameters, so these numbers are a roofline estimate ({c['note'] or 'see docs/fidelity.md'})",
                           soft_wrap=True)
+
+
+def _economics(sc, m: dict) -> dict:
+    """$/hour of the chips and $ per million output tokens (the report's economics: catalogue prices, SLO
+    compliance when --goodput is given); ``economics_note`` says why a number is missing."""
+    from jalapeno.economics import chip_group, economics
+
+    kw = dict(power_cap_w=sc.power_cap_w, hardware_dir=sc.hardware_dir or None)
+    if sc.disaggregated:
+        groups = [
+            chip_group(sc.prefill_hardware or sc.hardware, (sc.prefill_workers or 1) * (sc.prefill_tp or sc.tp), **kw),
+            chip_group(sc.decode_hardware or sc.hardware, (sc.decode_workers or 1) * (sc.decode_tp or sc.tp), **kw),
+        ]
+    else:
+        groups = [chip_group(sc.hardware, int(m["num_chips"]), **kw)]
+    eco = economics(m, groups)
+    return {
+        "hourly_cost_usd": eco.hourly_cost_usd,
+        "usd_per_mtok": eco.usd_per_mtok,
+        "economics_note": "; ".join(eco.notes) or None,
+    }
 
 
 def register(app: typer.Typer) -> None:
@@ -75,7 +103,7 @@ def register(app: typer.Typer) -> None:
         tp: Annotated[int, typer.Option(help="Tensor-parallel ranks per replica.")] = 1,
         ep: Annotated[int, typer.Option(help="Expert-parallel ranks (inside tp).")] = 1,
         pp: Annotated[int, typer.Option(help="Pipeline stages.")] = 1,
-        dp: Annotated[int, typer.Option(help="Replicas (with --dp-attention: attention DP inside tp).")] = 1,
+        dp: Annotated[int, typer.Option(help="Replicas; with --dp-attention the attention replicas inside one engine (must equal --tp).")] = 1,
         dp_attention: Annotated[bool, typer.Option("--dp-attention", help="Attention data-parallel over the tp ranks.")] = False,
         precision: Annotated[str, typer.Option(help="Weights: native | bf16 | fp8 (block-scaled) | fp4 (MXFP4; MoE experts only).")] = "native",
         kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV cache: bf16 | fp8.")] = "bf16",
@@ -95,11 +123,19 @@ def register(app: typer.Typer) -> None:
         prefill_hardware: Annotated[Optional[str], typer.Option(help="Disaggregated: prefill chip.")] = None,
         prefill_workers: Annotated[Optional[int], typer.Option(help="Disaggregated: prefill replicas.")] = None,
         prefill_tp: Annotated[Optional[int], typer.Option(help="Disaggregated: prefill tp.")] = None,
-        prefill_ep: Annotated[Optional[int], typer.Option(help="Disaggregated: prefill ep.")] = None,
+        prefill_ep: Annotated[Optional[int], typer.Option(help="Disaggregated: prefill ep (need not divide the experts: redundant slots).")] = None,
+        prefill_pp: Annotated[Optional[int], typer.Option(help="Disaggregated: prefill pipeline stages.")] = None,
+        prefill_chips_per_worker: Annotated[Optional[int], typer.Option(help="Disaggregated: chips one prefill worker spans (its tp·pp).")] = None,
+        prefill_dp_attention: Annotated[Optional[bool], typer.Option("--prefill-dp-attention/--no-prefill-dp-attention", help="Disaggregated: prefill attention data-parallel (default: --dp-attention).")] = None,
+        prefill_precision: Annotated[Optional[str], typer.Option(help="Disaggregated: prefill weights (default: --precision).")] = None,
         decode_hardware: Annotated[Optional[str], typer.Option(help="Disaggregated: decode chip.")] = None,
         decode_workers: Annotated[Optional[int], typer.Option(help="Disaggregated: decode replicas.")] = None,
         decode_tp: Annotated[Optional[int], typer.Option(help="Disaggregated: decode tp.")] = None,
-        decode_ep: Annotated[Optional[int], typer.Option(help="Disaggregated: decode ep.")] = None,
+        decode_ep: Annotated[Optional[int], typer.Option(help="Disaggregated: decode ep (need not divide the experts: redundant slots).")] = None,
+        decode_pp: Annotated[Optional[int], typer.Option(help="Disaggregated: decode pipeline stages.")] = None,
+        decode_chips_per_worker: Annotated[Optional[int], typer.Option(help="Disaggregated: chips one decode worker spans (its tp·pp).")] = None,
+        decode_dp_attention: Annotated[Optional[bool], typer.Option("--decode-dp-attention/--no-decode-dp-attention", help="Disaggregated: decode attention data-parallel (default: --dp-attention).")] = None,
+        decode_precision: Annotated[Optional[str], typer.Option(help="Disaggregated: decode weights (default: --precision).")] = None,
         chain_calls: Annotated[int, typer.Option(help="Agentic chains: dependent calls per request.")] = 1,
         goodput: Annotated[Optional[list[str]], typer.Option(help="SLO, repeatable: --goodput ttft:200 --goodput tpot:50.")] = None,
         seed: Annotated[int, typer.Option(help="Workload seed.")] = 0,
@@ -141,13 +177,17 @@ def register(app: typer.Typer) -> None:
             spec_tokens=spec_tokens, acceptance=acceptance, draft_model=draft_model,
             prefill_hardware=prefill_hardware, prefill_workers=prefill_workers, prefill_tp=prefill_tp,
             prefill_ep=prefill_ep, decode_hardware=decode_hardware, decode_workers=decode_workers,
-            decode_tp=decode_tp, decode_ep=decode_ep, chain_calls=chain_calls, goodput=list(goodput or []),
+            decode_tp=decode_tp, decode_ep=decode_ep, prefill_pp=prefill_pp, decode_pp=decode_pp,
+            prefill_chips_per_worker=prefill_chips_per_worker, decode_chips_per_worker=decode_chips_per_worker,
+            prefill_dp_attention=prefill_dp_attention, decode_dp_attention=decode_dp_attention,
+            prefill_precision=prefill_precision, decode_precision=decode_precision, chain_calls=chain_calls, goodput=list(goodput or []),
             seed=seed, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             block_size=block_size, trace=str(trace) if trace else None,
             hardware_dir=[str(d) for d in hardware_dir or []], framework=framework,
             power_cap_w=power_cap_w,
         )
         m = run_scenario(sc)
+        m.update(_economics(sc, m))
         if as_json:
             typer.echo(json.dumps(m, indent=2))
         else:

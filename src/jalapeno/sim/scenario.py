@@ -20,6 +20,49 @@ from jalapeno.sim.cluster import Cluster, KVLink
 from jalapeno.sim.factory import DEFAULT_MIN_NUM_SEQS, SimLimits, build_sim_engines, cost_model_for
 
 PRECISIONS = ("native", "bf16", "fp8", "fp4", "mxfp4", "int4")
+#: per-pool scenario fields: ``prefill_<x>`` / ``decode_<x>`` (setting any makes the run disaggregated)
+POOL_FIELDS = ("hardware", "workers", "tp", "ep", "pp", "chips_per_worker", "dp_attention", "precision")
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One disaggregated pool after resolution: ``workers`` engines, each on ``tp·pp`` chips of ``hardware``."""
+
+    role: str  # "prefill" | "decode"
+    hardware: str
+    workers: int
+    tp: int
+    ep: int
+    pp: int
+    dp_attention: bool
+    precision: str
+
+    @property
+    def chips_per_worker(self) -> int:
+        return self.tp * self.pp
+
+
+def _pool(sc: "Scenario", role: str) -> PoolSpec:
+    def get(x: str):
+        return getattr(sc, f"{role}_{x}")
+
+    flag = f"--{role}-"
+    pp = get("pp") or sc.pp
+    dpa = sc.dp_attention if get("dp_attention") is None else bool(get("dp_attention"))
+    tp = get("tp") or sc.tp
+    chips = get("chips_per_worker")
+    if chips is not None:
+        if chips % pp:
+            raise ConfigError(f"{flag}chips-per-worker {chips} is not a multiple of the pool's pp={pp}")
+        tp = chips // pp
+        given = get("tp")
+        # with dp-attention a recorded TP is the attention TP inside one DP rank: the cost model prices TP 1
+        if given is not None and given != tp and not (dpa and given == 1):
+            raise ConfigError(
+                f"{flag}tp {given} and {flag}chips-per-worker {chips} disagree: a worker's chips are its tp·pp "
+                f"(= {chips}); drop {flag}tp" + ("" if dpa else f" or set it to {tp}"))
+    return PoolSpec(role, get("hardware") or sc.hardware, get("workers") or 1, tp, get("ep") or sc.ep, pp, dpa,
+                    get("precision") or sc.precision)
 
 
 @dataclass
@@ -51,14 +94,24 @@ class Scenario:
     #: acceptance rate per draft position: one number, or "a1,a2,..." (one per speculative token)
     acceptance: str = "0.7"
     draft_model: str | None = None
+    # disaggregated pools: each field overrides the global one for its pool (None: the global value)
     prefill_hardware: str | None = None
     prefill_workers: int | None = None
     prefill_tp: int | None = None
     prefill_ep: int | None = None
+    prefill_pp: int | None = None
+    #: chips one prefill worker spans (its tp·pp; with dp-attention the attention is data-parallel over them)
+    prefill_chips_per_worker: int | None = None
+    prefill_dp_attention: bool | None = None
+    prefill_precision: str | None = None
     decode_hardware: str | None = None
     decode_workers: int | None = None
     decode_tp: int | None = None
     decode_ep: int | None = None
+    decode_pp: int | None = None
+    decode_chips_per_worker: int | None = None
+    decode_dp_attention: bool | None = None
+    decode_precision: str | None = None
     chain_calls: int = 1
     goodput: list[str] = field(default_factory=list)
     seed: int = 0
@@ -78,8 +131,12 @@ class Scenario:
         return any(
             getattr(self, f"{p}_{x}") is not None
             for p in ("prefill", "decode")
-            for x in ("hardware", "workers", "tp", "ep")
+            for x in POOL_FIELDS
         )
+
+    def pool(self, role: str) -> "PoolSpec":
+        """The resolved layout of the ``prefill`` or ``decode`` pool (per-pool fields over the global ones)."""
+        return _pool(self, role)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "Scenario":
@@ -143,11 +200,19 @@ def _validate(sc: Scenario) -> None:
     if not sc.hardware and not (sc.prefill_hardware and sc.decode_hardware):
         raise ConfigError("--hardware is required (e.g. h200; see `jalapeno hardware list`)")
     for n in ("tp", "ep", "pp", "dp", "isl", "osl", "concurrency", "num_prompts", "max_concurrency", "chain_calls",
-              "prefill_workers", "prefill_tp", "prefill_ep", "decode_workers", "decode_tp", "decode_ep",
+              *(f"{r}_{x}" for r in ("prefill", "decode") for x in ("workers", "tp", "ep", "pp", "chips_per_worker")),
               "max_num_seqs", "max_num_batched_tokens", "block_size"):
         _pos(n, getattr(sc, n))
-    if sc.precision not in PRECISIONS:
-        raise ConfigError(f"--precision {sc.precision!r} must be one of {', '.join(PRECISIONS)}")
+    for n in ("precision", "prefill_precision", "decode_precision"):
+        v = getattr(sc, n)
+        if v is not None and v not in PRECISIONS:
+            raise ConfigError(f"--{n.replace('_', '-')} {v!r} must be one of {', '.join(PRECISIONS)}")
+    if sc.dp_attention and sc.dp > 1 and sc.dp != sc.tp:
+        raise ConfigError(
+            f"--dp {sc.dp} with --dp-attention: dp counts the attention replicas inside one engine (SGLang's "
+            f"--dp), which run over its tp={sc.tp} chips; give --dp {sc.tp} (or --dp 1), or set --tp {sc.dp}")
+    if sc.disaggregated and sc.dp > 1 and not sc.dp_attention:
+        raise ConfigError(f"--dp {sc.dp} does not apply to a disaggregated run; give --prefill-workers / --decode-workers")
     if sc.kv_dtype not in ("bf16", "fp8"):
         raise ConfigError(f"--kv-dtype {sc.kv_dtype!r} must be bf16 or fp8")
     if sc.concurrency is None and sc.request_rate is None and sc.trace is None:
@@ -177,10 +242,11 @@ def _parse_acceptance(text: str | float, k: int) -> float | tuple[float, ...]:
     return vals
 
 
-def _cost_model(sc: Scenario, arch, hardware: str, tp: int, ep: int, dp_attention: bool):
-    return cost_model_for(arch, hardware, tp=tp, ep=ep, pp=sc.pp, dp_attention=dp_attention,
-                          precision=sc.precision, kv=sc.kv_dtype, framework=sc.framework,
-                          hardware_dir=sc.hardware_dir, power_cap_w=sc.power_cap_w)
+def _cost_model(sc: Scenario, arch, hardware: str, tp: int, ep: int, dp_attention: bool, *,
+                pp: int | None = None, precision: str | None = None, efficiency=None):
+    return cost_model_for(arch, hardware, tp=tp, ep=ep, pp=sc.pp if pp is None else pp, dp_attention=dp_attention,
+                          precision=precision or sc.precision, kv=sc.kv_dtype, framework=sc.framework,
+                          hardware_dir=sc.hardware_dir, power_cap_w=sc.power_cap_w, efficiency=efficiency)
 
 
 def _workload(sc: Scenario):
@@ -216,22 +282,58 @@ def _workload(sc: Scenario):
     )
 
 
-def _kv_link(cm_p, cm_d):
-    def side(cm) -> tuple[float, float]:
-        chip = cm.chip
-        link = chip.scale_out or chip.scale_up
-        eff = cm.eff.scale_out if chip.scale_out is not None else cm.eff.scale_up
-        holders = 1 if cm.parallel.dp_attention else cm.parallel.tp
-        return float(link.bandwidth_gbps) * 1e9 * eff * holders, float(link.latency_us) * 1e-6
+def _check_context(wl, ctx: int, name: str) -> None:
+    """Refuse a workload whose longest call (prompt + output; a chain's last call carries the whole chain)
+    does not fit the model's context, as a real server would refuse the request."""
+    import numpy as np
 
-    (bw_p, lat_p), (bw_d, lat_d) = side(cm_p), side(cm_d)
-    plan = cm_p.memory_plan()
-    return KVLink(max(lat_p, lat_d), min(bw_p, bw_d), float(plan.kv_bytes_per_token),
-                  float(plan.state_bytes_per_sequence))
+    n = wl.chain_calls
+    totals = (wl.input_lens + wl.output_lens).reshape(-1, n).sum(axis=1) if n > 1 else wl.input_lens + wl.output_lens
+    longest = int(np.max(totals)) if totals.size else 0
+    if longest > ctx:
+        raise ConfigError(
+            f"the longest request has {longest} tokens (prompt + output), beyond {name}'s context of {ctx}: "
+            "lower --isl/--osl (or the trace's lengths)"
+        )
 
 
-def run_scenario(sc: Scenario, *, return_result: bool = False):
-    """Simulate ``sc``; returns the metrics dict (and the :class:`SimResult` when ``return_result``)."""
+def _kv_link(cm_p, cm_d, n_p: int, n_d: int) -> KVLink:
+    """The link the KV cache crosses between the pools: the scale-up fabric (NVLink) when both pools are one
+    chip type inside one scale-up domain (GB200 NVL72: ``domain_size`` 72 ≥ all their chips), else the
+    scale-out NIC. One copy of a sequence's KV (and a hybrid model's linear-attention state) moves (MLA's
+    latent is replicated on every tp rank: one copy);
+    the chips holding distinct shards of it send (receive) in parallel: ``min(tp, KV heads)`` per stage, 1
+    with dp-attention, where each chip holds whole sequences. A worker moves one transfer at a time per group
+    of such chips: one lane, or tp lanes with dp-attention."""
+    from jalapeno.perf.ops import attention_dims, kv_bytes_per_token_per_layer, linear_state_bytes_per_layer
+
+    total = n_p * cm_p.chips_per_replica + n_d * cm_d.chips_per_replica
+    up = cm_p.chip.scale_up
+    same_domain = cm_p.chip.key == cm_d.chip.key and up.domain_size > 0 and total <= up.domain_size
+    fabric = "scale-up" if same_domain or cm_p.chip.scale_out is None or cm_d.chip.scale_out is None else "scale-out"
+    m = cm_p.model
+    one_copy = kv_bytes_per_token_per_layer(m, attention_dims(m, 1, False), cm_p.kv_bytes_per_element)
+
+    def side(cm) -> tuple[float, float, int]:
+        link = cm.chip.scale_up if fabric == "scale-up" else cm.chip.scale_out
+        eff = cm.eff.scale_up if fabric == "scale-up" else cm.eff.scale_out
+        par = cm.parallel
+        shard = kv_bytes_per_token_per_layer(m, attention_dims(m, par.tp, par.dp_attention), cm.kv_bytes_per_element)
+        holders = max(1, round(one_copy / shard)) * par.pp
+        lanes = par.tp if par.dp_attention else 1
+        return float(link.bandwidth_gbps) * 1e9 * eff * holders, float(link.latency_us) * 1e-6, lanes
+
+    (bw_p, lat_p, lanes_p), (bw_d, lat_d, lanes_d) = side(cm_p), side(cm_d)
+    d1 = attention_dims(m, 1, False)
+    state = linear_state_bytes_per_layer(m, d1) * m.num_linear_layers  # one copy of a hybrid model's state
+    return KVLink(max(lat_p, lat_d), min(bw_p, bw_d), one_copy * (m.num_layers - m.num_linear_layers), state,
+                  send_lanes=lanes_p, recv_lanes=lanes_d, fabric=fabric)
+
+
+def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
+    """Simulate ``sc``; returns the metrics dict (and the :class:`SimResult` when ``return_result``).
+    ``efficiency`` (an :class:`~jalapeno.hardware.schema.Efficiency`) replaces the chips' efficiency blocks
+    (what calibration searches); ``sc.framework`` still sets its request latency over it."""
     from jalapeno.hardware.confidence import confidence
     from jalapeno.metrics import SLO
     from jalapeno.models import load_model
@@ -239,6 +341,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False):
     _validate(sc)
     arch = load_model(sc.model)
     wl = _workload(sc)
+    _check_context(wl, int(arch.max_position_embeddings), arch.name)
     slo = SLO.parse(sc.goodput) if sc.goodput else None
 
     def spec_for(cm):
@@ -257,7 +360,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False):
     in_flight = sc.concurrency or sc.max_concurrency or DEFAULT_MIN_NUM_SEQS
     limits = SimLimits(sc.max_num_seqs, sc.max_num_batched_tokens, sc.block_size)
     if not sc.disaggregated:
-        cm = _cost_model(sc, arch, sc.hardware, sc.tp, sc.ep, sc.dp_attention)
+        cm = _cost_model(sc, arch, sc.hardware, sc.tp, sc.ep, sc.dp_attention, efficiency=efficiency)
         replicas = 1 if sc.dp_attention else sc.dp
         engines = build_sim_engines(cm, replicas, spec=spec_for(cm), limits=limits, in_flight=in_flight)
         target = engines[0] if replicas == 1 else Cluster(engines)
@@ -267,20 +370,25 @@ def run_scenario(sc: Scenario, *, return_result: bool = False):
         kv_tokens = engines[0].block_manager.num_blocks * sc.block_size
         roles = [("serving", cm.chip)]
     else:
-        cm_p = _cost_model(sc, arch, sc.prefill_hardware or sc.hardware, sc.prefill_tp or sc.tp,
-                           sc.prefill_ep or sc.ep, sc.dp_attention)
-        cm_d = _cost_model(sc, arch, sc.decode_hardware or sc.hardware, sc.decode_tp or sc.tp,
-                           sc.decode_ep or sc.ep, sc.dp_attention)
-        n_p, n_d = sc.prefill_workers or 1, sc.decode_workers or 1
+        pp_, dp_ = sc.pool("prefill"), sc.pool("decode")
+        cm_p, cm_d = (_cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
+                                  efficiency=efficiency) for q in (pp_, dp_))
+        n_p, n_d = pp_.workers, dp_.workers
         pre = build_sim_engines(cm_p, n_p, limits=limits, in_flight=in_flight)
         dec = build_sim_engines(cm_d, n_d, spec=spec_for(cm_d), limits=limits, in_flight=in_flight)
-        result = run_workload(Cluster(pre, dec, _kv_link(cm_p, cm_d)), wl)
+        link = _kv_link(cm_p, cm_d, n_p, n_d)
+        target = Cluster(pre, dec, link)
+        result = run_workload(target, wl)
         output_chips = n_d * cm_d.chips_per_replica
         num_chips = n_p * cm_p.chips_per_replica + output_chips
         engines = pre + dec
         kv_tokens = dec[0].block_manager.num_blocks * sc.block_size
         roles = [("prefill", cm_p.chip), ("decode", cm_d.chip)]
     m = result.metrics(num_chips=num_chips, output_chips=output_chips, slo=slo)
+    if sc.disaggregated:
+        m["kv_transfer"] = {"fabric": link.fabric, "gb_per_s": link.bytes_per_s / 1e9,
+                            "send_lanes": link.send_lanes, "recv_lanes": link.recv_lanes,
+                            "mean_queue_ms": target.kv_queue_s_mean() * 1e3}
     m["sim"] = {
         "steps": result.num_steps,
         "preemptions": sum(e.stats.num_preemptions for e in engines),

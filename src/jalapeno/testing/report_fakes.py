@@ -16,7 +16,7 @@ def fake_point(point: dict) -> dict:
     if point["hardware"] == "h100" and point["tp"] == 1:
         raise CapacityError("weights need 200 GB, 80 GB per chip available")
     conc, tp = point["concurrency"], point["tp"]
-    speed = {"b200": 2.0, "tpu-v6e": 4.0}.get(point["hardware"], 1.0)  # tpu-v6e: an uncalibrated chip that wins
+    speed = {"b200": 2.0, "gb200": 2.0, "tpu-v6e": 4.0}.get(point["hardware"], 1.0)  # tpu-v6e: an uncalibrated chip that wins
     tpot = (0.005 + 0.001 * conc / tp) / speed
     ttft = 0.05 * point["isl"] / 1024
     osl = point["osl"]
@@ -24,6 +24,6 @@ def fake_point(point: dict) -> dict:
     outs = [RequestOutcome(True, point["isl"], osl, ttft, e2el) for _ in range(conc)]
     duration = e2el  # all `conc` requests in one wave
     slo = SLO(point.get("slo_ttft_ms"), point.get("slo_tpot_ms"))
-    return compute_metrics(outs, duration, num_chips=tp, energy_j=500.0 * tp * duration, slo=slo)
+    return compute_metrics(outs, duration, num_chips=tp, energy_j=500.0 * tp * duration, slo=slo, energy_source="predicted")
 
 

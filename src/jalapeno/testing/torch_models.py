@@ -106,8 +106,14 @@ def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
     return out[0, len(prompt) :].tolist()
 
 
-def run_generate(args: list[str], capsys) -> tuple[int, str, str]:
-    """``jalapeno generate ARGS`` in-process: (exit code, stdout, stderr), fixtures' earlier output dropped."""
+def is_progress(line: str) -> bool:
+    """A progress line of ``generate`` on stderr (what loads, then tokens/s)."""
+    return line.startswith(("loading ", "loaded in ")) or " tok/s, prefill included" in line
+
+
+def run_generate(args: list[str], capsys, progress: bool = False) -> tuple[int, str, str]:
+    """``jalapeno generate ARGS`` in-process: (exit code, stdout, stderr), fixtures' earlier output dropped;
+    stderr without the progress lines unless ``progress``."""
     from jalapeno.cli import main
 
     capsys.readouterr()  # drop what fixtures printed (e.g. save_pretrained's progress bar)
@@ -117,4 +123,5 @@ def run_generate(args: list[str], capsys) -> tuple[int, str, str]:
     except SystemExit as exc:
         code = exc.code
     out = capsys.readouterr()
-    return code or 0, out.out, out.err
+    err = out.err if progress else "".join(ln for ln in out.err.splitlines(True) if not is_progress(ln))
+    return code or 0, out.out, err

@@ -21,7 +21,7 @@ from jalapeno.backends.torch.models.layers import set_weight_layout
 from jalapeno.backends.torch.runner import DecodePolicy, ModelRunner
 from jalapeno.backends.torch.sampler import SampleSpec, sample
 from jalapeno.engine.batch import ScheduledBatch, StepResult
-from jalapeno.engine.interface import Backend
+from jalapeno.engine.interface import Backend, SequenceFailed
 from jalapeno.errors import CapacityError, ConfigError, JalapenoError, RequestError
 from jalapeno.spec.proposer import SpecConfig
 
@@ -140,6 +140,28 @@ class TorchBackend(Backend):
         return int(budget // per_block)
 
     def execute(self, batch: ScheduledBatch) -> StepResult:
+        """One step. A failure is pinned on a sequence when it can be (:class:`SequenceFailed`): a request
+        error names its sequence; any other error in a batch of several sequences re-runs each alone (one
+        forward step, KV written at the same slots the retry rewrites) and blames the first that fails alone,
+        so one bad request never fails the batch it shares."""
+        try:
+            return self._execute(batch)
+        except SequenceFailed:
+            raise
+        except Exception as exc:
+            if len(batch.chunks) > 1:
+                self._blame(batch, exc)
+            raise
+
+    def _blame(self, batch: ScheduledBatch, exc: Exception) -> None:
+        """Raise :class:`SequenceFailed` for the first chunk of ``batch`` that fails on its own, if any."""
+        for c in batch.chunks:
+            try:
+                self._execute(ScheduledBatch([c]))
+            except Exception as alone:  # noqa: BLE001 - this sequence fails by itself: it is the culprit
+                raise SequenceFailed(c.seq.seq_id, f"{type(alone).__name__}: {alone}") from exc
+
+    def _execute(self, batch: ScheduledBatch) -> StepResult:
         runner = self.runner
         if runner is None:  # the engine sizes the cache through num_kv_blocks(); without it slots are unknown
             raise ConfigError(
@@ -163,9 +185,10 @@ class TorchBackend(Backend):
                 n = 1  # a decode with slots for draft tokens: the newest token, plus the draft if there is one
             end = c.start + n
             if end > max_pos:
-                raise RequestError(
+                raise SequenceFailed(
+                    seq.seq_id,
                     f"sequence {seq.seq_id} reaches {end} tokens, beyond the model's context of "
-                    f"{max_pos}; shorten the prompt or max_tokens"
+                    f"{max_pos}; shorten the prompt or max_tokens",
                 )
             if seq.block_table and max(seq.block_table) >= runner.num_blocks:
                 raise CapacityError("engine block ids exceed the backend's KV cache: let the engine size it")

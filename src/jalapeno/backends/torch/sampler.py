@@ -11,10 +11,15 @@ from dataclasses import dataclass
 
 import torch
 
+#: temperatures below this sample greedily (vLLM's ``_SAMPLING_EPS``): dividing logits by a tinier one
+#: overflows float32 to inf, and softmax of inf is NaN
+SAMPLING_EPS = 1e-5
+
 
 @dataclass(frozen=True)
 class SampleSpec:
-    """Sampling controls of one row: ``temperature`` 0 = greedy; ``top_k`` <= 0 and ``top_p`` 1 = off."""
+    """Sampling controls of one row: ``temperature`` below :data:`SAMPLING_EPS` = greedy; ``top_k`` <= 0 and
+    ``top_p`` 1 = off (top-p always keeps the most likely token, however small ``top_p`` is)."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -25,7 +30,7 @@ class SampleSpec:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
+        return self.temperature < SAMPLING_EPS or self.top_k == 1
 
 
 def _mix(seed: int, index: int) -> int:
@@ -47,6 +52,7 @@ def filter_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: f
         probs = torch.softmax(sorted_x, dim=-1)
         # drop a token when the tokens ranked above it already reach top_p (the top token always stays)
         drop = (torch.cumsum(probs, dim=-1) - probs) >= top_p
+        drop[0] = False  # explicitly: a top_p below float32's smallest value would compare as 0 >= 0
         x = x.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
     return x
 

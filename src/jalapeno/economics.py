@@ -146,12 +146,13 @@ def _num(x: object) -> float | None:
 # Catalogue lookups (not pure: they read the hardware catalogue)
 # ---------------------------------------------------------------------------------------------------------
 def chip_group(key: str, count: int, prices: Mapping[str, float] | None = None,
-               power_cap_w: float | None = None) -> ChipGroup:
-    """A :class:`ChipGroup` from the catalogue, with a price override from ``prices`` (chip key -> $/chip-hour);
-    ``power_cap_w`` (a capped chip) provisions the cap instead of the rated TDP."""
+               power_cap_w: float | None = None, hardware_dir: list[str] | None = None) -> ChipGroup:
+    """A :class:`ChipGroup` from the catalogue (plus ``hardware_dir`` chip directories), with a price override
+    from ``prices`` (chip key -> $/chip-hour); ``power_cap_w`` (a capped chip) provisions the cap instead of the
+    rated TDP."""
     from jalapeno.hardware import get_chip
 
-    chip = get_chip(key)
+    chip = get_chip(key, hardware_dir) if hardware_dir else get_chip(key)
     tdp = float(chip.power.tdp_w.value or 0.0)
     if power_cap_w is not None and power_cap_w == power_cap_w and 0 < power_cap_w < tdp:
         tdp = float(power_cap_w)
@@ -187,8 +188,6 @@ def point_groups(point: Mapping, prices: Mapping[str, float] | None = None) -> l
             chip_group(str(point["prefill_hardware"]), int(point["prefill_workers"]) * int(point["prefill_tp"]), prices, cap),
             chip_group(str(point["hardware"]), int(point["decode_workers"]) * int(point["tp"]), prices, cap),
         ]
-    from jalapeno.report.grid import point_chips
-
     return [chip_group(str(point["hardware"]), point_chips(dict(point)), prices, cap)]
 
 
@@ -208,3 +207,12 @@ def parse_prices(items: Iterable[str]) -> dict[str, float]:
                 raise ConfigError(f"--price {part!r}: use CHIP=USD_PER_CHIP_HOUR, e.g. --price h200=3.5")
             out[name.strip()] = price
     return out
+
+
+def point_chips(point: dict) -> int:
+    """Chips a point occupies: tp·pp·dp aggregated (tp·pp with DP attention, where dp splits attention inside
+    the tp group, as ``simulate`` counts); prefill_workers·prefill_tp + decode_workers·tp disaggregated."""
+    if point.get("mode") == "disaggregated":
+        return int(point["prefill_workers"]) * int(point["prefill_tp"]) + int(point["decode_workers"]) * int(point["tp"])
+    dp = 1 if point.get("dp_attention") else int(point.get("dp") or 1)
+    return int(point["tp"]) * int(point.get("pp") or 1) * dp

@@ -1,0 +1,147 @@
+"""Disaggregated InferenceX points (B200, MI355X): how many simulate, and the median |error| of TPOT and TTFT.
+
+    python benchmarks/disagg_fidelity.py [--csv benchmarks/data/calibration-blackwell-amd.csv]
+        [--max-requests N] [--workers 2] [--json out.json]
+
+Every point of the file whose notes say ``disagg=True`` is mapped by ``calibration.to_sim_spec`` (layout parsed
+into pools) and predicted by ``calibration.predict.simulate`` (which runs the per-pool scenario of
+``calibration.disagg``). Prints markdown tables (by chip, by framework, by concurrency band) for
+``docs/fidelity.md``. ``--max-requests`` caps the requests of one point (InferenceX runs 10 x concurrency; the
+cap keeps at least 4 x concurrency) so the whole file runs in minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+CSV = ROOT / "benchmarks" / "data" / "calibration-blackwell-amd.csv"
+COMPARED = ("median_tpot", "median_ttft", "output_tput_per_gpu")
+
+
+def _predict(args):
+    spec, per = args
+    from jalapeno.calibration.predict import simulate
+
+    t0 = time.perf_counter()
+    try:
+        return simulate(spec, prompts_per_concurrency=per), None, time.perf_counter() - t0
+    except Exception as e:  # noqa: BLE001 - a failure is a result here (counted and named)
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0][:140]}", time.perf_counter() - t0
+
+
+def _band(c: int) -> str:
+    return "1-16" if c <= 16 else "17-128" if c <= 128 else "129-1024" if c <= 1024 else ">1024"
+
+
+def _table(rows: list[dict], key) -> list[str]:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[key(r)].append(r)
+    out = ["| group | points | TPOT median abs | TPOT signed | TPOT p90 | TTFT median abs | TTFT signed | TTFT p90 "
+           "| tput/GPU median abs |", "|---|---|---|---|---|---|---|---|---|"]
+    for g in sorted(groups):
+        rs = groups[g]
+        cells = []
+        for m in COMPARED:
+            e = np.array([r["err"][m] for r in rs if m in r["err"]])
+            if m == "output_tput_per_gpu":
+                cells.append(f"{np.median(np.abs(e)):.0f}%" if e.size else "-")
+            else:
+                cells += ([f"{np.median(np.abs(e)):.0f}%", f"{np.median(e):+.0f}%", f"{np.percentile(np.abs(e), 90):.0f}%"]
+                          if e.size else ["-"] * 3)
+        out.append(f"| {g} | {len(rs)} | " + " | ".join(cells) + " |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from jalapeno.calibration import Excluded, load_points, to_sim_spec
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--csv", type=Path, default=CSV)
+    ap.add_argument("--max-requests", type=int, default=4096)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--sample", type=int, default=0,
+                    help="error tables on N points evenly spread over the file (0: all); every point is still "
+                         "checked to simulate: its pools built and one request run through them")
+    ap.add_argument("--min-per-concurrency", type=int, default=4, help="requests per slot never below this")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args(argv)
+
+    points = [p for p in load_points(a.csv) if "disagg=True" in p.col("notes")]
+    jobs, excluded = [], defaultdict(int)
+    for p in points:
+        s = to_sim_spec(p)
+        if isinstance(s, Excluded):
+            excluded[s.reason] += 1
+            continue
+        per = max(a.min_per_concurrency, min(s.num_prompts_per_concurrency, a.max_requests // max(1, s.concurrency)))
+        jobs.append((p, s, per))
+    t0 = time.time()
+    checked: dict[int, str | None] = {}
+    if a.sample:
+        step = len(jobs) / a.sample
+        picked = sorted({int(i * step) for i in range(a.sample)})
+        with ProcessPoolExecutor(a.workers) as ex:  # every point: does it simulate (one request per slot)?
+            one = [(replace(s, concurrency=1), 1) for _, s, _ in jobs]  # layout, fit and one request end to end
+            for i, (_, err, _) in enumerate(ex.map(_predict, one)):
+                checked[i] = err
+                print(f"check {i + 1}/{len(jobs)}: {err or 'ok'}", file=sys.stderr, flush=True)
+        jobs = [jobs[i] for i in picked]
+    res = []
+    with ProcessPoolExecutor(a.workers) as ex:
+        for (p, s, per), r in zip(jobs, ex.map(_predict, [(s, per) for _, s, per in jobs])):
+            res.append(r)
+            print(f"{p.label}: {r[1] or 'ok'} ({r[2]:.0f} s)", file=sys.stderr, flush=True)
+    wall = time.time() - t0
+    rows, failed = [], defaultdict(int)
+    for (p, s, per), (pred, err, dt) in zip(jobs, res):
+        if pred is None:
+            failed[err] += 1
+            continue
+        errs = {m: 100 * (pred[m] / p.metrics[m] - 1) for m in COMPARED if m in p.metrics and m in pred and p.metrics[m] > 0}
+        rows.append({"label": p.label, "chip": s.chip, "framework": s.framework, "concurrency": s.concurrency,
+                     "isl": s.isl, "osl": s.osl, "layout": p.col("parallelism"), "err": errs, "seconds": dt,
+                     "measured": {m: p.metrics.get(m) for m in COMPARED}, "predicted": {m: pred.get(m) for m in COMPARED}})
+    n = len(points)
+    if checked:
+        ok = sum(1 for e in checked.values() if e is None)
+        failed = defaultdict(int)
+        for e in checked.values():
+            if e is not None:
+                failed[e] += 1
+        print(f"disaggregated points: {n}; simulated without error (pools built, one request run): {ok} ({100 * ok / max(n, 1):.1f}%); "
+              f"error tables on {len(rows)} evenly spread points")
+    else:
+        print(f"disaggregated points: {n}; simulated without error: {len(rows)} ({100 * len(rows) / max(n, 1):.1f}%)")
+    print(f"excluded before simulation: {sum(excluded.values())}; failed: {sum(failed.values())}; "
+          f"wall {wall:.0f} s with {a.workers} workers, <= {a.max_requests} requests per point "
+          f"(>= {a.min_per_concurrency} per slot)")
+    for k, v in {**excluded, **failed}.items():
+        print(f"  {v} x {k}")
+    print()
+    print("\n".join(_table(rows, lambda r: "all")))
+    print()
+    print("\n".join(_table(rows, lambda r: r["chip"])))
+    print()
+    print("\n".join(_table(rows, lambda r: f"{r['chip']} {r['framework']}")))
+    print()
+    print("\n".join(_table(rows, lambda r: f"c {_band(r['concurrency'])}")))
+    print()
+    print("\n".join(_table(rows, lambda r: f"ISL/OSL {r['isl']}/{r['osl']}")))
+    if a.json:
+        a.json.write_text(json.dumps({"rows": rows, "excluded": excluded, "failed": failed}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Disaggregated InferenceX points as ``jalapeno simulate`` scenarios: one pool per side, as the layout names it.
+
+A layout ``P: 1 worker(s) x TP1 EP8 DPattn=True (8 GPUs); D: 2 worker(s) x TP8 EP8 DPattn=False (16 GPUs)``
+(parsed into :class:`~jalapeno.calibration.points.DisaggLayout` by ``points.parse_disagg_layout``) becomes a
+:class:`~jalapeno.sim.scenario.Scenario` with per-pool fields:
+
+* ``<pool>_workers`` = the worker count; ``<pool>_chips_per_worker`` = GPUs / workers (the GPU count is the
+  reliable part of the string: the harness often records TP1 for a dp-attention worker spanning 8 GPUs);
+* ``<pool>_dp_attention`` = the recorded flag, or True when the recorded TP is below the worker's chips (then
+  the only reading consistent with the chip count is attention data-parallel over them: ``TP1 EP8
+  DPattn=False (8 GPUs)`` runs one attention replica per GPU);
+* ``<pool>_ep`` = the recorded EP (MoE tensor-parallel over the worker's chips when EP1);
+* the serving framework profile is the engine under the orchestrator (dynamo-/mori-sglang and sglang-disagg:
+  SGLang; dynamo-trt: TensorRT-LLM).
+
+Both pools are one chip type; the KV link is the scale-up fabric when all their chips fit one scale-up domain,
+else the NIC (:func:`jalapeno.sim.scenario.run_scenario`). An efficiency override (what a fit searches) applies
+to both pools.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jalapeno.errors import ConfigError
+
+
+def _engine_framework(family: str) -> str | None:
+    f = family.lower()
+    if "sglang" in f:
+        return "sglang"
+    if "trt" in f:
+        return "trt-llm"
+    if "vllm" in f:
+        return "vllm"
+    return None
+
+
+def pool_fields(pool: Any) -> dict[str, Any]:
+    """Scenario fields (``<role>_*``) of one parsed pool (``role, workers, recorded_tp, ep, dp_attention, gpus``)."""
+    r = pool.role
+    chips = pool.gpus // pool.workers
+    if chips % pool.ep:
+        raise ConfigError(f"{r} pool: EP{pool.ep} does not divide the worker's {chips} GPUs")
+    return {
+        f"{r}_workers": pool.workers,
+        f"{r}_chips_per_worker": chips,
+        f"{r}_ep": pool.ep,
+        f"{r}_dp_attention": bool(pool.dp_attention or pool.recorded_tp < chips),
+    }
+
+
+def disagg_scenario(spec: Any, *, prompts_per_concurrency: int | None = None, seed: int = 0):
+    """The :class:`~jalapeno.sim.scenario.Scenario` of a disaggregated :class:`SimSpec` (``spec.disagg`` set)."""
+    from jalapeno.sim.scenario import Scenario
+
+    d = spec.disagg
+    if d is None:
+        raise ConfigError("not a disaggregated point (its SimSpec has no pools)")
+    per = prompts_per_concurrency or spec.num_prompts_per_concurrency
+    kw: dict[str, Any] = {**pool_fields(d.prefill), **pool_fields(d.decode)}
+    if spec.spec_tokens:
+        kw.update(spec_decode="mtp", spec_tokens=spec.spec_tokens,
+                  acceptance=",".join(str(a) for a in spec.spec_acceptance) or "0.7")
+    return Scenario(model=spec.model, hardware=spec.chip, precision=spec.weights, kv_dtype=spec.kv, isl=spec.isl,
+                    osl=spec.osl, concurrency=spec.concurrency, num_prompts=per * spec.concurrency,
+                    random_range_ratio=spec.range_ratio, framework=_engine_framework(spec.framework), seed=seed, **kw)
+
+
+#: simulate metric -> (``jalapeno simulate`` key, factor to SI)
+_KEYS = {
+    "output_tput_per_gpu": ("output_throughput_per_chip", 1.0),
+    "total_tput_per_gpu": ("total_token_throughput_per_chip", 1.0),
+    "median_tpot": ("median_tpot_ms", 1e-3),
+    "median_ttft": ("median_ttft_ms", 1e-3),
+    "median_e2e_latency": ("median_e2el_ms", 1e-3),
+    "median_interactivity": ("median_interactivity", 1.0),
+}
+
+
+def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts_per_concurrency: int | None = None,
+                    frameworks: bool = True, request_overhead_ms: float | None = None) -> dict[str, float]:
+    """Predicted metrics of a disaggregated point (keys of ``points.METRICS``, SI units), with the arguments of
+    :func:`jalapeno.calibration.predict.simulate`. Per-chip throughputs are per *decode* GPU, as InferenceX's
+    disaggregated per-GPU numbers are (its rows: concurrency × output length / E2E ÷ per-GPU throughput = the
+    decode pool's GPU count, not both pools')."""
+    from dataclasses import replace
+
+    from jalapeno.sim.scenario import run_scenario
+
+    sc = disagg_scenario(spec, prompts_per_concurrency=prompts_per_concurrency, seed=seed)
+    if not frameworks or request_overhead_ms is not None:
+        sc = replace(sc, framework=None)
+    if request_overhead_ms is not None:
+        from jalapeno.calibration.predict import efficiency_of
+
+        base = efficiency if efficiency is not None else efficiency_of(spec.chip)
+        efficiency = base.model_copy(update={"request_overhead_ms": float(request_overhead_ms)})
+    m = run_scenario(sc, efficiency=efficiency)
+    out = {k: float(m[s]) * f for k, (s, f) in _KEYS.items() if m.get(s) is not None}
+    out["concurrency"] = float(spec.concurrency)
+    return out
+
+
+__all__ = ["disagg_scenario", "pool_fields", "simulate_disagg"]

@@ -1,0 +1,139 @@
+"""The named overhead terms of the cost model, each against a hand count (issue #13).
+
+Every term is a coefficient on a step feature, so its effect on a step is exactly known: these tests build the
+same model twice, with and without one term, and check the step-time difference to 1e-9.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from perf_refdata import DEEPSEEK_R1, GPT_OSS_120B, H200, H200_EFF, LLAMA_8B, LLAMA_70B
+
+from jalapeno.hardware.schema import Efficiency
+from jalapeno.perf import CostModel, Parallelism, Precision, StepShape
+
+DECODE = StepShape.from_lists(decode_ctx=[1000] * 24)
+PREFILL = StepShape.from_lists(prefill=[(2048, 0)])
+MIXED = StepShape.from_lists(prefill=[(512, 0), (256, 1024)], decode_ctx=[3000] * 8)
+
+
+def _pair(model, par=Parallelism(), prec=Precision("bf16"), **terms):
+    base = CostModel(model, H200, par, prec, efficiency=Efficiency(**H200_EFF))
+    over = CostModel(model, H200, par, prec, efficiency=Efficiency(**{**H200_EFF, **terms}))
+    return base, over
+
+
+def _dt(base, over, shape):
+    return over.step(shape).time_s - base.step(shape).time_s
+
+
+def test_per_sequence_overhead_is_sequences_times_the_term():
+    base, over = _pair(LLAMA_8B, seq_overhead_us=7.0)
+    for n in (1, 16, 200):
+        s = StepShape.from_lists(decode_ctx=[500] * n)
+        assert _dt(base, over, s) == pytest.approx(n * 7e-6, rel=1e-9)
+    # a prefill chunk is one sequence of the step too
+    assert _dt(base, over, MIXED) == pytest.approx((2 + 8) * 7e-6, rel=1e-9)
+
+
+def test_moe_layer_overhead_counts_only_moe_layers():
+    # DeepSeek-R1: 61 layers, the first 3 dense (first_k_dense_replace=3) -> 58 MoE layers
+    base, over = _pair(DEEPSEEK_R1, Parallelism(tp=8, ep=8), Precision("native"), moe_layer_overhead_us=10.0,
+                       layer_overhead_us=1.0)
+    assert _dt(base, over, DECODE) == pytest.approx(58 * 10e-6 + 61 * 1e-6, rel=1e-9)
+    # GPT-OSS: every one of its 36 layers is MoE; a dense Llama has none
+    b2, o2 = _pair(GPT_OSS_120B, prec=Precision("native"), moe_layer_overhead_us=10.0)
+    assert _dt(b2, o2, DECODE) == pytest.approx(36 * 10e-6, rel=1e-9)
+    b3, o3 = _pair(LLAMA_8B, moe_layer_overhead_us=10.0)
+    assert _dt(b3, o3, DECODE) == 0.0
+
+
+def test_prefill_layer_overhead_only_in_steps_that_prefill():
+    base, over = _pair(LLAMA_8B, prefill_layer_overhead_us=30.0)
+    assert _dt(base, over, DECODE) == 0.0
+    assert _dt(base, over, PREFILL) == pytest.approx(32 * 30e-6, rel=1e-9)
+    assert _dt(base, over, MIXED) == pytest.approx(32 * 30e-6, rel=1e-9)  # once per step, not per chunk
+
+
+def test_prefill_token_overhead_is_per_prefill_token():
+    base, over = _pair(LLAMA_8B, prefill_token_overhead_ns=50.0)
+    assert _dt(base, over, DECODE) == 0.0
+    assert _dt(base, over, PREFILL) == pytest.approx(2048 * 50e-9, rel=1e-9)
+    assert _dt(base, over, MIXED) == pytest.approx(768 * 50e-9, rel=1e-9)
+
+
+def test_collective_overlap_hides_exactly_that_share_of_prefill_collective_time():
+    par = Parallelism(tp=8)
+    base, over = _pair(LLAMA_70B, par, prefill_collective_overlap=0.4)
+    # the per-token part of the in-layer all-reduces (embedding, attention, MLP): T coefficient x prefill tokens
+    per_token = sum(o.net_time[1] for o in base._net if o.name.endswith("allreduce")) * PREFILL.prefill_tokens
+    assert per_token > 0
+    assert _dt(base, over, PREFILL) == pytest.approx(-0.4 * per_token, rel=1e-9)
+    # latency terms and the logits gather stay; decode tokens keep their collectives exposed
+    assert _dt(base, over, DECODE) == 0.0
+    net_b = sum(r.time_s for r in base.breakdown(PREFILL).ops if r.bound == "network")
+    net_o = sum(r.time_s for r in over.breakdown(PREFILL).ops if r.bound == "network")
+    assert net_b - net_o == pytest.approx(0.4 * per_token, rel=1e-9)
+
+
+def test_overhead_row_in_breakdown_sums_every_term():
+    terms = dict(step_overhead_us=50.0, layer_overhead_us=2.0, seq_overhead_us=3.0, prefill_layer_overhead_us=4.0,
+                 prefill_token_overhead_ns=5.0)
+    _, over = _pair(LLAMA_8B, **terms)
+    row = over.breakdown(MIXED).op("overhead")
+    want = (50 + 32 * 2 + 10 * 3 + 32 * 4) * 1e-6 + 768 * 5e-9
+    assert row.time_s == pytest.approx(want, rel=1e-9)
+    assert over.breakdown(MIXED).time_s == pytest.approx(over.step(MIXED).time_s, rel=1e-12)
+
+
+def test_decode_steps_closed_form_holds_with_every_term():
+    terms = dict(step_overhead_us=50.0, layer_overhead_us=2.0, moe_layer_overhead_us=9.0, seq_overhead_us=3.0,
+                 prefill_layer_overhead_us=4.0, prefill_token_overhead_ns=5.0, prefill_collective_overlap=0.5)
+    _, over = _pair(DEEPSEEK_R1, Parallelism(tp=8, ep=8), Precision("native"), **terms)
+    s = StepShape.from_lists(decode_ctx=[700 + 3 * i for i in range(64)])
+    t, e = over.decode_steps(s, 40)
+    from jalapeno.perf.model import advance_decode
+
+    ref = np.array([over.step(advance_decode(s, i)).time_s for i in range(40)])
+    assert np.allclose(t, ref, rtol=1e-12, atol=0)
+
+
+def test_defaults_leave_step_time_unchanged():
+    """All new terms default to 0: a chip without them prices exactly as before (the old two-term formula)."""
+    eff = Efficiency(**{**H200_EFF, "step_overhead_us": 100.0, "layer_overhead_us": 5.0})
+    cm = CostModel(LLAMA_8B, H200, precision=Precision("bf16"), efficiency=eff)
+    bare = CostModel(LLAMA_8B, H200, precision=Precision("bf16"), efficiency=Efficiency(**H200_EFF))
+    for s in (DECODE, PREFILL, MIXED):
+        assert cm.step(s).time_s - bare.step(s).time_s == pytest.approx(100e-6 + 32 * 5e-6, rel=1e-9)
+
+
+def test_prefill_expert_overhead_is_per_routed_expert_run_in_each_moe_layer():
+    # GPT-OSS-120B: 36 MoE layers, 128 experts, top-4; without EP every chip runs a slice of each touched expert
+    base, over = _pair(GPT_OSS_120B, prec=Precision("native"), prefill_expert_overhead_us=2.0)
+    assert _dt(base, over, DECODE) == 0.0  # decode runs the captured fused-MoE kernel: no per-expert cost
+    for t in (1, 16, 2048):
+        s = StepShape.from_lists(prefill=[(t, 0)])
+        touched = 128 * (1 - (1 - 4 / 128) ** t)  # expected distinct experts
+        assert _dt(base, over, s) == pytest.approx(36 * touched * 2e-6, rel=1e-9)
+    # with EP the busiest rank's experts count: at most 256/8 = 32 per rank (all touched by a long prompt)
+    b2, o2 = _pair(DEEPSEEK_R1, Parallelism(tp=8, ep=8), Precision("native"), prefill_expert_overhead_us=2.0)
+    assert _dt(b2, o2, PREFILL) == pytest.approx(58 * 32 * 2e-6, rel=1e-6)
+
+
+def test_chip_framework_latency_overrides_the_global_profile():
+    from jalapeno.perf.frameworks import apply_framework, get_framework
+
+    eff = Efficiency(**H200_EFF, request_overhead_ms=40.0, framework_overhead_ms={"vllm": 12.0})
+    assert apply_framework(eff, "vllm").request_overhead_ms == 12.0
+    assert apply_framework(eff, "sglang").request_overhead_ms == get_framework("sglang").request_overhead_ms
+    assert apply_framework(eff, None).request_overhead_ms == 40.0
+
+
+def test_expert_overhead_is_per_routed_expert_run_every_step():
+    base, over = _pair(GPT_OSS_120B, prec=Precision("native"), expert_overhead_us=0.5)
+    for n in (1, 8, 64):  # decode: n tokens touch 128 (1 - (1 - 4/128)^n) experts on average
+        s = StepShape.from_lists(decode_ctx=[900] * n)
+        assert _dt(base, over, s) == pytest.approx(36 * 128 * (1 - (1 - 4 / 128) ** n) * 0.5e-6, rel=1e-9)
+    b3, o3 = _pair(LLAMA_8B, expert_overhead_us=0.5)
+    assert _dt(b3, o3, DECODE) == 0.0  # dense: no experts

@@ -1,0 +1,150 @@
+"""Disaggregated pools as InferenceX lays them out: per-pool dp-attention, precision and chips per worker; KV over
+the fabric that connects the pools (NVLink inside one NVL72, the NIC between nodes) with queued link lanes;
+redundant expert slots when ep does not divide the expert count; ``--dp N --dp-attention``."""
+
+import pytest
+
+from jalapeno.errors import ConfigError
+from jalapeno.hardware import get_chip
+from jalapeno.models import load_model
+from jalapeno.perf import CostModel, Parallelism, Precision
+from jalapeno.sim.cluster import Cluster, KVLink
+from jalapeno.sim.scenario import Scenario, run_scenario
+from jalapeno.testing.engine_fakes import FakeCostModel
+from jalapeno.perf.shape import StepShape
+from jalapeno.sim.backend import SimBackend
+from jalapeno.engine import Engine, EngineConfig
+from jalapeno.workload import Workload
+
+#: DeepSeek-V3/R1 config.json: kv_lora_rank 512 + qk_rope_head_dim 64 latent per layer, 61 layers
+DSR1_KV_BYTES_PER_TOKEN_BF16 = (512 + 64) * 2 * 61
+
+
+def test_layout_maps_to_pools_with_their_own_dp_attention_and_precision():
+    # InferenceX "P: 1 worker(s) x TP1 EP4 DPattn=True (4 GPUs); D: 1 worker(s) x TP8 EP8 DPattn=False (8 GPUs)"
+    sc = Scenario(model="deepseek-r1", hardware="b200", precision="fp4", prefill_workers=1, prefill_tp=1,
+                  prefill_chips_per_worker=4, prefill_ep=4, prefill_dp_attention=True, prefill_precision="fp8",
+                  decode_workers=1, decode_chips_per_worker=8, decode_ep=8, decode_dp_attention=False)
+    p, d = sc.pool("prefill"), sc.pool("decode")
+    assert (p.tp, p.ep, p.dp_attention, p.precision, p.chips_per_worker) == (4, 4, True, "fp8", 4)
+    assert (d.tp, d.ep, d.dp_attention, d.precision, d.chips_per_worker) == (8, 8, False, "fp4", 8)
+    # the same fields as scenario CSV columns
+    row = Scenario.from_row({"model": "deepseek-r1", "hardware": "b200", "prefill_dp_attention": "true",
+                             "decode_dp_attention": "false", "prefill_chips_per_worker": "4",
+                             "decode_precision": "fp4", "decode_pp": "2", "decode_chips_per_worker": "8"})
+    assert row.pool("prefill").dp_attention and not row.pool("decode").dp_attention
+    assert (row.pool("decode").tp, row.pool("decode").pp, row.pool("decode").precision) == (4, 2, "fp4")
+
+
+def test_decode_dp_attention_alone_changes_the_decode_pool_as_it_should():
+    base = dict(model="deepseek-r1", hardware="b200", precision="fp4", isl=1024, osl=32, concurrency=16,
+                num_prompts=16, prefill_workers=1, prefill_chips_per_worker=8, prefill_ep=8,
+                decode_workers=1, decode_chips_per_worker=8, decode_ep=8)
+    off = run_scenario(Scenario(**base, decode_dp_attention=False))
+    on = run_scenario(Scenario(**base, decode_dp_attention=True))
+    arch = load_model("deepseek-r1")
+
+    def cap(dpa: bool) -> int:
+        cm = CostModel(arch, get_chip("b200"), Parallelism(tp=8, ep=8, dp_attention=dpa), Precision(weights="fp4"))
+        return cm.memory_plan().kv_capacity_tokens // 16 * 16  # whole 16-token KV blocks
+
+    # MLA's latent is replicated on every tp rank without dp-attention: data-parallel attention holds ~8x the tokens
+    assert off["sim"]["kv_capacity_tokens_per_replica"] == cap(False)
+    assert on["sim"]["kv_capacity_tokens_per_replica"] == cap(True) > 7 * cap(False)
+    # each decode GPU receives its own sequences' KV: 8 receive lanes instead of one
+    assert (off["kv_transfer"]["recv_lanes"], on["kv_transfer"]["recv_lanes"]) == (1, 8)
+    assert off["kv_transfer"]["send_lanes"] == on["kv_transfer"]["send_lanes"] == 1  # prefill pool unchanged
+    assert on["median_tpot_ms"] != off["median_tpot_ms"]
+
+
+def _single_request_ttft(decode_workers: int) -> dict:
+    sc = Scenario(model="deepseek-r1", hardware="gb200", precision="fp4", isl=2000, osl=4, concurrency=1,
+                  num_prompts=1, random_range_ratio=1.0, prefill_workers=1, prefill_chips_per_worker=4,
+                  prefill_ep=4, prefill_dp_attention=True, decode_workers=decode_workers,
+                  decode_chips_per_worker=8, decode_ep=8)
+    return run_scenario(sc)
+
+
+def test_kv_moves_over_nvlink_inside_one_nvl72_and_over_the_nic_across_racks():
+    chip = get_chip("gb200")
+    inside = _single_request_ttft(8)  # 4 + 64 = 68 GPUs <= 72: one NVLink domain
+    across = _single_request_ttft(9)  # 4 + 72 = 76 GPUs: the pools span two racks
+    assert (inside["kv_transfer"]["fabric"], across["kv_transfer"]["fabric"]) == ("scale-up", "scale-out")
+    # one copy of the latent, sent by the one prefill GPU holding the sequence (dp-attention)
+    bw_up = float(chip.scale_up.bandwidth_gbps) * 1e9 * chip.efficiency.scale_up
+    bw_out = float(chip.scale_out.bandwidth_gbps) * 1e9 * chip.efficiency.scale_out
+    assert inside["kv_transfer"]["gb_per_s"] == pytest.approx(bw_up / 1e9)
+    assert across["kv_transfer"]["gb_per_s"] == pytest.approx(bw_out / 1e9)
+    nbytes = 2000 * DSR1_KV_BYTES_PER_TOKEN_BF16
+    t_up = float(chip.scale_up.latency_us) * 1e-6 + nbytes / bw_up
+    t_out = float(chip.scale_out.latency_us) * 1e-6 + nbytes / bw_out
+    # one request: the same prefill, only the transfer differs
+    assert across["median_ttft_ms"] - inside["median_ttft_ms"] == pytest.approx((t_out - t_up) * 1e3, rel=1e-6)
+
+
+def _eng():
+    return Engine(SimBackend(FakeCostModel()), EngineConfig(max_num_seqs=32, max_num_batched_tokens=4096))
+
+
+@pytest.mark.parametrize("lanes, decode_workers, serial", [
+    ((1, 1), 1, True),  # one lane each side: the second KV waits for the first
+    ((2, 1), 1, True),  # the receiver's single lane still serialises them
+    ((2, 1), 2, False),  # two receivers: both move at once
+    ((2, 2), 1, False),
+])
+def test_a_busy_link_lane_queues_the_next_transfer(lanes, decode_workers, serial):
+    P = 1000
+    link = KVLink(1e-3, 1e9, 50_000, send_lanes=lanes[0], recv_lanes=lanes[1])
+    c = Cluster([_eng()], [_eng() for _ in range(decode_workers)], link)
+    r = c.run(Workload([P, P], [4, 4], concurrency=2))
+    prefill = FakeCostModel().step(StepShape.from_lists(prefill=[(P, 0), (P, 0)])).time_s  # one batched step
+    busy = P * 50_000 / 1e9
+    ttfts = sorted(o.ttft_s for o in r.outcomes)
+    assert ttfts[0] == pytest.approx(prefill + 1e-3 + busy, rel=1e-12)
+    assert ttfts[1] == pytest.approx(prefill + 1e-3 + (2 if serial else 1) * busy, rel=1e-12)
+    assert c.kv_queue_s_mean() == pytest.approx(busy / 2 if serial else 0.0, abs=1e-15)
+
+
+def test_redundant_expert_slots_when_ep_does_not_divide_the_experts():
+    arch = load_model("deepseek-r1")  # 256 routed experts, 58 MoE layers of 3 x 7168 x 2048
+    chip = get_chip("gb200")
+
+    def cm(ep: int) -> CostModel:
+        return CostModel(arch, chip, Parallelism(tp=48, ep=ep, dp_attention=True), Precision(weights="bf16"))
+
+    wide, even = cm(48), cm(16)
+    assert wide.expert_slots == 288 and even.expert_slots == 256  # 256 + 32 redundant copies over EP 48
+    # EP 48: 6 whole experts per GPU; EP 16: 16 experts per rank, each split 3 ways = 5 1/3 experts per GPU
+    per_expert = 3 * 7168 * 2048 * 2
+    extra = (288 / 48 - 256 / 48) * per_expert * 58
+    assert wide.weight_bytes_per_chip - even.weight_bytes_per_chip == pytest.approx(extra, rel=1e-9)
+    with pytest.raises(ConfigError, match="exceeds num_experts"):
+        CostModel(arch, chip, Parallelism(tp=512, ep=512, dp_attention=True), Precision())
+
+
+def test_deepseek_runs_on_an_nvl72_with_288_expert_slots():
+    m = run_scenario(Scenario(model="deepseek-r1", hardware="gb200", precision="fp4", tp=72, ep=72, dp=72,
+                              dp_attention=True, isl=512, osl=16, concurrency=72, num_prompts=72))
+    assert m["num_chips"] == 72 and m["completed"] == 72
+    assert CostModel(load_model("deepseek-r1"), get_chip("gb200"), Parallelism(tp=72, ep=72, dp_attention=True),
+                     Precision(weights="fp4")).expert_slots == 288
+
+
+def test_dp_with_dp_attention_is_the_attention_replica_count_or_refused():
+    kw = dict(model="deepseek-r1", hardware="b200", precision="fp4", tp=8, ep=8, dp_attention=True, isl=256, osl=8,
+              concurrency=8, num_prompts=8)
+    one = run_scenario(Scenario(**kw))
+    eight = run_scenario(Scenario(**kw, dp=8))  # SGLang --tp 8 --dp 8 --enable-dp-attention: one engine, 8 chips
+    assert one["num_chips"] == eight["num_chips"] == 8 and one["median_tpot_ms"] == eight["median_tpot_ms"]
+    with pytest.raises(ConfigError, match="--dp 4 with --dp-attention"):
+        run_scenario(Scenario(**{**kw, "dp": 4}))
+    with pytest.raises(ConfigError, match="does not apply to a disaggregated run"):
+        run_scenario(Scenario(**{**kw, "dp_attention": False, "dp": 2, "decode_workers": 2}))
+
+
+def test_chips_per_worker_and_tp_must_agree():
+    sc = Scenario(model="deepseek-r1", hardware="b200", decode_chips_per_worker=8, decode_tp=4, concurrency=1)
+    with pytest.raises(ConfigError, match="--decode-tp 4 and --decode-chips-per-worker 8 disagree"):
+        sc.pool("decode")
+    with pytest.raises(ConfigError, match="not a multiple"):
+        Scenario(model="x", decode_chips_per_worker=6, decode_pp=4).pool("decode")

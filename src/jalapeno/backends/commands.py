@@ -55,8 +55,20 @@ def generate(
         "where the model supports it), single (input-major, faster one-sequence decode through PyTorch ops), "
         "auto = batched, or single for one prompt on a model the fused kernel does not cover.",
     ),
+    speculative: Optional[str] = typer.Option(
+        None, "--speculative", help="Speculative decoding: ngram (prompt lookup) or self (the model's first layers "
+        "as the draft) or draft (--draft-model, same vocabulary)."
+    ),
+    num_speculative_tokens: Optional[int] = typer.Option(
+        None, "--num-speculative-tokens", help="Draft tokens verified per step (default 3 with --speculative)."
+    ),
+    draft_model: Optional[str] = typer.Option(None, "--draft-model", help="--speculative draft: the draft model."),
+    draft_layers: Optional[int] = typer.Option(
+        None, "--draft-layers", help="--speculative self: layers of the draft (default: a quarter of the model's)."
+    ),
     as_json: bool = typer.Option(
-        False, "--json", help='Print {"token_ids": [...], "text": "..."} (a list for several prompts).'
+        False, "--json", help='Print {"token_ids": [...], "text": "..."} (a list for several prompts); with '
+        '--speculative each entry also holds the run\'s "spec_decode" counters (proposed, accepted, per position).'
     ),
 ) -> None:
     """Generate text with a real model on PyTorch; several --prompt run as one continuous batch."""
@@ -67,7 +79,10 @@ def generate(
     from jalapeno.backends.torch.loader import check_quantize, load_tokenizer
     from jalapeno.engine import EngineConfig, SamplingParams
 
+    from jalapeno.spec import spec_config_from_options
+
     quant = check_quantize(quantize)  # before loading anything
+    spec_config_from_options(speculative, num_speculative_tokens, draft_model, draft_layers)  # before loading
 
     ids_given = _parse_ids(prompt_token_ids) if prompt_token_ids else None
     texts = list(prompt or ([] if ids_given else [DEFAULT_PROMPT]))
@@ -82,6 +97,11 @@ def generate(
         model, device=device, dtype=dtype, kv_cache_gb=kv_cache_gb, quantize=quant,
         weight_layout="batched" if auto_layout else weight_layout,
     )
+    spec = spec_config_from_options(
+        speculative, num_speculative_tokens, draft_model, draft_layers, backend.config.max_position_embeddings
+    )
+    if spec is not None:
+        backend.enable_speculation(spec)
     if auto_layout and (len(texts) if texts else 1) == 1 and backend.device.type == "cpu":
         from jalapeno.backends.torch.fused_decode import supports_fused_decode
         from jalapeno.backends.torch.models.layers import set_weight_layout
@@ -114,7 +134,18 @@ def generate(
         stop_token_ids=tuple(sorted(stops)),
         ignore_eos=ignore_eos,
     )
-    engine_cfg = EngineConfig(max_model_len=cfg.max_position_embeddings, max_num_seqs=max(len(prompts), 1))
+    k = spec.num_speculative_tokens if spec is not None else 0
+    engine_cfg = EngineConfig(
+        max_model_len=cfg.max_position_embeddings, max_num_seqs=max(len(prompts), 1), num_speculative_tokens=k
+    )
+    outputs = _timed_generate(backend, prompts, sampling, engine_cfg)
+    _emit(outputs, tokenizer, backend, as_json)
+
+
+def _timed_generate(backend, prompts: list[list[int]], sampling, engine_cfg) -> list[list[int]]:
+    """Run the engine over ``prompts`` and report tokens/s (prefill included) on stderr."""
+    from jalapeno.backends.torch.generate import generate_tokens
+
     t_gen = time.perf_counter()
     outputs = generate_tokens(backend, prompts, sampling, engine_cfg)
     gen_s = time.perf_counter() - t_gen
@@ -124,6 +155,13 @@ def generate(
         f"{len(prompts)} prompt{'s' if len(prompts) != 1 else ''})",
         err=True,
     )
+    return outputs
+
+
+def _emit(outputs: list[list[int]], tokenizer, backend, as_json: bool) -> None:
+    """Print the generated tokens (text where a tokenizer exists), with the speculative counters in --json."""
+    from jalapeno.backends.torch.loader import load_tokenizer
+
     if tokenizer is None:
         try:
             tokenizer = load_tokenizer(backend.loaded.tokenizer_source)
@@ -133,6 +171,10 @@ def generate(
         {"token_ids": out, "text": tokenizer.decode(out, skip_special_tokens=True) if tokenizer else None}
         for out in outputs
     ]
+    spec_stats = backend.spec_decode_stats()
+    if spec_stats is not None:
+        for r in results:
+            r["spec_decode"] = spec_stats
     if as_json:
         typer.echo(json.dumps(results[0] if len(results) == 1 else results))
     else:

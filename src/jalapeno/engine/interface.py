@@ -133,6 +133,11 @@ class Backend(ABC):
     def free_sequence(self, seq: "Sequence") -> None:  # noqa: B027 - optional hook
         """Called when a sequence finishes or is preempted (e.g. to drop per-sequence backend state)."""
 
+    def spec_decode_stats(self) -> dict | None:
+        """Speculative-decoding counters (:meth:`jalapeno.spec.SpecStats.to_dict`) when the backend speculates,
+        else None."""
+        return None
+
     @property
     def request_latency_s(self) -> float:
         """Serving-stack latency (s) a request spends before the engine sees it, when the backend models it

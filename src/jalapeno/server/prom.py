@@ -13,6 +13,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily
 
 _LAT_BUCKETS = (
     0.001,
@@ -68,6 +69,7 @@ class ServerMetrics:
         )
         self.generated = Counter("jalapeno_generation_tokens", "Generated tokens", registry=r)
         self.prompt = Counter("jalapeno_prompt_tokens", "Prompt tokens", registry=r)
+        r.register(_SpecDecodeCollector(stats))
         self.requests = Counter(
             "jalapeno_requests_finished", "Finished requests by reason", ["finish_reason"], registry=r
         )
@@ -92,3 +94,31 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _SpecDecodeCollector:
+    """Speculative-decoding counters under vLLM's names, read from the engine stats' ``spec_decode`` entry at
+    scrape time (absent when the backend does not speculate)."""
+
+    def __init__(self, stats: Callable[[], dict]) -> None:
+        self._stats = stats
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        spec = self._stats().get("spec_decode")
+        if not spec:
+            return
+        for name, key, doc in (
+            ("vllm:spec_decode_num_drafts", "num_drafts", "Verification steps with a draft"),
+            ("vllm:spec_decode_num_draft_tokens", "num_draft_tokens", "Draft tokens proposed"),
+            ("vllm:spec_decode_num_accepted_tokens", "num_accepted_tokens", "Draft tokens accepted"),
+        ):
+            yield CounterMetricFamily(name, doc, value=spec[key])
+        per_pos = CounterMetricFamily(
+            "vllm:spec_decode_num_accepted_tokens_per_pos", "Draft tokens accepted, by position", labels=["position"]
+        )
+        for j, n in enumerate(spec["num_accepted_tokens_per_pos"]):
+            per_pos.add_metric([str(j)], n)
+        yield per_pos

@@ -118,7 +118,7 @@ def register(app: typer.Typer) -> None:
         max_concurrency: Annotated[Optional[int], typer.Option(help="Open loop: cap on requests in flight.")] = None,
         spec_decode: Annotated[Optional[str], typer.Option(help="Speculative decoding: mtp | draft | ngram.")] = None,
         spec_tokens: Annotated[int, typer.Option(help="Draft tokens per step (k).")] = 1,
-        acceptance: Annotated[str, typer.Option(help="Acceptance rate, or one per draft position: 0.8,0.6,0.4.")] = "0.7",
+        acceptance: Annotated[str, typer.Option(help="Acceptance rate, one per draft position (0.8,0.6,0.4), or the JSON file `jalapeno generate --speculative ... --json` wrote (its measured acceptance_chain).")] = "0.7",
         draft_model: Annotated[Optional[str], typer.Option(help="Draft model for --spec-decode draft.")] = None,
         prefill_hardware: Annotated[Optional[str], typer.Option(help="Disaggregated: prefill chip.")] = None,
         prefill_workers: Annotated[Optional[int], typer.Option(help="Disaggregated: prefill replicas.")] = None,

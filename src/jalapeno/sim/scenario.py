@@ -8,6 +8,7 @@ the virtual clock and returns the metrics dict (``jalapeno.metrics`` keys, plus 
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -225,6 +226,10 @@ def _validate(sc: Scenario) -> None:
 
 
 def _parse_acceptance(text: str | float, k: int) -> float | tuple[float, ...]:
+    if isinstance(text, str) and (text.endswith(".json") or os.path.isfile(text)):
+        from jalapeno.spec.proposer import read_acceptance_file
+
+        return read_acceptance_file(text, k)
     parts = [p for p in str(text).replace(";", ",").split(",") if p.strip()]
     try:
         vals = tuple(float(p) for p in parts)

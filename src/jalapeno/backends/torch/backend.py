@@ -23,6 +23,7 @@ from jalapeno.backends.torch.sampler import SampleSpec, sample
 from jalapeno.engine.batch import ScheduledBatch, StepResult
 from jalapeno.engine.interface import Backend, SequenceFailed
 from jalapeno.errors import CapacityError, ConfigError, JalapenoError, RequestError
+from jalapeno.spec.proposer import SpecConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -49,6 +50,9 @@ class TorchBackend(Backend):
     ``kv_cache_gb`` bounds the KV cache on CPU (GiB); on CUDA the cache takes ``gpu_memory_fraction`` of the
     memory free after loading the weights. ``num_blocks`` forces a block count (tests). The cache is allocated
     when the engine calls :meth:`num_kv_blocks` (with its block size), and reused by later engines.
+    ``speculative``: draft tokens (n-gram or self-speculative, :mod:`jalapeno.backends.torch.speculative`) fill
+    the ``1 + k`` positions the scheduler reserves per decode (``EngineConfig.num_speculative_tokens`` = k) and are
+    verified in the same forward pass as the other chunks, by exact rejection sampling (docs/speculative.md).
     ``quantize`` ("fp8" | "mxfp4") quantizes the float linear layers at load time (docs/quantization.md);
     block-scaled checkpoints (DeepSeek FP8, GPT-OSS MXFP4) stay quantized without it.
     ``weight_layout``: "batched" (default) stores float CPU weights row-major; decode steps of dense GQA models
@@ -73,6 +77,7 @@ class TorchBackend(Backend):
         quantize: str | None = None,
         weight_layout: str = "batched",
         decode_policy: DecodePolicy | None = None,
+        speculative: SpecConfig | None = None,
     ) -> None:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype)
@@ -93,6 +98,18 @@ class TorchBackend(Backend):
         self.max_multi_step = max(1, int(max_multi_step))
         self.decode_policy = decode_policy or DecodePolicy()
         self.runner: ModelRunner | None = None
+        #: speculative decoding (drafts fill the ``1 + k`` slots the scheduler reserves per decode), or None
+        self.speculator = None
+        if speculative is not None:
+            self.enable_speculation(speculative)
+
+    def enable_speculation(self, config: SpecConfig) -> None:
+        """Speculate from now on (the engine must reserve ``config.num_speculative_tokens`` per decode)."""
+        from jalapeno.backends.torch.speculative import Speculator
+
+        self.speculator = Speculator(config, lambda: self.runner, self.config.num_layers, self.config.vocab_size,
+                                     str(self.device), self.dtype)
+        self.max_multi_step = 1  # every step verifies drafts: no blind multi-step decode
 
     def set_decode_policy(self, policy: DecodePolicy) -> None:
         """Which decode steps take the fused CPU kernel from now on (this runner and any later one)."""
@@ -153,27 +170,52 @@ class TorchBackend(Backend):
             )
         t0 = time.perf_counter()
         chunks = batch.chunks
+        max_pos = self.config.max_position_embeddings
+        spec = self.speculator
+        drafts = spec.drafts(chunks, max_pos) if spec is not None else {}
         slices, ids, rows, specs, sampled = [], [], [], [], []
+        verify: list[tuple[int, int]] = []  # (chunk index, its first logits row) of chunks with a draft
+        plain: list[int] = []  # logits rows the plain sampler draws from (one per entry of ``sampled``)
         for i, c in enumerate(chunks):
             seq = c.seq
             if not seq.has_token_ids:
                 raise RequestError("the torch backend needs prompt token ids (got a length-only request)")
-            end = c.start + c.num_tokens
-            if end > self.config.max_position_embeddings:
+            n = c.num_tokens
+            if n > 1 and seq.num_output_tokens and c.start == seq.num_tokens - 1:
+                n = 1  # a decode with slots for draft tokens: the newest token, plus the draft if there is one
+            end = c.start + n
+            if end > max_pos:
                 raise SequenceFailed(
                     seq.seq_id,
                     f"sequence {seq.seq_id} reaches {end} tokens, beyond the model's context of "
-                    f"{self.config.max_position_embeddings}; shorten the prompt or max_tokens",
+                    f"{max_pos}; shorten the prompt or max_tokens",
                 )
             if seq.block_table and max(seq.block_table) >= runner.num_blocks:
                 raise CapacityError("engine block ids exceed the backend's KV cache: let the engine size it")
-            slices.append(SeqSlice(c.start, c.num_tokens, seq.block_table))
-            ids.extend(_tokens(seq, c.start, c.num_tokens))
-            if c.sample:
-                rows.append(len(ids) - 1)
+            new_ids = _tokens(seq, c.start, n)
+            draft = drafts.get(i)
+            if draft is not None:
+                verify.append((i, len(rows)))
+                rows.extend(range(len(ids), len(ids) + 1 + len(draft.tokens)))
+                new_ids = new_ids + draft.tokens
+                n += len(draft.tokens)
+            elif c.sample:
+                plain.append(len(rows))
+                rows.append(len(ids) + n - 1)
                 specs.append(_spec(seq, seq.num_output_tokens))
                 sampled.append(i)
+            slices.append(SeqSlice(c.start, n, seq.block_table))
+            ids.extend(new_ids)
         tokens: list[list[int]] = [[] for _ in chunks]
+        if verify:  # one step: verification of every draft, plain decodes and prefill chunks together
+            logits = runner.forward(slices, ids, rows)
+            for i, t in zip(sampled, sample(logits[plain], specs) if plain else []):
+                tokens[i].append(t)
+            for i, r0 in verify:
+                k = len(drafts[i].tokens)
+                tokens[i] = spec.verify(chunks[i].seq, logits[r0 : r0 + k + 1], drafts[i])
+            d = time.perf_counter() - t0
+            return StepResult(tokens=tokens, duration_s=d, step_durations=(d,))
         durations: list[float] = []
         new: list[int] = []
         for step in range(batch.num_steps):
@@ -189,6 +231,13 @@ class TorchBackend(Backend):
             t1 = time.perf_counter()
             durations.append(t1 - t0 - sum(durations))
         return StepResult(tokens=tokens, duration_s=sum(durations), step_durations=tuple(durations))
+
+    def spec_decode_stats(self) -> dict | None:
+        return self.speculator.stats.to_dict() if self.speculator is not None else None
+
+    def free_sequence(self, seq) -> None:
+        if self.speculator is not None:
+            self.speculator.forget(seq)
 
 
 def _tokens(seq, start: int, n: int) -> list[int]:

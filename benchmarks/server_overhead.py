@@ -83,7 +83,7 @@ def free_port() -> int:
 def over_http(n: int, isl_len: int, osl_len: int, conc: int, seed: int) -> dict:
     from jalapeno.bench.client import EndpointConfig
     from jalapeno.bench.dataset import WorkloadSpec, build_requests
-    from jalapeno.bench.runner import LoadSpec, run_benchmark
+    from jalapeno.bench.loadgen import LoadSpec, run_benchmark
 
     port = free_port()
     cmd = [

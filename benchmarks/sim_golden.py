@@ -113,7 +113,7 @@ def _predict() -> dict:
 
 
 def _run_point() -> dict:
-    from jalapeno.report.runner import run_point
+    from jalapeno.report.pool import run_point
 
     pt = dict(model="llama-3.1-8b", hardware="h200", tp=1, ep=1, pp=1, dp=1, dp_attention=False, weights="fp8",
               kv="fp8", isl=512, osl=128, concurrency=8, num_prompts=24, seed=0, mode="aggregated",
@@ -126,7 +126,7 @@ def _compare_sim() -> dict:
 
     from jalapeno.bench.client import BenchRequest
     from jalapeno.bench.compare import simulate_workload
-    from jalapeno.bench.runner import LoadSpec
+    from jalapeno.bench.loadgen import LoadSpec
 
     reqs = [BenchRequest(prompt="x", prompt_len=200 + 10 * i, output_len=32 + i) for i in range(20)]
     closed = simulate_workload(reqs, np.zeros(20), LoadSpec(concurrency=4), hardware="h100", model="llama-3.1-8b")

@@ -74,7 +74,7 @@ def main() -> None:
     args = ap.parse_args()
     from jalapeno.backends.torch.backend import TorchBackend
     from jalapeno.backends.torch.loader import load_model, load_tokenizer
-    from jalapeno.spec import SpecConfig
+    from jalapeno.speculative import SpecConfig
 
     torch.set_num_threads(os.cpu_count() or 1)
     loaded = load_model(None)

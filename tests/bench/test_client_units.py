@@ -6,7 +6,7 @@ import pytest
 
 from jalapeno.bench.client import BenchRequest, EndpointConfig, build_payload, chunk_has_content
 from jalapeno.bench.power import PowerSampler, integrate_energy
-from jalapeno.bench.runner import LoadSpec, is_loopback
+from jalapeno.bench.loadgen import LoadSpec, is_loopback
 from jalapeno.errors import ConfigError
 
 

@@ -76,7 +76,7 @@ def test_simulate_cli_flag_and_error_exit(capsys):
 def test_sweep_point_carries_the_cap_into_scenario_and_economics():
     from jalapeno.economics import point_groups
     from jalapeno.report.grid import expand, point_id
-    from jalapeno.report.runner import point_scenario
+    from jalapeno.report.pool import point_scenario
     from jalapeno.report.spec import parse_sweep
 
     spec, _ = parse_sweep("models: [llama-3.1-8b]\nhardware: [h100]\nmax_chips: 1\n"

@@ -8,7 +8,7 @@ import pytest
 
 from jalapeno.bench.client import BenchRequest
 from jalapeno.bench.compare import simulate_workload
-from jalapeno.bench.runner import LoadSpec
+from jalapeno.bench.loadgen import LoadSpec
 from jalapeno.calibration.points import Layout, SimSpec
 from jalapeno.calibration.predict import simulate as predict
 from jalapeno.server.build import sim_engine

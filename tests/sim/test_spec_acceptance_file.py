@@ -7,7 +7,7 @@ import json
 import pytest
 
 from jalapeno.cli import main
-from jalapeno.spec import SpecStats
+from jalapeno.speculative import SpecStats
 
 SMALL = ["--model", "llama-3.1-8b", "--hardware", "h100", "--isl", "256", "--osl", "64", "--num-prompts", "24"]
 

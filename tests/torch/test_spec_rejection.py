@@ -10,7 +10,7 @@ from scipy.stats import chisquare
 
 from jalapeno.backends.torch.speculative import probs_of
 from jalapeno.backends.torch.sampler import SampleSpec
-from jalapeno.spec.rejection import greedy_verify, one_hot_probs, rejection_sample
+from jalapeno.speculative.rejection import greedy_verify, one_hot_probs, rejection_sample
 
 N = 20_000
 V = 8

@@ -53,7 +53,7 @@ def test_metrics_expose_vllm_spec_decode_counters(tiny_model):
     from jalapeno.backends.torch.backend import TorchBackend
     from jalapeno.engine import Engine, EngineConfig, SamplingParams
     from jalapeno.server.prom import ServerMetrics
-    from jalapeno.spec import SpecConfig
+    from jalapeno.speculative import SpecConfig
 
     _, path = tiny_model("qwen2")
     backend = TorchBackend(path, num_blocks=64, speculative=SpecConfig("ngram", num_speculative_tokens=3))

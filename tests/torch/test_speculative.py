@@ -11,7 +11,7 @@ import torch
 
 from jalapeno.backends.torch.backend import TorchBackend
 from jalapeno.engine import Engine, EngineConfig, SamplingParams
-from jalapeno.spec import SpecConfig
+from jalapeno.speculative import SpecConfig
 from jalapeno.testing.torch_models import FAMILIES, hf_greedy
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0.0)

@@ -79,7 +79,7 @@ def generate(
     from jalapeno.backends.torch.loader import check_quantize, load_tokenizer
     from jalapeno.engine import EngineConfig, SamplingParams
 
-    from jalapeno.spec import spec_config_from_options
+    from jalapeno.speculative import spec_config_from_options
 
     quant = check_quantize(quantize)  # before loading anything
     spec_config_from_options(speculative, num_speculative_tokens, draft_model, draft_layers)  # before loading

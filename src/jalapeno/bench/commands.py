@@ -72,7 +72,7 @@ def bench(
 
     from jalapeno.bench.client import EndpointConfig
     from jalapeno.bench.dataset import WorkloadSpec, build_requests, load_tokenizer
-    from jalapeno.bench.runner import BenchFailed, LoadSpec, arrival_offsets, run_benchmark
+    from jalapeno.bench.loadgen import BenchFailed, LoadSpec, arrival_offsets, run_benchmark
     from jalapeno.metrics import SLO
     from jalapeno.bench.summary import print_comparison, print_summary
 

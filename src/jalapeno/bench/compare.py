@@ -15,7 +15,7 @@ from jalapeno.metrics import SLO
 def simulate_workload(
     requests: Sequence[BenchRequest],
     arrivals: np.ndarray,
-    load,  # jalapeno.bench.runner.LoadSpec
+    load,  # jalapeno.bench.loadgen.LoadSpec
     *,
     hardware: str,
     model: str,

@@ -67,15 +67,6 @@ def disagg_scenario(spec: Any, *, prompts_per_concurrency: int | None = None, se
                     random_range_ratio=spec.range_ratio, framework=_engine_framework(spec.framework), seed=seed, **kw)
 
 
-#: simulate metric -> (``jalapeno simulate`` key, factor to SI)
-_KEYS = {
-    "output_tput_per_gpu": ("output_throughput_per_chip", 1.0),
-    "total_tput_per_gpu": ("total_token_throughput_per_chip", 1.0),
-    "median_tpot": ("median_tpot_ms", 1e-3),
-    "median_ttft": ("median_ttft_ms", 1e-3),
-    "median_e2e_latency": ("median_e2el_ms", 1e-3),
-    "median_interactivity": ("median_interactivity", 1.0),
-}
 
 
 def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts_per_concurrency: int | None = None,
@@ -97,7 +88,9 @@ def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts
         base = efficiency if efficiency is not None else efficiency_of(spec.chip)
         efficiency = base.model_copy(update={"request_overhead_ms": float(request_overhead_ms)})
     m = run_scenario(sc, efficiency=efficiency)
-    out = {k: float(m[s]) * f for k, (s, f) in _KEYS.items() if m.get(s) is not None}
+    from jalapeno.calibration.predict import SIM_KEYS
+
+    out = {k: float(m[s]) * f for k, (s, f) in SIM_KEYS.items() if m.get(s) is not None}
     out["concurrency"] = float(spec.concurrency)
     return out
 

@@ -18,7 +18,8 @@ OFFLINE_MAX_SEQS = 2048
 #: requests in an offline run, per sequence slot (enough that the ramp-up and drain are a small share)
 OFFLINE_PROMPTS_PER_SLOT = 3
 
-_SIM_KEYS = {
+#: calibration metric -> (``jalapeno simulate`` metrics key, factor to SI units)
+SIM_KEYS = {
     "output_tput_per_gpu": ("output_throughput_per_chip", 1.0),
     "total_tput_per_gpu": ("total_token_throughput_per_chip", 1.0),
     "median_tpot": ("median_tpot_ms", 1e-3),
@@ -123,7 +124,7 @@ def simulate(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int =
     wl = inferencex_workload(spec.isl, spec.osl, concurrency=conc, num_prompts=per * conc,
                              range_ratio=spec.range_ratio, seed=seed)
     m = run_workload(engine, wl).metrics(num_chips=cm.num_chips)
-    out = {k: float(m[s]) * f for k, (s, f) in _SIM_KEYS.items() if s in m and m[s] is not None}
+    out = {k: float(m[s]) * f for k, (s, f) in SIM_KEYS.items() if s in m and m[s] is not None}
     out["concurrency"] = float(conc)
     return out
 

@@ -186,7 +186,7 @@ def score_many(designs: Iterable[dict], spec: DesignSpec, out_dir: str | Path, w
     if ray:
         import functools
 
-        from jalapeno.report.runner import _run_ray
+        from jalapeno.report.pool import _run_ray
 
         got: dict[str, dict] = {}
 

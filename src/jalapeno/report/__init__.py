@@ -1,7 +1,7 @@
 """Answers from the simulator: sweeps, economics, Pareto fronts, ``recommend`` and the HTML report.
 
 * ``spec`` — the sweep YAML (pydantic, errors name the line); ``grid`` — expansion into points, ``auto`` layouts;
-* ``runner`` — :func:`~jalapeno.report.runner.run_point` (the one adapter to ``jalapeno simulate``), process
+* ``pool`` — :func:`~jalapeno.report.pool.run_point` (the one adapter to ``jalapeno simulate``), process
   pool / Ray drivers; ``store`` — crash-safe part files compacted into ``results.parquet``; ``sweep`` — glue;
 * ``economics`` — tokens/J, tokens/MW, $/Mtok (pure); ``pareto`` — fronts (pure);
 * ``recommend`` — chip + layout ranking under SLOs with reasons; ``html`` — the self-contained report;

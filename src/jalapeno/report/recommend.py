@@ -29,7 +29,7 @@ from jalapeno.fmt import num
 from jalapeno.hardware.confidence import TRUST_LEVELS, trusted
 from jalapeno.economics import DEFAULT_PUE
 from jalapeno.report.grid import ArchDims, auto_layouts, describe_layout, make_point
-from jalapeno.report.runner import PointFn, run_point, run_points
+from jalapeno.report.pool import PointFn, run_point, run_points
 
 Objective = Literal["cost", "energy", "latency"]
 OBJECTIVES: tuple[str, ...] = ("cost", "energy", "latency")

@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 from jalapeno.errors import ConfigError
 from jalapeno.economics import DEFAULT_PUE, economics, point_groups
 from jalapeno.report.grid import ArchDims, expand
-from jalapeno.report.runner import PointFn, SweepSummary, run_point, run_sweep
+from jalapeno.report.pool import PointFn, SweepSummary, run_point, run_sweep
 from jalapeno.report.spec import SweepSpec
 from jalapeno.report.store import ResultStore
 

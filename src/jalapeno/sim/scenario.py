@@ -227,7 +227,7 @@ def _validate(sc: Scenario) -> None:
 
 def _parse_acceptance(text: str | float, k: int) -> float | tuple[float, ...]:
     if isinstance(text, str) and (text.endswith(".json") or os.path.isfile(text)):
-        from jalapeno.spec.proposer import read_acceptance_file
+        from jalapeno.speculative.proposer import read_acceptance_file
 
         return read_acceptance_file(text, k)
     parts = [p for p in str(text).replace(";", ",").split(",") if p.strip()]

@@ -23,7 +23,7 @@ from jalapeno.backends.torch.sampler import SampleSpec, sample
 from jalapeno.engine.batch import ScheduledBatch, StepResult
 from jalapeno.engine.interface import Backend, SequenceFailed
 from jalapeno.errors import CapacityError, ConfigError, JalapenoError, RequestError
-from jalapeno.spec.proposer import SpecConfig
+from jalapeno.speculative.proposer import SpecConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -19,8 +19,8 @@ from jalapeno.backends.torch.linear import run_linear
 from jalapeno.backends.torch.runner import PYTORCH_ONLY, ModelRunner
 from jalapeno.backends.torch.sampler import SampleSpec, _mix, filter_logits
 from jalapeno.errors import ConfigError
-from jalapeno.spec.proposer import AdaptiveK, Draft, DraftRequest, NgramProposer, Proposer, SpecConfig, SpecStats
-from jalapeno.spec.rejection import greedy_verify, one_hot_probs, rejection_sample
+from jalapeno.speculative.proposer import AdaptiveK, Draft, DraftRequest, NgramProposer, Proposer, SpecConfig, SpecStats
+from jalapeno.speculative.rejection import greedy_verify, one_hot_probs, rejection_sample
 
 #: xor'ed into a seeded request's generator seed for its draft draws (kept apart from its verification draws)
 _DRAFT_SALT = 0x5EED_D4AF

@@ -1,12 +1,12 @@
 """Speculative decoding: proposers (n-gram / prompt lookup here; self-speculative in the torch backend), the
 per-sequence adaptive draft length and the acceptance counters. Exact rejection sampling lives in
-``jalapeno.spec.rejection`` (torch; imported only by the torch backend and its tests).
+``jalapeno.speculative.rejection`` (torch; imported only by the torch backend and its tests).
 
 The scheduler is unchanged: it already budgets ``1 + k`` tokens and KV slots per decode and gives back the
 blocks of rejected positions in ``update_from_output``. The backend fills those slots with draft tokens,
 verifies them in one forward pass and returns the accepted tokens plus one (see docs/speculative.md)."""
 
-from jalapeno.spec.proposer import (
+from jalapeno.speculative.proposer import (
     SPECULATIVE_METHODS,
     AdaptiveK,
     Draft,

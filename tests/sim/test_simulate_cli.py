@@ -6,6 +6,7 @@ import json
 import pytest
 
 from jalapeno.cli import main
+from jalapeno.testing import simulate_json
 
 SMALL = ["--model", "llama-3.1-8b", "--hardware", "h100", "--isl", "256", "--osl", "64", "--num-prompts", "24"]
 
@@ -19,13 +20,7 @@ IX_KEYS = ["num_chips", "output_throughput_per_chip", "total_token_throughput_pe
            "avg_power_w", "output_tokens_per_joule"]
 
 
-def run_json(capsys, *args):
-    with pytest.raises(SystemExit) as e:  # main() exits only on errors; the raise below marks success
-        main(["simulate", *args, "--json"])
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    assert e.value.code == 0, out.err
-    return json.loads(out.out)
+run_json = simulate_json
 
 
 def test_json_has_vllm_and_inferencex_keys(capsys):

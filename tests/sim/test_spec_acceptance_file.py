@@ -8,17 +8,12 @@ import pytest
 
 from jalapeno.cli import main
 from jalapeno.speculative import SpecStats
+from jalapeno.testing import simulate_json
 
 SMALL = ["--model", "llama-3.1-8b", "--hardware", "h100", "--isl", "256", "--osl", "64", "--num-prompts", "24"]
 
 
-def run_json(capsys, *args):
-    with pytest.raises(SystemExit) as e:  # main() exits only on errors; the raise below marks success
-        main(["simulate", *args, "--json"])
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    assert e.value.code == 0, out.err
-    return json.loads(out.out)
+run_json = simulate_json
 
 
 def _stats() -> SpecStats:

@@ -91,7 +91,8 @@ def calibrate(
     workers: Annotated[int, typer.Option("--workers", help="Simulation processes.")] = 2,
     search_prompts: Annotated[int, typer.Option("--search-prompts", help="Requests per unit of concurrency during the search.")] = 4,
     final_prompts: Annotated[Optional[int], typer.Option("--final-prompts", help="Requests per unit of concurrency for the final tables (default: each point's own, InferenceX 10).")] = None,
-    max_nfev: Annotated[int, typer.Option("--max-nfev", help="Most objective evaluations per stage.")] = 12,
+    max_iter: Annotated[int, typer.Option("--max-iter", help="Most Gauss-Newton iterations (each simulates every search point once); it stops earlier when no parameter moves by 1%.")] = 4,
+    max_nfev: Annotated[int, typer.Option("--max-nfev", help="Most objective evaluations of the MTP acceptance search (--fit-mtp).")] = 12,
     max_search_points: Annotated[int, typer.Option("--max-search-points", help="The search runs on at most this many configurations, evenly spread (0: all); the tables use all.")] = 150,
     as_json: Annotated[bool, typer.Option("--json", help="Print the fit report as JSON.")] = False,
 ) -> None:
@@ -103,8 +104,9 @@ def calibrate(
     from jalapeno.calibration.overlay import write_overlay
     from jalapeno.hardware.catalog import ENV_VAR
 
-    if workers < 1 or search_prompts < 1 or max_nfev < 1 or max_search_points < 0:
-        raise CalibrationError("--workers, --search-prompts and --max-nfev must be >= 1, --max-search-points >= 0")
+    if workers < 1 or search_prompts < 1 or max_nfev < 1 or max_iter < 1 or max_search_points < 0:
+        raise CalibrationError("--workers, --search-prompts, --max-iter and --max-nfev must be >= 1, "
+                               "--max-search-points >= 0")
     dirs = [str(d) for d in hardware_dir or []]
     if dirs:  # the simulation processes resolve chips through the catalogue: make the user's dirs visible
         os.environ[ENV_VAR] = os.pathsep.join([*filter(None, [os.environ.get(ENV_VAR, "")]), *dirs])
@@ -134,7 +136,7 @@ def calibrate(
             bar.update(task, description=label, completed=done, total=total)
 
         report = fit(fit_items, held, key, names, workers=workers, search_prompts=search_prompts,
-                     final_prompts=final_prompts, max_nfev=max_nfev, max_search_points=max_search_points or None,
+                     final_prompts=final_prompts, max_iter=max_iter, max_search_points=max_search_points or None,
                      progress=progress)
         report.excluded = prep.excluded
         extra = {}
@@ -144,7 +146,7 @@ def calibrate(
 
             eff = apply_params(efficiency_of(key), {k: v for k, v in report.fitted.items() if "@" not in k})
             mtps = fit_mtp_acceptance(dedupe(mtp_fit), eff, workers=workers, search_prompts=search_prompts,
-                                      progress=progress)
+                                      max_nfev=max_nfev, progress=progress)
             extra["mtp_acceptance"] = [m.__dict__ for m in mtps]
     command = " ".join(["jalapeno calibrate", *(f"--csv {shlex.quote(str(f))}" for f in csv or []),
                         *(f"--bench-json {shlex.quote(str(f))}" for f in bench_json or []),
@@ -157,7 +159,8 @@ def calibrate(
     console = Console()
     console.print(f"{len(pts)} measured points; {key}: {report.n_fit} fit (search on {report.n_search}) and "
                   f"{report.n_held} held-out configurations ({split}); {report.simulations} simulations in "
-                  f"{report.wall_s:.0f} s")
+                  f"{report.wall_s:.0f} s; Gauss-Newton {len(report.iterations)} iteration(s), "
+                  + ("converged" if report.converged else "stopped at --max-iter"))
     _print_tables(console, report)
     for m in extra.get("mtp_acceptance", []):
         console.print(f"MTP acceptance {m['model']} / {m['framework']}: {m['acceptance']:.3f} ({m['points']} points)")

@@ -262,16 +262,29 @@ class Predictor:
             self._pool = None
 
     def run(self, jobs: Sequence[Job], label: str = "simulating") -> list[dict]:
-        order = sorted(range(len(jobs)), key=lambda i: -_cost_guess(jobs[i].spec))
-        results = map(run_job, [jobs[i] for i in order]) if self._pool is None else \
-            self._pool.map(run_job, [jobs[i] for i in order], chunksize=1)
-        out: list[dict] = [{}] * len(jobs)
+        return self.map(run_job, [(j,) for j in jobs], label)
+
+    def map(self, fn: Callable, args: Sequence[tuple], label: str = "simulating") -> list:
+        """``fn(*a)`` for every ``a`` in ``args`` (its first element a job or a spec: long ones first), in order."""
+        def spec_of(a: tuple) -> SimSpec:
+            return a[0].spec if isinstance(a[0], Job) else a[0]
+
+        order = sorted(range(len(args)), key=lambda i: -_cost_guess(spec_of(args[i])))
+        todo = [args[i] for i in order]
+        results = (fn(*a) for a in todo) if self._pool is None else \
+            self._pool.map(_star, [(fn, a) for a in todo], chunksize=1)
+        out: list = [None] * len(args)
         for n, (i, r) in enumerate(zip(order, results), 1):
             out[i] = r
             if self.progress:
-                self.progress(label, n, len(jobs))
-        self.runs += len(jobs)
+                self.progress(label, n, len(args))
+        self.runs += len(args)
         return out
+
+
+def _star(fa: tuple) -> object:
+    fn, a = fa
+    return fn(*a)
 
 
 def log_residuals(items: Sequence[Item], preds: Sequence[dict], metrics: Sequence[str]) -> np.ndarray:
@@ -315,6 +328,8 @@ class FitReport:
     excluded: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     n_search: int = 0  # configurations the search ran on (a subsample of the fit set when capped)
+    iterations: list = field(default_factory=list)  # Gauss-Newton iterates: values, cost, median |ln|, move
+    converged: bool = False  # the last step moved every parameter by less than 1%
 
     def held_out_median(self, metric: str = "output_tput_per_gpu") -> float | None:
         s = self.tables.get("after held-out", {}).get(metric)
@@ -323,7 +338,8 @@ class FitReport:
     def to_json(self) -> dict:
         return {
             "chip": self.chip, "start": self.start, "fitted": self.fitted, "n_fit": self.n_fit,
-            "n_held": self.n_held, "n_search": self.n_search, "simulations": self.simulations, "wall_s": round(self.wall_s, 1),
+            "n_held": self.n_held, "n_search": self.n_search, "simulations": self.simulations,
+            "converged": self.converged, "iterations": self.iterations, "wall_s": round(self.wall_s, 1),
             "bounds": {p.name: [p.lower, p.upper] for p in self.params},
             "tables": {k: {m: {"n": s.n, "median_abs_pct": _num(s.median_abs), "p90_abs_pct": _num(s.p90_abs),
                                "median_signed_pct": _num(s.median_signed)} for m, s in t.items()}
@@ -400,12 +416,17 @@ def subsample(items: Sequence[Item], n: int | None) -> list[Item]:
 
 def fit(items: Sequence[Item], held: Sequence[Item], chip: str, names: Sequence[str], *,
         base: Efficiency | None = None, workers: int = 2, search_prompts: int = 4, final_prompts: int | None = None,
-        max_nfev: int = 12, max_search_points: int | None = None, progress: Progress | None = None) -> FitReport:
+        max_iter: int = 4, max_search_points: int | None = None, progress: Progress | None = None,
+        weights: dict[str, float] | None = None) -> FitReport:
     """Fit ``names`` for ``chip`` on ``items`` (already deduplicated), report errors on ``items`` and ``held``.
 
-    ``final_prompts`` None = each point's own request count (InferenceX: 10 x concurrency).
-    ``max_search_points``: the search runs on at most that many of ``items`` (:func:`subsample`; the tables use
-    all of them)."""
+    The search is Gauss–Newton over linearised simulations (:mod:`jalapeno.calibration.gauss_newton`: one
+    simulation of every search point per iteration, at most ``max_iter``), on ``weights`` (metric -> weight;
+    default: output tok/s per chip and median TPOT, plus median TTFT at 0.7 when a request-latency or prefill
+    parameter is fitted). ``final_prompts`` None = each point's own request count (InferenceX: 10 x
+    concurrency). ``max_search_points``: the search runs on at most that many of ``items`` (:func:`subsample`;
+    the tables use all of them)."""
+    from jalapeno.calibration.gauss_newton import Spec, gauss_newton
     from jalapeno.calibration.predict import efficiency_of
 
     t0 = time.time()
@@ -417,31 +438,24 @@ def fit(items: Sequence[Item], held: Sequence[Item], chip: str, names: Sequence[
     for p in lat_params:
         _check_enough(len(_latency_items(subsample(items, max_search_points), p)), [p], f"fit of {p.name}")
     start = {p.name: current_value(p, base) for p in params}
-    values = dict(start)
     search = subsample(items, max_search_points)
+    if weights is None:
+        ttft = 0.7 if lat_params or any(p.name.startswith("prefill_") for p in params) else 0.0
+        weights = {**{m: 1.0 for m in EFFICIENCY_METRICS}, "median_ttft": 1.0 if not eff_params else ttft}
+    spec = Spec(tuple(p.name for p in params), tuple((p.lower, p.upper) for p in params), weights,
+                lambda s, v: apply_params(base, v), _latency_overrides)
     with Predictor(workers, progress) as pred:
-        if eff_params:
-            def resid(x: np.ndarray) -> np.ndarray:
-                eff = apply_params(base, {p.name: float(v) for p, v in zip(eff_params, x)})
-                return log_residuals(search, pred.run(_jobs(search, eff, search_prompts, {}), "efficiency fit"),
-                                     EFFICIENCY_METRICS)
-
-            x = _least_squares(resid, np.array([start[p.name] for p in eff_params]), eff_params, max_nfev)
-            values.update({p.name: float(v) for p, v in zip(eff_params, x)})
+        gn = gauss_newton(search, spec, start, prompts=search_prompts, mapper=pred.map, max_iter=max_iter)
+        values = gn.values
         eff = apply_params(base, values)
-        for p in lat_params:
-            sel = _latency_items(search, p)
-            key = p.framework or "*"
-
-            def resid_lat(x: np.ndarray, sel=sel, key=key) -> np.ndarray:
-                preds = pred.run(_jobs(sel, eff, search_prompts, {key: float(x[0])}), f"{p.name} fit")
-                return log_residuals(sel, preds, LATENCY_METRICS)
-
-            values[p.name] = float(_least_squares(resid_lat, np.array([start[p.name]]), [p], max_nfev)[0])
         tables, failures = _tables(pred, items, held, base, eff, start, values, final_prompts)
         runs = pred.runs
-    return FitReport(chip, params, start, values, len(items), len(held), tables, runs, time.time() - t0,
-                     failures=failures, n_search=len(search))
+    rep = FitReport(chip, params, start, values, len(items), len(held), tables, runs, time.time() - t0,
+                    failures=failures, n_search=len(search))
+    rep.iterations = [{k: (None if isinstance(v, float) and v != v else v) for k, v in it.__dict__.items()}
+                      for it in gn.iterations]
+    rep.converged = gn.converged
+    return rep
 
 
 def _latency_items(items: Sequence[Item], p: Param) -> list[Item]:

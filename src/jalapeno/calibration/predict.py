@@ -7,7 +7,9 @@ overridden, which is what calibration fits.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from jalapeno.calibration.points import SimSpec
 from jalapeno.hardware.schema import ChipSpec, Efficiency
@@ -94,15 +96,39 @@ def simulate(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int =
     ``frameworks``: InferenceX rows use their serving framework's request overhead (else the chip's generic
     one); ``request_overhead_ms`` overrides both (what ``--fit-frameworks`` searches).
     Raises :class:`~jalapeno.errors.CapacityError` when the model does not fit."""
-    from jalapeno.perf.frameworks import apply_framework
-    from jalapeno.sim import SpecDecode, build_sim_engine, run_workload
-    from jalapeno.workload import inferencex_workload
-
     if getattr(spec, "disagg", None) is not None:  # both pools, per-pool layouts (calibration.disagg)
         from jalapeno.calibration.disagg import simulate_disagg
 
         return simulate_disagg(spec, efficiency, seed=seed, prompts_per_concurrency=prompts_per_concurrency,
                                frameworks=frameworks, request_overhead_ms=request_overhead_ms)
+    run = run_point(spec, efficiency, seed=seed, prompts_per_concurrency=prompts_per_concurrency,
+                    frameworks=frameworks, request_overhead_ms=request_overhead_ms)
+    return run.predicted
+
+
+@dataclass
+class PointRun:
+    """One aggregated point's simulation: the simulator's result, the cost model and efficiency it ran with,
+    the engine, the concurrency, and the predicted metrics (SI units, :data:`SIM_KEYS`)."""
+
+    result: Any  # jalapeno.sim.SimResult
+    cost_model: Any
+    efficiency: Efficiency
+    engine: Any
+    concurrency: int
+    predicted: dict[str, float]
+
+
+def run_point(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int = 0,
+              prompts_per_concurrency: int | None = None, frameworks: bool = True,
+              request_overhead_ms: float | None = None, backend_cls=None) -> PointRun:
+    """:func:`simulate` of an aggregated point, keeping what it ran (``backend_cls``: a
+    :class:`~jalapeno.sim.backend.SimBackend` subclass that observes the steps, see
+    :mod:`jalapeno.calibration.linearise`)."""
+    from jalapeno.perf.frameworks import apply_framework
+    from jalapeno.sim import SpecDecode, build_sim_engine, run_workload
+    from jalapeno.workload import inferencex_workload
+
     eff = efficiency if efficiency is not None else efficiency_of(spec.chip)
     if frameworks:
         eff = apply_framework(eff, framework_profile(spec))
@@ -120,13 +146,18 @@ def simulate(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int =
         per = prompts_per_concurrency or spec.num_prompts_per_concurrency
     # the simulator's default limits (jalapeno.sim.factory.SimLimits): a token budget of 8192 per step (the
     # vLLM/SGLang/TRT-LLM chunked-prefill default on Hopper); never fewer sequence slots than ``conc``
-    engine = build_sim_engine(cm, spec=spec_dec, in_flight=conc)
+    kw = {} if backend_cls is None else {"backend_cls": backend_cls}
+    engine = build_sim_engine(cm, spec=spec_dec, in_flight=conc, **kw)
+    attach = getattr(engine.backend, "attach_clock", None)
+    if attach is not None:  # an observing backend reads step start times off the engine's clock
+        attach(engine.clock)
     wl = inferencex_workload(spec.isl, spec.osl, concurrency=conc, num_prompts=per * conc,
                              range_ratio=spec.range_ratio, seed=seed)
-    m = run_workload(engine, wl).metrics(num_chips=cm.num_chips)
+    res = run_workload(engine, wl)
+    m = res.metrics(num_chips=cm.num_chips)
     out = {k: float(m[s]) * f for k, (s, f) in SIM_KEYS.items() if s in m and m[s] is not None}
     out["concurrency"] = float(conc)
-    return out
+    return PointRun(res, cm, eff, engine, conc, out)
 
 
 def with_efficiency(base: Efficiency, **changes) -> Efficiency:
@@ -139,4 +170,4 @@ def with_efficiency(base: Efficiency, **changes) -> Efficiency:
     return base.model_copy(update=upd)
 
 
-__all__ = ["simulate", "framework_profile", "cost_model", "efficiency_of", "with_efficiency", "offline_concurrency"]
+__all__ = ["simulate", "run_point", "PointRun", "framework_profile", "cost_model", "efficiency_of", "with_efficiency", "offline_concurrency"]

@@ -88,6 +88,12 @@ def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_p
     )
 
 
+#: the efficiency fields :func:`overhead_vector` reads (each enters the step time affinely)
+_OVERHEAD_FIELDS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "seq_overhead_us",
+                    "prefill_layer_overhead_us", "expert_overhead_us", "prefill_expert_overhead_us",
+                    "prefill_token_overhead_ns")
+
+
 class CostModel:
     """Step time/energy of ``model`` on ``parallel.tp * parallel.pp`` chips of ``chip`` (one replica).
 
@@ -416,6 +422,31 @@ class CostModel:
 
     def _x(self, shape: StepShape) -> np.ndarray:
         return np.array(features(shape, self._routing), dtype=np.float64)
+
+    def features(self, shape: StepShape) -> np.ndarray:
+        """The step's feature vector (:data:`~jalapeno.perf.ops.FEATURES` order, this model's routing)."""
+        return self._x(shape)
+
+    def fixed_time_gradient(self, name: str) -> np.ndarray | None:
+        """d(step time)/d(``efficiency.<name>``) as coefficients over the features, when that field enters the step
+        time only through the row of times that add as they are, affinely: the overhead terms of
+        :func:`overhead_vector` (per unit of the field) and ``prefill_collective_overlap`` (minus the overlappable
+        collectives' per-token time, on prefill tokens). None for any other field (it changes the roofline)."""
+        if name == "prefill_collective_overlap":
+            c = sum((o.net_time[IDX["T"]] for o in self._net if o.name in OVERLAPPABLE), 0.0)
+            return vec(Tp=-float(c))
+        if name not in _OVERHEAD_FIELDS:
+            return None
+        m = self.model
+        unit = Efficiency.model_construct(**{**{f: 0.0 for f in _OVERHEAD_FIELDS}, name: 1.0})
+        return overhead_vector(unit, m.num_layers, self._moe_layers(),
+                               m.num_experts / self.parallel.ep if m.num_experts else 0.0)
+
+    @property
+    def time_rows(self) -> np.ndarray:
+        """The time coefficients over the features: each work operator's compute-time row, then its memory-time
+        row, then the one row of times that add as they are (collectives and overheads: ``overhead_vector``)."""
+        return self._M[: 2 * self._n + 1]
 
     def step(self, shape: StepShape) -> StepCost:
         """Time (s), energy (J), FLOPs and bytes of one step of one replica (an empty step costs nothing)."""

@@ -185,43 +185,55 @@ def report(name: str, items, preds) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ fitting
+def _lib_name(n: str) -> str:
+    """This script's parameter name as the library's (``fw.vllm`` -> ``request_overhead_ms@vllm``)."""
+    return f"request_overhead_ms@{n[3:]}" if n.startswith("fw.") else n
+
+
 def fit(items: list[tuple[Point, SimSpec]], names: list[str], start: dict[str, float], per: int, pool,
-        max_nfev: int) -> tuple[dict[str, float], float]:
-    from scipy.optimize import least_squares
+        max_iter: int) -> tuple[dict[str, float], float, dict]:
+    """Gauss-Newton over linearised simulations (jalapeno.calibration.gauss_newton): each iteration simulates
+    every fit point once; stops when no parameter moves by 1%. Returns (values, median |ln| at them, log)."""
+    from jalapeno.calibration.gauss_newton import Spec, gauss_newton
 
     spec_all = {**PARAMS, **FRAMEWORK_PARAMS}
-    points = [p for p, _ in items]
-    specs = [s for _, s in items]
-    x0 = np.array([start.get(n, spec_all[n][0]) for n in names])
-    lo = np.array([spec_all[n][1] for n in names])
-    hi = np.array([spec_all[n][2] for n in names])
+    lib = [_lib_name(n) for n in names]
     fixed = {k: v for k, v in start.items() if k not in names}
-    n_eval = [0]
-    best: list = [math.inf, x0]
+    x0 = {ln: float(np.clip(start.get(n, spec_all[n][0]), spec_all[n][1], spec_all[n][2])) for n, ln in zip(names, lib)}
 
-    class Budget(Exception):
-        pass
+    def eff(s: SimSpec, vals: dict[str, float]) -> Efficiency:
+        return efficiency_with(efficiency_of(s.chip), {**fixed, **{k: v for k, v in vals.items() if "@" not in k}})
 
-    def f(x: np.ndarray) -> np.ndarray:
-        if n_eval[0] >= max_nfev:  # scipy's max_nfev does not count the finite-difference Jacobian's calls
-            raise Budget
-        n_eval[0] += 1
-        prm = {**fixed, **dict(zip(names, x))}
-        r = residuals(points, predict(specs, prm, per, pool, max_requests=MAX_FIT_REQUESTS))
-        cost = float(np.median(np.abs(r)))
-        if cost < best[0]:
-            best[:] = [cost, np.array(x)]
-        print(f"  eval {n_eval[0]:3d} cost {cost:.4f} "
-              + " ".join(f"{n}={v:.3g}" for n, v in zip(names, x)), file=sys.stderr, flush=True)
-        return r
+    def latency(vals: dict[str, float]) -> dict[str, float]:
+        return {k.split("@", 1)[1]: v for k, v in vals.items() if "@" in k}
 
-    try:
-        least_squares(f, np.clip(x0, lo, hi), bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=0.05,
-                      x_scale=np.maximum(np.abs(x0), 0.1))
-    except Budget:
-        pass
-    # the evaluated point with the lowest median |ln(pred/meas)| (what the targets measure)
-    return {**fixed, **dict(zip(names, best[1].tolist()))}, best[0]
+    def prompts(s: SimSpec) -> int:
+        return max(1, min(per, MAX_FIT_REQUESTS // max(1, s.concurrency or 1)))
+
+    def mapper(fn, args, label):
+        order = sorted(range(len(args)), key=lambda i: -(args[i][0].concurrency or 1) * (args[i][0].osl + args[i][0].isl / 8))
+        res = list(pool.map(_star, [(fn, args[i]) for i in order], chunksize=1)) if pool else [fn(*args[i]) for i in order]
+        out: list = [None] * len(args)
+        for i, r in zip(order, res):
+            out[i] = r
+        print(f"  {label}: {len(args)} points simulated", file=sys.stderr, flush=True)
+        return out
+
+    spec = Spec(tuple(lib), tuple((spec_all[n][1], spec_all[n][2]) for n in names), WEIGHTS, eff, latency)
+    gn = gauss_newton(items, spec, x0, prompts=prompts, mapper=mapper, max_iter=max_iter)
+    for k, it in enumerate(gn.iterations, 1):
+        print(f"  iteration {k}: cost {it.cost:.4f} median |ln| {it.median_abs_log:.4f} failed {it.failed} "
+              f"move {it.move:.3g} " + " ".join(f"{n}={v:.4g}" for n, v in it.values.items()), file=sys.stderr, flush=True)
+    got = {**fixed, **{n: gn.values[ln] for n, ln in zip(names, lib)}}
+    best = min((it for it in gn.iterations), key=lambda it: it.cost, default=None)
+    log = {"converged": gn.converged, "iterations": [{**it.__dict__} for it in gn.iterations],
+           "simulations": gn.simulations}
+    return got, (best.median_abs_log if best else math.nan), log
+
+
+def _star(fa):
+    fn, a = fa
+    return fn(*a)
 
 
 # ------------------------------------------------------------------------------------------------ writing
@@ -273,14 +285,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chip", action="append", help="chip(s) whose points to use (default: all)")
     ap.add_argument("--params", type=Path, action="append", help="JSON of fitted values to apply (eval)")
     ap.add_argument("--out", type=Path, help="fit: write the fitted values here (JSON)")
-    ap.add_argument("--max-points", type=int, default=110, help="fit: configurations sampled from the fit split")
+    ap.add_argument("--max-points", type=int, default=2000, help="fit: configurations sampled from the fit split")
     ap.add_argument("--per", type=int, default=2, help="simulated requests per unit of concurrency")
-    ap.add_argument("--max-nfev", type=int, default=40, help="fit: simulations of the fit set, Jacobian included")
+    ap.add_argument("--max-iter", type=int, default=4, help="fit: Gauss-Newton iterations (one simulation of the fit set each)")
     ap.add_argument("--frameworks", action="store_true", help="fit: also fit the framework request latencies")
     ap.add_argument("--start", help="fit: start values (JSON)")
     ap.add_argument("--fix", action="append", help="fit: keep this parameter at its start value")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--by-model", action="store_true", help="eval: also group by model/framework, concurrency, ISL")
+    ap.add_argument("--dump", type=Path, help="eval: write every point's measured and predicted metrics (JSON lines)")
     ap.add_argument("--source", default="", help="write: the efficiency block's source text")
     ap.add_argument("--calibration", help="write: the calibration block (JSON)")
     a = ap.parse_args(argv)
@@ -309,11 +322,11 @@ def main(argv: list[str] | None = None) -> int:
             start = {"layer_overhead_us": DENSE_LAYER_US, **(json.loads(a.start) if a.start else {})}
             print(f"fitting {names} on {len(train)} configurations of {sorted({s.chip for _, s in train})}",
                   file=sys.stderr)
-            got, cost = fit(train, names, start, a.per, pool, a.max_nfev)
+            got, cost, log = fit(train, names, start, a.per, pool, a.max_iter)
             print(json.dumps(got, indent=1))
             if a.out:
                 a.out.write_text(json.dumps({"params": got, "fit_configurations": len(train),
-                                             "chips": sorted({s.chip for _, s in train}), "median_abs_residual": cost,
+                                             "chips": sorted({s.chip for _, s in train}), "median_abs_residual": cost, **log,
                                              "wall_s": time.time() - t0}, indent=1))
             report("fit split (sampled, deduped)", train, predict([s for _, s in train], got, a.per, pool))
             return 0
@@ -323,6 +336,14 @@ def main(argv: list[str] | None = None) -> int:
             params.update(d.get("params", d))
         specs = [s for _, s in items]
         preds = predict(specs, params or None, a.per, pool)
+        if a.dump:
+            with a.dump.open("w") as f:
+                for (p, s), pr in zip(items, preds):
+                    f.write(json.dumps({"chip": s.chip, "model": s.model, "weights": s.weights, "kv": s.kv,
+                                        "framework": s.framework, "tp": s.layout.tp, "ep": s.layout.ep,
+                                        "dpa": s.layout.dp_attention, "isl": s.isl, "osl": s.osl,
+                                        "conc": s.concurrency, "date": p.col("date"), "split": split_of(p, s),
+                                        "measured": p.metrics, "predicted": pr}) + "\n")
         groups: dict[str, list[int]] = defaultdict(list)
         for i, (p, s) in enumerate(items):
             groups[f"{s.chip} {split_of(p, s)}"].append(i)

@@ -124,10 +124,12 @@ def _move(new: np.ndarray, old: np.ndarray, bounds) -> float:
     return float(np.max(np.abs(new - old) / scale)) if len(old) else 0.0
 
 
-def gauss_newton(items: Sequence[Item], spec: Spec, start: dict[str, float], *, prompts: int | None,
+def gauss_newton(items: Sequence[Item], spec: Spec, start: dict[str, float], *,
+                 prompts: int | None | Callable[[SimSpec], int | None],
                  mapper: Callable[[Callable, list, str], list], max_iter: int = 4, tol: float = TOL) -> GNResult:
     """Fit ``spec.names`` on ``items`` from ``start`` (see module doc). ``mapper(fn, args, label)`` runs
-    ``fn(*args[i])`` for every i (a process pool) and returns the results in order."""
+    ``fn(*args[i])`` for every i (a process pool) and returns the results in order. ``prompts``: requests per
+    unit of concurrency (None: the point's own), or a function of the point giving it."""
     names = spec.names
     theta = np.array([start[n] for n in names], dtype=float)
     out = GNResult(dict(start))
@@ -135,7 +137,8 @@ def gauss_newton(items: Sequence[Item], spec: Spec, start: dict[str, float], *, 
     for it in range(max_iter):
         vals = dict(zip(names, theta.tolist()))
         lat = spec.latency(vals)
-        args = [(s, spec.efficiency(s, vals), names, spec.bounds, lat, prompts) for _, s in items]
+        args = [(s, spec.efficiency(s, vals), names, spec.bounds, lat, prompts(s) if callable(prompts) else prompts)
+                for _, s in items]
         lins: list[Linearisation] = mapper(linearise, args, f"Gauss-Newton iteration {it + 1}")
         out.simulations += len(items)
         rows = _rows(items, lins, spec.weights)

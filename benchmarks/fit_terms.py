@@ -47,6 +47,7 @@ WEIGHTS = {"output_tput_per_gpu": 1.0, "median_tpot": 1.0, "median_ttft": 0.7}
 PARAMS = {
     "step_overhead_us": (120.0, 0.0, 2000.0),
     "moe_layer_overhead_us": (80.0, 0.0, 500.0),
+    "kernel_overhead_us": (4.0, 0.0, 100.0),
     "seq_overhead_us": (40.0, 0.0, 500.0),
     "expert_overhead_us": (0.5, 0.0, 50.0),
     "prefill_layer_overhead_us": (100.0, 0.0, 2000.0),
@@ -237,7 +238,8 @@ def _star(fa):
 
 
 # ------------------------------------------------------------------------------------------------ writing
-OVERHEAD_KEYS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "expert_overhead_us", "seq_overhead_us",
+OVERHEAD_KEYS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us", "expert_overhead_us",
+                 "seq_overhead_us",
                  "prefill_layer_overhead_us", "prefill_expert_overhead_us", "prefill_token_overhead_ns", "prefill_collective_overlap",
                  "request_overhead_ms", "request_overhead_us_per_token")
 
@@ -255,7 +257,8 @@ def write_yaml(path: Path, params: dict[str, float], source: str, calibration: d
     j = i + 1
     while j < len(lines) and lines[j].startswith("  "):
         j += 1
-    vals = {"layer_overhead_us": DENSE_LAYER_US, **{k: v for k, v in params.items() if k in OVERHEAD_KEYS}}
+    vals = {"layer_overhead_us": DENSE_LAYER_US if not params.get("kernel_overhead_us") else 0.0,
+            **{k: v for k, v in params.items() if k in OVERHEAD_KEYS}}
     old = {ln.split(":")[0].strip(): ln for ln in lines[i + 1 : j]}
     for marker in ("Kernel-level fractions below are the chip's own.", "Kernel figures:"):
         kernel = old.get("source", "").split(marker)
@@ -291,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frameworks", action="store_true", help="fit: also fit the framework request latencies")
     ap.add_argument("--start", help="fit: start values (JSON)")
     ap.add_argument("--fix", action="append", help="fit: keep this parameter at its start value")
+    ap.add_argument("--terms", choices=("kernel", "layer"), default="kernel",
+                    help="fit: per-kernel cost (kernels counted from the architecture; no per-layer constants) or "
+                         "the per-layer / per-MoE-layer constants (dense per-layer prior DENSE_LAYER_US)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--by-model", action="store_true", help="eval: also group by model/framework, concurrency, ISL")
     ap.add_argument("--dump", type=Path, help="eval: write every point's measured and predicted metrics (JSON lines)")
@@ -316,10 +322,16 @@ def main(argv: list[str] | None = None) -> int:
             random.Random(0).shuffle(train)
             train = train[: a.max_points]
             names = [n for n in PARAMS if n != "request_overhead_ms" or any(framework_profile(s) is None for _, s in train)]
+            dropped = ("moe_layer_overhead_us",) if a.terms == "kernel" else ("kernel_overhead_us",)
+            names = [n for n in names if n not in dropped]
             names = [n for n in names if n not in (a.fix or [])]
             if a.frameworks:
                 names += [n for n in FRAMEWORK_PARAMS if any(framework_profile(s) == n[3:] for _, s in train)]
-            start = {"layer_overhead_us": DENSE_LAYER_US, **(json.loads(a.start) if a.start else {})}
+            start = {**(json.loads(a.start) if a.start else {})}
+            if a.terms == "kernel":  # the kernel count carries every per-layer cost
+                start.update(layer_overhead_us=0.0, moe_layer_overhead_us=0.0)
+            else:
+                start.update(layer_overhead_us=DENSE_LAYER_US, kernel_overhead_us=0.0)
             print(f"fitting {names} on {len(train)} configurations of {sorted({s.chip for _, s in train})}",
                   file=sys.stderr)
             got, cost, log = fit(train, names, start, a.per, pool, a.max_iter)

@@ -137,3 +137,19 @@ def test_expert_overhead_is_per_routed_expert_run_every_step():
         assert _dt(base, over, s) == pytest.approx(36 * 128 * (1 - (1 - 4 / 128) ** n) * 0.5e-6, rel=1e-9)
     b3, o3 = _pair(LLAMA_8B, expert_overhead_us=0.5)
     assert _dt(b3, o3, DECODE) == 0.0  # dense: no experts
+
+
+def test_kernel_overhead_is_the_architectures_kernel_count_times_the_term():
+    # hand counts (perf.model.KERNELS): Llama-3.1-8B layer = 2 norms + 4 GQA + 3 dense MLP = 9, x32 + 3 per step;
+    # GPT-OSS-120B layer = 2 + 4 + 6 MoE = 12 (+2 all-reduces at TP2), x36 + 3; DeepSeek-R1 at TP8: MoE layer =
+    # 2 + 2 collectives + 9 MLA + 6 MoE + 3 shared = 22 (x58), dense layer = 2 + 2 + 9 + 3 = 16 (x3), + 3
+    from jalapeno.perf.model import kernel_count
+
+    assert kernel_count(LLAMA_8B) == 32 * 9 + 3 == 291
+    assert kernel_count(GPT_OSS_120B) == 36 * 12 + 3
+    assert kernel_count(GPT_OSS_120B, tp=2) == 36 * 14 + 3
+    assert kernel_count(DEEPSEEK_R1, tp=8, ep=8) == 58 * 22 + 3 * 16 + 3 == 1327
+    for model, par, n in ((LLAMA_8B, Parallelism(), 291), (DEEPSEEK_R1, Parallelism(tp=8, ep=8), 1327)):
+        base, over = _pair(model, par, Precision("native"), kernel_overhead_us=2.5)
+        for shape in (DECODE, PREFILL, MIXED):  # every step runs its kernels
+            assert _dt(base, over, shape) == pytest.approx(n * 2.5e-6, rel=1e-9)

@@ -106,6 +106,11 @@ class Efficiency(_Strict):
     #: extra per MoE layer on top of ``layer_overhead_us`` (router, top-k, dispatch/combine, grouped-GEMM
     #: launches), microseconds
     moe_layer_overhead_us: float = Field(default=0.0, ge=0)
+    #: per GPU kernel a step runs (each kernel's launch gap, prologue and tail, even replayed from a CUDA/HIP
+    #: graph), microseconds; the kernels are counted from the model's architecture (``perf.model.kernel_count``:
+    #: an MLA layer runs more than a GQA one, a MoE block more than a dense MLP, tensor parallelism adds the
+    #: all-reduces), so one value per chip family covers every model
+    kernel_overhead_us: float = Field(default=0.0, ge=0)
     #: per sequence in the step (decode sequences + prefill chunks): scheduler, sampler and attention-metadata
     #: host work and the attention kernel's per-sequence cost, microseconds
     seq_overhead_us: float = Field(default=0.0, ge=0)

@@ -72,14 +72,51 @@ OVERLAPPABLE = frozenset({"embed_allreduce", "attn_allreduce", "mlp_allreduce", 
                           "moe_combine"})
 
 
-def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_per_chip: float = 0.0) -> np.ndarray:
+#: kernels of one layer's parts in a decode step (CUDA/HIP-graph decode, the fusions vLLM / SGLang / TRT-LLM ship):
+#: the two fused residual-add + RMSNorm; attention: GQA = QKV GEMM, RoPE + KV-cache write, attention, output GEMM
+#: (+1 per-head q/k norm); MLA = fused q_a/kv_a GEMM, q_a and kv_a norms, q_b GEMM, absorbed W_UK, RoPE + cache
+#: write, MLA attention, absorbed W_UV, output GEMM (one fewer without a q LoRA); linear attention = in-projections,
+#: conv, delta-rule recurrence, gated norm, output GEMM; dense MLP = gate/up GEMM, activation, down GEMM; MoE =
+#: router GEMM, top-k, two grouped GEMMs, activation, combine (+ a dense MLP's three per shared-expert group);
+#: one collective after attention and one after the MLP when the layer is split over chips
+KERNELS = {"norms": 2, "gqa": 4, "mla": 9, "linear": 5, "dense_mlp": 3, "moe": 6, "shared": 3, "collective": 1}
+#: once per step: embedding, final norm, LM head
+KERNELS_PER_STEP = 3
+
+
+def kernel_count(m: ModelArch, tp: int = 1, ep: int = 1) -> int:
+    """GPU kernels one decode step of ``m`` runs per chip (see :data:`KERNELS`): what ``kernel_overhead_us``
+    multiplies. Counted from the architecture, so the per-kernel cost is a chip/stack value that holds across
+    models (DeepSeek-R1: 1,327 at TP8; GPT-OSS-120B: 435 at TP1, 507 at TP2; Llama-3.1-8B: 291)."""
+    k = KERNELS
+    coll = k["collective"] if tp > 1 or ep > 1 else 0
+    total = KERNELS_PER_STEP
+    for i in range(m.num_layers):
+        n = k["norms"] + 2 * coll
+        if m.is_linear_layer(i):
+            n += k["linear"]
+        elif m.attention == "mla":
+            n += k["mla"] - (0 if m.q_lora_rank else 1)
+        else:
+            n += k["gqa"] + (1 if m.qk_norm else 0)
+        if m.is_moe_layer(i):
+            n += k["moe"] + (k["shared"] if m.num_shared_experts else 0)
+        else:
+            n += k["dense_mlp"]
+        total += n
+    return total
+
+
+def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_per_chip: float = 0.0,
+                    kernels: int = 0) -> np.ndarray:
     """Time (s) the fixed costs add to a step, as coefficients over :data:`~jalapeno.perf.ops.FEATURES`:
-    per step, per layer, per MoE layer, per routed expert run in a MoE layer (``Ue`` x experts per chip x MoE
+    per step, per layer, per MoE layer, per kernel of a step (``kernels``: :func:`kernel_count`), per routed expert run in a MoE layer (``Ue`` x experts per chip x MoE
     layers), per sequence in the step (``N``), per layer of a step that prefills (``Pf``), per routed expert run
     in a MoE layer of a step that prefills (``Uep``, same scale) and per prefill token (``Tp``). Affine in the features, so ``decode_steps`` stays closed-form."""
     us = 1e-6
+    fixed = eff.step_overhead_us + num_layers * eff.layer_overhead_us + moe_layers * eff.moe_layer_overhead_us
     return vec(
-        one=(eff.step_overhead_us + num_layers * eff.layer_overhead_us + moe_layers * eff.moe_layer_overhead_us) * us,
+        one=(fixed + kernels * eff.kernel_overhead_us) * us,
         N=eff.seq_overhead_us * us,
         Pf=num_layers * eff.prefill_layer_overhead_us * us,
         Ue=moe_layers * experts_per_chip * eff.expert_overhead_us * us,
@@ -89,7 +126,8 @@ def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_p
 
 
 #: the efficiency fields :func:`overhead_vector` reads (each enters the step time affinely)
-_OVERHEAD_FIELDS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "seq_overhead_us",
+_OVERHEAD_FIELDS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us",
+                    "seq_overhead_us",
                     "prefill_layer_overhead_us", "expert_overhead_us", "prefill_expert_overhead_us",
                     "prefill_token_overhead_ns")
 
@@ -372,8 +410,9 @@ class CostModel:
                            np.zeros(NF)) for o in work])
         self._net_time = [self._overlapped(o) for o in net]
         m = self.model
+        self.kernels = kernel_count(m, self.parallel.tp, self.parallel.ep)
         self._overhead = overhead_vector(eff, m.num_layers, self._moe_layers(),
-                                         m.num_experts / self.parallel.ep if m.num_experts else 0.0)
+                                         m.num_experts / self.parallel.ep if m.num_experts else 0.0, self.kernels)
         lin = sum(self._net_time, np.zeros(NF)) + self._overhead
         pj_net = self.chip.energy.pj_per_network_byte or FALLBACK_PJ_PER_NET_BYTE
         e_work = np.zeros(NF)
@@ -440,7 +479,7 @@ class CostModel:
         m = self.model
         unit = Efficiency.model_construct(**{**{f: 0.0 for f in _OVERHEAD_FIELDS}, name: 1.0})
         return overhead_vector(unit, m.num_layers, self._moe_layers(),
-                               m.num_experts / self.parallel.ep if m.num_experts else 0.0)
+                               m.num_experts / self.parallel.ep if m.num_experts else 0.0, self.kernels)
 
     @property
     def time_rows(self) -> np.ndarray:

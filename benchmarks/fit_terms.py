@@ -5,10 +5,10 @@
     python benchmarks/fit_terms.py eval                                      # the catalogue's current values
     python benchmarks/fit_terms.py write --chip b200 --params /tmp/b200.json --source "..." --calibration '{...}'
 
-The shipped values (docs/fidelity.md "Overhead terms: fit and transfer") came from ``fit --frameworks`` per chip
-family (H200, B200, MI355X) within a fixed evaluation budget (``--max-nfev``), the H200 one refined by a scan of
-(moe_layer_overhead_us, expert_overhead_us) on its own fit configurations; the evaluation budget, not
-convergence, ended every run (2 shared cores).
+The shipped values (docs/fidelity.md "Overhead terms: fit and transfer") come from ``fit --frameworks`` per chip
+family (H200, B200, MI355X), ``--terms kernel`` (a per-kernel cost with the kernels counted from the architecture,
+instead of per-layer and per-MoE-layer constants), each fit converged by the Gauss-Newton loop of
+``jalapeno.calibration.gauss_newton`` (one simulation of the fit set per iteration).
 
 Points: SemiAnalysis InferenceX aggregated rows without MTP (``benchmarks/data/calibration.csv`` for H100/H200,
 ``calibration-blackwell-amd.csv`` for B200/MI355X), one point per configuration (median over reruns) in the fit.
@@ -16,9 +16,10 @@ Splits (:func:`split_of`): H200 rows dated before 2026-03 are the Hopper fit set
 out); B200 and MI355X rows dated before 2026-01 are those chips' fit sets (their 2026-01 and 2026-02 rows are
 held out by date), and the cross-vendor check applies one chip's fit to every row of the other.
 
-The fit is ``scipy.optimize.least_squares`` (soft-L1 loss on ln(predicted / measured) of output throughput per
-chip, median TPOT and median TTFT) over :data:`PARAMS`; every evaluation simulates every fit point with the
-serving simulator (the engine over ``SimBackend``), in a process pool of 2.
+The fit is Gauss-Newton over linearised simulations (soft-L1 loss on ln(predicted / measured) of output
+throughput per chip, median TPOT and median TTFT, :data:`WEIGHTS`) over :data:`PARAMS`; every iteration simulates
+every fit point once with the serving simulator (the engine over ``SimBackend``), in a process pool of 2, and
+solves the linearised problem in milliseconds; it stops when no parameter moves by 1% (or after ``--max-iter``).
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ def run_point(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int 
     :class:`~jalapeno.sim.backend.SimBackend` subclass that observes the steps, see
     :mod:`jalapeno.calibration.linearise`)."""
     from jalapeno.perf.frameworks import apply_framework
-    from jalapeno.sim import SpecDecode, build_sim_engine, run_workload
+    from jalapeno.sim import Speculation, build_sim_engine, run_workload
     from jalapeno.workload import inferencex_workload
 
     eff = efficiency if efficiency is not None else efficiency_of(spec.chip)
@@ -137,7 +137,7 @@ def run_point(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int 
     cm = cost_model(spec, eff)
     spec_dec = None
     if spec.spec_tokens:
-        spec_dec = SpecDecode("mtp", spec.spec_tokens, spec.spec_acceptance)
+        spec_dec = Speculation("mtp", spec.spec_tokens, spec.spec_acceptance)
     if spec.concurrency is None:
         conc = offline_concurrency(spec, int(cm.memory_plan().kv_capacity_tokens))
         per = prompts_per_concurrency or OFFLINE_PROMPTS_PER_SLOT
@@ -147,7 +147,7 @@ def run_point(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int 
     # the simulator's default limits (jalapeno.sim.factory.SimLimits): a token budget of 8192 per step (the
     # vLLM/SGLang/TRT-LLM chunked-prefill default on Hopper); never fewer sequence slots than ``conc``
     kw = {} if backend_cls is None else {"backend_cls": backend_cls}
-    engine = build_sim_engine(cm, spec=spec_dec, in_flight=conc, **kw)
+    engine = build_sim_engine(cm, speculation=spec_dec, in_flight=conc, **kw)
     attach = getattr(engine.backend, "attach_clock", None)
     if attach is not None:  # an observing backend reads step start times off the engine's clock
         attach(engine.clock)

@@ -228,7 +228,7 @@ def fit(items: list[tuple[Point, SimSpec]], names: list[str], start: dict[str, f
               f"move {it.move:.3g} " + " ".join(f"{n}={v:.4g}" for n, v in it.values.items()), file=sys.stderr, flush=True)
     got = {**fixed, **{n: gn.values[ln] for n, ln in zip(names, lib)}}
     best = min((it for it in gn.iterations), key=lambda it: it.cost, default=None)
-    log = {"converged": gn.converged, "iterations": [{**it.__dict__} for it in gn.iterations],
+    log = {"converged": gn.converged, "stop": gn.stop, "iterations": [{**it.__dict__} for it in gn.iterations],
            "simulations": gn.simulations}
     return got, (best.median_abs_log if best else math.nan), log
 

@@ -160,7 +160,7 @@ def calibrate(
     console.print(f"{len(pts)} measured points; {key}: {report.n_fit} fit (search on {report.n_search}) and "
                   f"{report.n_held} held-out configurations ({split}); {report.simulations} simulations in "
                   f"{report.wall_s:.0f} s; Gauss-Newton {len(report.iterations)} iteration(s), "
-                  + ("converged" if report.converged else "stopped at --max-iter"))
+                  + (f"converged ({report.stop})" if report.converged else "stopped at --max-iter"))
     _print_tables(console, report)
     for m in extra.get("mtp_acceptance", []):
         console.print(f"MTP acceptance {m['model']} / {m['framework']}: {m['acceptance']:.3f} ({m['points']} points)")

@@ -329,7 +329,8 @@ class FitReport:
     failures: list[str] = field(default_factory=list)
     n_search: int = 0  # configurations the search ran on (a subsample of the fit set when capped)
     iterations: list = field(default_factory=list)  # Gauss-Newton iterates: values, cost, median |ln|, move
-    converged: bool = False  # the last step moved every parameter by less than 1%
+    converged: bool = False  # the last step moved every parameter by less than 1%, or the cost plateaued
+    stop: str = ""  # why the search stopped (gauss_newton.GNResult.stop)
 
     def held_out_median(self, metric: str = "output_tput_per_gpu") -> float | None:
         s = self.tables.get("after held-out", {}).get(metric)
@@ -339,7 +340,7 @@ class FitReport:
         return {
             "chip": self.chip, "start": self.start, "fitted": self.fitted, "n_fit": self.n_fit,
             "n_held": self.n_held, "n_search": self.n_search, "simulations": self.simulations,
-            "converged": self.converged, "iterations": self.iterations, "wall_s": round(self.wall_s, 1),
+            "converged": self.converged, "stop": self.stop, "iterations": self.iterations, "wall_s": round(self.wall_s, 1),
             "bounds": {p.name: [p.lower, p.upper] for p in self.params},
             "tables": {k: {m: {"n": s.n, "median_abs_pct": _num(s.median_abs), "p90_abs_pct": _num(s.p90_abs),
                                "median_signed_pct": _num(s.median_signed)} for m, s in t.items()}
@@ -455,6 +456,7 @@ def fit(items: Sequence[Item], held: Sequence[Item], chip: str, names: Sequence[
     rep.iterations = [{k: (None if isinstance(v, float) and v != v else v) for k, v in it.__dict__.items()}
                       for it in gn.iterations]
     rep.converged = gn.converged
+    rep.stop = gn.stop
     return rep
 
 

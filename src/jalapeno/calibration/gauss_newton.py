@@ -3,8 +3,8 @@
 Each outer iteration simulates every fit point once at the current parameters (:func:`.linearise.linearise`:
 metrics and their gradients), then solves the robust least squares on that surrogate (bounded, soft-L1 on
 weighted ln(predicted / measured), analytic Jacobian: milliseconds), and moves there. It stops when no
-parameter moves by more than ``tol`` (1%) of its scale (its value, or 1% of its range near zero), or after
-``max_iter`` simulations of the set; a step that made the simulated cost worse is halved (backtracking).
+parameter moves by more than ``tol`` (1%) of its scale (its value, or 1% of its range near zero), when the
+simulated cost improved by less than 0.1% in the last step (a plateau), or after ``max_iter`` simulations of the set; a step that made the simulated cost worse is halved (backtracking).
 The result is the simulated iterate with the lowest cost, so every reported number comes from full simulations.
 """
 
@@ -26,6 +26,9 @@ SOFT_L1_SCALE = 0.1
 DAMPING = 1e-3
 #: a parameter has converged when it moves less than this fraction of its scale
 TOL = 0.01
+#: ... or the simulated cost improved by less than this fraction in the last step (a plateau: the surrogate's
+#: step is within the simulator's own noise, e.g. median TTFT under a changed schedule)
+COST_RTOL = 1e-3
 
 Item = tuple[Point, SimSpec]
 
@@ -58,6 +61,7 @@ class GNResult:
     iterations: list[Iteration] = field(default_factory=list)
     converged: bool = False
     simulations: int = 0
+    stop: str = "max_iter"  # why it stopped: "moves < tol", "cost plateau", "max_iter", "no usable points"
 
 
 def _rows(items: Sequence[Item], lins: Sequence[Linearisation], weights: dict[str, float]):
@@ -144,6 +148,7 @@ def gauss_newton(items: Sequence[Item], spec: Spec, start: dict[str, float], *,
         rows = _rows(items, lins, spec.weights)
         failed = sum(1 for lin in lins if lin.error)
         if rows is None:
+            out.stop = "no usable points"
             break
         r0 = rows[3] * rows[0]
         cost = _soft_l1(r0) + failed * _soft_l1(np.array([3.0]))
@@ -153,11 +158,15 @@ def gauss_newton(items: Sequence[Item], spec: Spec, start: dict[str, float], *,
             theta = best[1] + 0.5 * (theta - best[1])
             step.move = _move(theta, best[1], spec.bounds)
             continue
+        plateau = best is not None and cost > best[0] * (1.0 - COST_RTOL)
         best = (cost, theta.copy())
+        if plateau:
+            out.converged, out.stop = True, "cost plateau"
+            break
         new = solve_surrogate(rows, theta, spec.bounds)
         step.move = _move(new, theta, spec.bounds)
         if step.move < tol:
-            out.converged = True
+            out.converged, out.stop = True, "moves < tol"
             break
         theta = new
     if best is not None:

@@ -250,9 +250,10 @@ def _q(text: str) -> str:
 
 
 def write_yaml(path: Path, params: dict[str, float], source: str, calibration: dict,
-               frameworks: dict[str, float] | None = None) -> None:
+               frameworks: dict[str, float] | None = None, fitted: dict[str, str] | None = None) -> None:
     """Put ``params`` (the overhead fields) and ``source`` into the chip file's ``efficiency`` block and replace
-    its ``calibration`` block, keeping every other line (and comment) as it is."""
+    its ``calibration`` block, keeping every other line (and comment) as it is. ``fitted``: parameter name ->
+    the source of its fit: each becomes a Fact with status ``fitted`` in ``efficiency.fitted``."""
     lines = path.read_text().splitlines()
     i = lines.index("efficiency:")
     j = i + 1
@@ -266,12 +267,23 @@ def write_yaml(path: Path, params: dict[str, float], source: str, calibration: d
         if len(kernel) == 2:  # keep the citations of the measured kernel fractions
             source += " Kernel-level fractions (not fitted), as before: " + kernel[1].strip().rstrip('"')
             break
-    body = [ln for ln in lines[i + 1 : j]
-            if ln.split(":")[0].strip() not in (*vals, "source", "framework_overhead_ms")]
+    body, skip = [], False
+    for ln in lines[i + 1 : j]:
+        if skip and ln.startswith("    "):
+            continue  # a line of the old ``fitted`` block
+        skip = ln.split(":")[0].strip() == "fitted"
+        if not skip and ln.split(":")[0].strip() not in (*vals, "source", "framework_overhead_ms"):
+            body.append(ln)
     body += [f"  {k}: {round(float(vals[k]), 4):g}" for k in OVERHEAD_KEYS if k in vals]
     if frameworks:
         body.append("  framework_overhead_ms: {" + ", ".join(f"{k}: {v:g}" for k, v in sorted(frameworks.items())) + "}")
     body.append(f"  source: {_q(source)}")
+    if fitted:
+        body.append("  fitted:")
+        for k, src in fitted.items():
+            v = frameworks.get(k.split("@", 1)[1]) if "@" in k and frameworks else vals.get(k)
+            if v is not None:
+                body.append(f"    {_q(k)}: {{value: {round(float(v), 4):g}, status: fitted, source: {_q(src)}}}")
     rest = lines[j:]
     if "calibration:" in rest:  # drop the old block
         k = rest.index("calibration:")
@@ -303,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dump", type=Path, help="eval: write every point's measured and predicted metrics (JSON lines)")
     ap.add_argument("--source", default="", help="write: the efficiency block's source text")
     ap.add_argument("--calibration", help="write: the calibration block (JSON)")
+    ap.add_argument("--fit-source", default="", help="write: where the fit came from (each fitted value's Fact source)")
     a = ap.parse_args(argv)
     if a.mode == "write":  # put fitted values (--params) into the chip files named by --chip
         params: dict = {}
@@ -310,9 +323,15 @@ def main(argv: list[str] | None = None) -> int:
             d = json.loads(f.read_text())
             params.update(d.get("params", d))
         fw = {k[3:]: round(float(v), 1) for k, v in params.items() if k.startswith("fw.")}
+        names: list[str] = []
+        for f in a.params or []:  # the parameters the fit moved (its iterations' keys), for efficiency.fitted
+            d = json.loads(f.read_text())
+            names += list(d.get("iterations", [{}])[0].get("values", {})) if isinstance(d.get("iterations"), list) else []
+        fitted = {n.replace("request_overhead_ms@", "framework_overhead_ms@"): a.fit_source for n in names} \
+            if a.fit_source else None
         for chip in a.chip or []:
             path = ROOT / "src" / "jalapeno" / "hardware" / "chips" / f"{chip}.yaml"
-            write_yaml(path, params, a.source, json.loads(a.calibration or "{}"), fw)
+            write_yaml(path, params, a.source, json.loads(a.calibration or "{}"), fw, fitted)
         return 0
     chips = set(a.chip) if a.chip else None
     items = usable_points(chips)
@@ -327,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             names = [n for n in names if n not in dropped]
             names = [n for n in names if n not in (a.fix or [])]
             if a.frameworks:
-                names += [n for n in FRAMEWORK_PARAMS if any(framework_profile(s) == n[3:] for _, s in train)]
+                names += [n for n in FRAMEWORK_PARAMS if any(framework_profile(s) == n[3:] for _, s in train)
+                          and n not in (a.fix or [])]
             start = {**(json.loads(a.start) if a.start else {})}
             if a.terms == "kernel":  # the kernel count carries every per-layer cost
                 start.update(layer_overhead_us=0.0, moe_layer_overhead_us=0.0)

@@ -262,7 +262,8 @@ def write_yaml(path: Path, params: dict[str, float], source: str, calibration: d
     vals = {"layer_overhead_us": DENSE_LAYER_US if not params.get("kernel_overhead_us") else 0.0,
             **{k: v for k, v in params.items() if k in OVERHEAD_KEYS}}
     old = {ln.split(":")[0].strip(): ln for ln in lines[i + 1 : j]}
-    for marker in ("Kernel-level fractions below are the chip's own.", "Kernel figures:"):
+    for marker in ("Kernel-level fractions (not fitted), as before:", "Kernel-level fractions below are the chip's own.",
+                   "Kernel figures:"):
         kernel = old.get("source", "").split(marker)
         if len(kernel) == 2:  # keep the citations of the measured kernel fractions
             source += " Kernel-level fractions (not fitted), as before: " + kernel[1].strip().rstrip('"')

@@ -6,6 +6,10 @@ share a prefix share its blocks (reference counted); freed blocks keep their has
 prompt with the same prefix revives them (nano-vllm / vLLM style).
 
 Simulation needs block *counts*, never ids: with ``track_ids=False`` only counters move (O(1) per call).
+
+An offload tier (``offload_blocks`` > 0: host DRAM or SSD, known here only as a capacity) takes a preempted
+sequence's computed KV instead of dropping it (:meth:`offload`); it comes back at readmission
+(:meth:`restore`), and the backend prices the transfer.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ class BlockManager:
     its blocks; ``trim(seq, n)`` returns blocks beyond ``n`` tokens (speculative lookahead)."""
 
     def __init__(
-        self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False, track_ids: bool = True
+        self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False, track_ids: bool = True,
+        offload_blocks: int = 0,
     ) -> None:
         if block_size < 1:
             raise ConfigError(f"block_size must be >= 1 (got {block_size})")
@@ -47,6 +52,11 @@ class BlockManager:
             self.hash_to_block: dict[int, int] = {}
             #: per sequence: (full blocks already named, hash of the last one), so naming is incremental
             self._named: dict[int | str, tuple[int, int]] = {}
+        #: the offload tier's capacity and free blocks (0: no tier)
+        self.offload_blocks = max(0, int(offload_blocks))
+        self.offload_free = self.offload_blocks
+        self.num_offloads = 0  # sequences offloaded, over the engine's life
+        self.loaded_tokens = 0  # KV tokens brought back from the offload tier, over the engine's life
         self.prefix_hits = 0  # tokens served from the prefix cache, over the engine's life
         self.prefix_queries = 0  # prompt tokens looked up
 
@@ -145,8 +155,36 @@ class BlockManager:
             self.free_ids[bid] = None
             self.num_free += 1
 
+    def offload(self, seq: Sequence) -> bool:
+        """Preemption with an offload tier: move ``seq``'s computed KV (``num_computed_tokens``) to the tier and
+        release its blocks here; its computed tokens are kept. False (nothing done) when the tier lacks room."""
+        n = seq.num_computed_tokens
+        need = -(-n // self.block_size)
+        if not n or need > self.offload_free:
+            return False
+        self.free(seq)
+        seq.num_computed_tokens = n
+        seq.offloaded_tokens = n
+        self.offload_free -= need
+        self.num_offloads += 1
+        return True
+
+    def restore(self, seq: Sequence) -> int:
+        """At readmission (``seq`` already holds blocks for its tokens here): release its offload-tier blocks.
+        Returns the KV tokens brought back (the backend prices their transfer)."""
+        n = seq.offloaded_tokens
+        if n:
+            self.offload_free += -(-n // self.block_size)
+            seq.offloaded_tokens = 0
+            self.loaded_tokens += n
+        return n
+
     def free(self, seq: Sequence) -> None:
-        """Release every block of ``seq`` (newest first, so a cached prefix's tail is evicted first)."""
+        """Release every block of ``seq`` (newest first, so a cached prefix's tail is evicted first), and its
+        offload-tier copy if it has one (a sequence aborted or finished while offloaded)."""
+        if seq.offloaded_tokens:
+            self.offload_free += -(-seq.offloaded_tokens // self.block_size)
+            seq.offloaded_tokens = 0
         if self.track_ids:
             for bid in reversed(seq.block_table):
                 self._release(bid)

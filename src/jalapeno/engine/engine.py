@@ -63,6 +63,7 @@ class Engine:
             config.block_size,
             enable_prefix_caching=config.enable_prefix_caching,
             track_ids=not backend.capabilities.length_only,
+            offload_blocks=backend.num_offload_blocks(config.block_size),
         )
         # no sequence may outgrow the KV cache (else, alone and preempted, it could never be readmitted):
         # like vLLM, cap max_model_len at the cache's capacity (less the speculative look-ahead)

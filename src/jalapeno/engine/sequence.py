@@ -93,6 +93,7 @@ class Sequence:
         "max_tokens",
         "decode_chunk",
         "group",
+        "offloaded_tokens",
     )
 
     def __init__(
@@ -134,6 +135,8 @@ class Sequence:
         self.last_token_s: float | None = None
         self.finish_s: float | None = None
         self.num_preemptions = 0
+        #: KV tokens parked in the block manager's offload tier while preempted (brought back at readmission)
+        self.offloaded_tokens = 0
         self.user_data = user_data
 
     # ---------------------------------------------------------------------------------------------

@@ -106,3 +106,32 @@ def test_offload_tier_replaces_recompute_and_its_bandwidth_sets_the_time():
     # no recompute of 32K-token prompts: TTFT and E2E drop; a slower tier gives some of it back
     assert fast["mean_ttft_ms"] < slow["mean_ttft_ms"] < recompute["mean_ttft_ms"]
     assert fast["total_output_tokens"] == recompute["total_output_tokens"]
+
+
+def test_jalapeno_features_off_add_the_host_work_the_seeds_say_they_remove():
+    """Jalapeño's verify unit and on-chip KV page table (chip feature fields, seed-quoted): switched off
+    (``--chip-features off``) a verify step pays one host round trip (VERIFY_HOST_US) and every step pays
+    PAGING_NS_PER_BLOCK per 16-token context block of its block tables; other chips are untouched."""
+    from jalapeno.perf.model import PAGING_BLOCK_TOKENS, PAGING_NS_PER_BLOCK, VERIFY_HOST_US
+
+    on = cost_model_for("gpt-oss-120b", "jalapeno", tp=8, kv="fp8")
+    off = cost_model_for("gpt-oss-120b", "jalapeno", tp=8, kv="fp8", chip_features=False)
+    assert on.chip.features.spec_verify_unit and on.chip.features.kv_page_table
+    plain = StepShape.from_lists(decode_ctx=[128_000] * 4, window=on.model.attention_window)
+    verify = StepShape.from_lists(decode_ctx=[128_000] * 4, window=on.model.attention_window,
+                                  decode_tokens_per_seq=3)  # 2 draft tokens verified per sequence
+    paging = plain.decode_ctx_sum / PAGING_BLOCK_TOKENS * PAGING_NS_PER_BLOCK * 1e-9
+    assert off.step(plain).time_s - on.step(plain).time_s == pytest.approx(paging, rel=1e-6)
+    paging_v = verify.decode_ctx_sum / PAGING_BLOCK_TOKENS * PAGING_NS_PER_BLOCK * 1e-9
+    assert off.step(verify).time_s - on.step(verify).time_s == pytest.approx(paging_v + VERIFY_HOST_US * 1e-6,
+                                                                            rel=1e-6)
+    from jalapeno.perf import advance_decode
+
+    t_off, _ = off.decode_steps(verify, 5)  # the closed form carries both terms too
+    w = on.model.attention_window
+    assert t_off.tolist() == pytest.approx([off.step(advance_decode(verify, i, w)).time_s for i in range(5)],
+                                           rel=1e-12)
+    # a chip without the features (GB300: its calibrated overheads already hold its host work) is unchanged
+    g_on = cost_model_for("gpt-oss-120b", "gb300", tp=8, kv="fp8")
+    g_off = cost_model_for("gpt-oss-120b", "gb300", tp=8, kv="fp8", chip_features=False)
+    assert g_on.step(verify).time_s == g_off.step(verify).time_s

@@ -135,3 +135,22 @@ def test_jalapeno_features_off_add_the_host_work_the_seeds_say_they_remove():
     g_on = cost_model_for("gpt-oss-120b", "gb300", tp=8, kv="fp8")
     g_off = cost_model_for("gpt-oss-120b", "gb300", tp=8, kv="fp8", chip_features=False)
     assert g_on.step(verify).time_s == g_off.step(verify).time_s
+
+
+def test_chain_reuses_its_prefix_from_the_offload_tier():
+    """LMCache-style prefix reuse across requests: a chain's second call (prompt = first prompt + output + 4,000
+    new tokens) loads the first call's KV from host memory and prefills only the new tokens; TTFT by hand."""
+    kw = dict(model="llama-3.1-8b", hardware="h200", isl=4000, osl=100, chain_calls=2, concurrency=1,
+              num_prompts=1, random_range_ratio=1.0)
+    m0, r0 = run_scenario(Scenario(**kw), return_result=True)
+    m1, r1 = run_scenario(Scenario(**kw, kv_offload="host:100"), return_result=True)
+    cm = cost_model_for("llama-3.1-8b", "h200", kv_offload="host:100")  # H200: PCIe Gen5 x16
+    reused = 4000 + 100 - 1  # the first call's KV: its prompt and all but its last output token
+    assert m1["sim"]["kv_reused_tokens"] == reused and m0["sim"].get("kv_reused_tokens") is None
+    second = [o for o in r1.outcomes if o.prompt_tokens == 8100]
+    second0 = [o for o in r0.outcomes if o.prompt_tokens == 8100]
+    assert len(second) == len(second0) == 1
+    full = cm.step(StepShape.from_lists(prefill=[(8100, 0)])).time_s
+    reuse = cm.kv_load_time_s(reused) + cm.step(StepShape.from_lists(prefill=[(8100 - reused, reused)])).time_s
+    assert second0[0].ttft_s - second[0].ttft_s == pytest.approx(full - reuse, rel=1e-9)
+    assert reuse < full

@@ -84,6 +84,8 @@ class Scheduler:
         """Mark ``seq`` finished and release its blocks (the caller removes it from ``running``)."""
         seq.status = SeqStatus.FINISHED
         seq.finish_reason = reason
+        if seq.kv_key is not None and self.bm.offload_blocks:
+            self.bm.retain(seq)
         self.bm.free(seq)
         if self.on_free is not None:
             self.on_free(seq)
@@ -279,6 +281,8 @@ class Scheduler:
             seq = waiting[0]
             if seq.num_blocks == 0 and seq.num_computed_tokens == 0:
                 bm.match_prefix(seq)
+                if bm.retained:
+                    bm.match_retained(seq)
             start = seq.num_computed_tokens
             left = seq.num_tokens - start
             n = min(left, budget)

@@ -94,6 +94,7 @@ class Sequence:
         "decode_chunk",
         "group",
         "offloaded_tokens",
+        "kv_key",
     )
 
     def __init__(
@@ -137,6 +138,9 @@ class Sequence:
         self.num_preemptions = 0
         #: KV tokens parked in the block manager's offload tier while preempted (brought back at readmission)
         self.offloaded_tokens = 0
+        #: names the KV this sequence shares with other requests through the offload tier (a chain's calls:
+        #: each call's prompt extends the previous call's prompt + output); None = none
+        self.kv_key: object = None
         self.user_data = user_data
 
     # ---------------------------------------------------------------------------------------------

@@ -406,6 +406,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
         m["sim"]["kv_offloads"] = sum(e.block_manager.num_offloads for e in engines)
         m["sim"]["kv_loaded_tokens"] = sum(e.block_manager.loaded_tokens for e in engines)
         m["sim"]["kv_offload_capacity_tokens_per_replica"] = engines[-1].block_manager.offload_blocks * sc.block_size
+        m["sim"]["kv_reused_tokens"] = sum(e.block_manager.reused_tokens for e in engines)
     m["confidence"] = confidence(roles)
     return (m, result) if return_result else m
 

@@ -63,6 +63,10 @@ def test_spec_decode_and_chains_from_the_cli(capsys):
         (["--tp", "3"], "tp=3"),
         (["--precision", "fp3"], "fp3"),
         (["--spec-decode", "mtp"], "MTP"),
+        (["--kv-sram-gb", "0.5"], "kv_resident"),  # H100's L2 is a cache: no KV tier there
+        (["--kv-offload", "host:10"], "host section"),  # H100's file has no host link: give GB/s
+        (["--kv-offload", "dram:10"], "--kv-offload"),
+        (["--chip-features", "maybe"], "on or off"),
     ],
 )
 def test_bad_input_is_one_line_error(capsys, args, needle):

@@ -110,6 +110,12 @@ class CostModel:
     ``None`` (default) takes the chip's resident SRAM level's ``pin_weights`` (False elsewhere: the
     all-or-nothing rule). Raises :class:`ConfigError` for an invalid sharding and
     :class:`CapacityError` when the weights do not fit.
+
+    KV tiers (docs/cost-model.md): ``kv_sram_gb`` GB per chip of a ``kv_resident`` SRAM level hold KV (decode
+    reads of the context they hold are priced at SRAM bandwidth; capacity adds up); ``kv_offload`` is a
+    :class:`KVTier` below the chip (host DRAM, SSD) the engine may offload KV to (``kv_offload_tokens``,
+    :meth:`kv_load_time_s`). ``chip_features=False`` switches the chip's :class:`ChipFeatures` off (their host
+    work is added back). All three leave results unchanged at their defaults.
     """
 
     def __init__(
@@ -457,7 +463,7 @@ class CostModel:
         self._n = len(work)
         self._M = np.vstack([tc, tm, lin, e_work, fl, by])
         if self.kv_sram_tokens:  # two more columns: decode KV read from the SRAM tier instead of main memory
-            ext = self._sram_tier_columns(work, ops, pj_net)
+            ext = self._sram_tier_columns(work, ops)
             self._M = np.hstack([self._M, ext])
             tc = np.hstack([tc, np.zeros((len(work), 2))])
             tm = np.hstack([tm, ext[len(work) : 2 * len(work)]])
@@ -470,12 +476,11 @@ class CostModel:
         self.tdp_w = tdp if tdp > 0 else math.inf  # the cap; unknown TDP = no cap
         self._pj_net = pj_net
 
-    def _sram_tier_columns(self, work: list[OpSpec], ops: list[OpSpec], pj_net: float) -> np.ndarray:
+    def _sram_tier_columns(self, work: list[OpSpec], ops: list[OpSpec]) -> np.ndarray:
         """Coefficients of the two SRAM-tier features (``Cs``: decode context tokens whose KV sits in SRAM,
         ``Cws``: the same share of the windowed sum) for every matrix row: each moves its KV bytes from the
         main-memory level to the SRAM level, so memory time changes by 1/bw_sram - 1/bw_main per byte and
         energy by pJ_sram - pJ_main; FLOPs and total bytes do not change."""
-        del pj_net
         n = len(work)
         d_inv = 1.0 / self._bw("KVS") - 1.0 / self._bw("KV")
         d_pj = (self._pj_byte("KVS") - self._pj_byte("KV")) * 1e-12

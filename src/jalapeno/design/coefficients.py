@@ -139,32 +139,47 @@ COEF: dict[str, Fact] = {
     "typical_compute_share": _f(0.35, "inferred", "inferred: serving-mix utilisation for 'typical' power: compute 35%, memory 80%, SRAM 50%, links 30%"),
 }
 
-#: architecture classes: ``gpu`` (SIMT: warps, register files, caches, tensor cores fed from registers) and
-#: ``systolic`` (a matrix-engine ASIC: systolic/dataflow arrays fed from software-managed SRAM banks, as TPU,
-#: Groq, MTIA, Cerebras and -- per 3P coverage -- Jalapeño)
-ARCH_CLASSES: tuple[str, ...] = ("gpu", "systolic")
+#: architecture classes (docs/design.md): ``gpu`` -- SIMT: warps, register files, caches, tensor cores fed from
+#: registers (H100, B200, MI300X); ``systolic`` -- a programmable matrix-engine ASIC: systolic arrays with vector
+#: and scalar cores, a shared on-chip SRAM behind a network-on-chip and HBM/DRAM (TPU, MTIA, Trainium; Jalapeño
+#: per 3P coverage, "a systolic-array matrix engine (TPU-like)"); ``dataflow`` -- an SRAM-dataflow chip: simple
+#: functional units streaming operands from SRAM banks beside them, no caches or arbiters, weights held on-die
+#: (Groq LPU, Cerebras WSE)
+ARCH_CLASSES: tuple[str, ...] = ("gpu", "systolic", "dataflow")
+
+_SRAM_NODE = ("SRAM access energy is not scaled by node: Jouppi et al. ISCA 2021 Table 2 ({src}) has an 8 KB read at 10 pJ "
+              "(45 nm) vs 7.5 pJ (7 nm) -- 'semiconductor technology advances unequally'").format(src=TPUV4I)
+_LARGE = f"Jouppi et al. ISCA 2021 Table 2 ({TPUV4I}): a 1 MB SRAM 64-bit read at 7 nm = 14 pJ = 1.75 pJ/B"
+_BANK = f"Jouppi et al. ISCA 2021 Table 2 ({TPUV4I}): an 8 KB SRAM bank 64-bit read at 7 nm = 7.5 pJ = 0.94 pJ/B"
 
 #: per-class coefficients; the two ``fitted`` ones per class are set from :data:`FITTED` below
 ARCH: dict[str, dict[str, Fact]] = {
     "gpu": {
         "sram_tbps_per_mb": _f(round(17.2 / 256, 4), "third-party", AMD_MI300,
                                "a GPU's on-die SRAM is mostly last-level cache behind a crossbar: AMD CDNA 3 Infinity Cache 17.2 TB/s peak over 256 MB"),
-        "sram_pj_per_byte_n5": _f(round(14 / 8 * 0.7, 3), "inferred", f"inferred: Jouppi et al. ISCA 2021 Table 2 ({TPUV4I}): a 1 MB SRAM 64-bit read at 7 nm = 14 pJ = 1.75 pJ/B "
-                                  "(a cache access pays tags and the crossbar: the large-array figure), x 0.7 N7 -> N5 (ENERGY_REL_N5)"),
+        "sram_pj_per_byte": _f(1.75, "inferred", f"inferred: {_LARGE} (a cache access pays tags and the crossbar: the large-array figure); {_SRAM_NODE}"),
     },
     "systolic": {
+        "sram_tbps_per_mb": _f(round(2.7 / 256, 4), "third-party", MTIA_BLOG,
+                               "a shared on-chip SRAM behind the network-on-chip: Meta MTIA v2 2.7 TB/s over 256 MB (hardware-facts.md: unverified); "
+                               "the catalogue's inferred Jalapeño has 24 TB/s over 2 GB = 0.012"),
+        "sram_pj_per_byte": _f(1.75, "inferred", f"inferred: {_LARGE} (a large shared SRAM read across the NoC); {_SRAM_NODE}"),
+    },
+    "dataflow": {
         "sram_tbps_per_mb": _f(0.3, "third-party", "https://techpowerup.com/news-tags/Processor?page=3",
-                               "scratchpad banks beside the arrays: Groq LPU v1 80 TB/s over 230 MB = 0.35; Groq 3 LP30 150 TB/s over 500 MB = 0.30 (hardware-facts.md): bandwidth grows with banks"),
-        "sram_pj_per_byte_n5": _f(round(7.5 / 8 * 0.7, 3), "inferred", f"inferred: Jouppi et al. ISCA 2021 Table 2 ({TPUV4I}): an 8 KB SRAM bank 64-bit read at 7 nm = 7.5 pJ = 0.94 pJ/B, "
-                                  f"x 0.7 N7 -> N5; operands stream from the bank next to the array (Groq's MEM slices beside the MXM, {GROQ_ISCA}), no tags or crossbar"),
+                               "SRAM banks beside the functional units: Groq LPU v1 80 TB/s over 230 MB = 0.35; Groq 3 LP30 150 TB/s over 500 MB = 0.30; "
+                               "Cerebras WSE-3 21 PB/s over 44 GB = 0.48 (hardware-facts.md): bandwidth grows with banks"),
+        "sram_pj_per_byte": _f(0.94, "inferred", f"inferred: {_BANK}; operands stream from the bank next to the unit (Groq's MEM slices "
+                               f"beside the MXM, {GROQ_ISCA}), no tags or crossbar; {_SRAM_NODE}"),
     },
 }
 #: the fitted coefficients per class (jalapeno.design.reference.fit_coefficients on TRAIN; tests re-fit and compare)
 FITTED: dict[str, dict[str, float]] = {
-    "gpu": {"pj_per_fp8_flop_n5": 0.1328, "compute_mm2_per_fp8_tflops_n5": 0.3028},
-    "systolic": {"pj_per_fp8_flop_n5": 0.1072, "compute_mm2_per_fp8_tflops_n5": 0.7073},
+    "gpu": {"pj_per_fp8_flop_n5": 0.1316, "compute_mm2_per_fp8_tflops_n5": 0.3028},
+    "systolic": {"pj_per_fp8_flop_n5": 0.0988, "compute_mm2_per_fp8_tflops_n5": 0.7073},
+    "dataflow": {"pj_per_fp8_flop_n5": 0.0497, "compute_mm2_per_fp8_tflops_n5": 0.1483},
 }
-_TRAIN_CHIP = {"gpu": "B200", "systolic": "MTIA v2"}
+_TRAIN_CHIP = {"gpu": "B200", "systolic": "MTIA v2", "dataflow": "Groq LPU v1"}
 for _a, _vals in FITTED.items():
     for _k, _v in _vals.items():
         ARCH[_a][_k] = _f(_v, "fitted", f"fitted: least squares on the {_a} training chip {_TRAIN_CHIP[_a]} (published area and TDP; "

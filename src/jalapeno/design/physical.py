@@ -10,8 +10,9 @@ Area (per chip, summed over its dies)::
               without chiplets is an error naming the knob.
 
 Power at peak (the rated TDP) = leakage · area + fp8 FLOP/s · E_flop(arch) · e(node) + SRAM B/s(arch) ·
-E_sram(arch) · e(node) + memory B/s · E_mem + 2 · link B/s · E_link, where e(node) is the node's switching
-energy relative to N5 and E_flop is fitted per architecture class (``arch``: ``gpu`` or ``systolic``). Typical (serving-mix) power weights the dynamic terms (coefficient
+E_sram(arch) + memory B/s · E_mem + 2 · link B/s · E_link, where e(node) is the node's switching energy
+relative to N5 (logic only: SRAM access energy barely scales) and E_flop is fitted per architecture class
+(``arch``: ``gpu``, ``systolic`` or ``dataflow``). Typical (serving-mix) power weights the dynamic terms (coefficient
 ``typical_compute_share``). Unit cost = dies × wafer price / (dies per wafer × yield) + memory $/GB ·
 capacity + interposer $/mm² · (die area + stack footprints) + test & assembly; yield is Murphy's model on the
 non-repairable share of the die. Price per chip-hour = (cost × markup + system share) × capital recovery per
@@ -33,7 +34,7 @@ from jalapeno.hardware.schema import (
 )
 
 Node = Literal["n3", "n4", "n5", "n7", "n14"]
-Arch = Literal["gpu", "systolic"]
+Arch = Literal["gpu", "systolic", "dataflow"]
 MemoryKind = Literal["hbm3", "hbm3e", "hbm4", "lpddr5x"]
 WAFER_DIAMETER_MM = 300.0
 PUE = 1.2  # as jalapeno.economics.DEFAULT_PUE
@@ -45,8 +46,9 @@ class DesignKnobs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     key: str = Field(default="designed", pattern=r"^[a-z0-9][a-z0-9._-]*$")
-    #: architecture class: ``gpu`` (SIMT) or ``systolic`` (matrix-engine ASIC on software-managed SRAM); it
-    #: picks the class's area per TFLOPS, energy per FLOP and SRAM bandwidth/energy (coefficients.ARCH)
+    #: architecture class: ``gpu`` (SIMT), ``systolic`` (programmable matrix-engine ASIC, TPU/MTIA-like) or
+    #: ``dataflow`` (SRAM-dataflow, Groq/Cerebras-like); it picks the class's area per TFLOPS, energy per FLOP
+    #: and SRAM bandwidth/energy (coefficients.ARCH)
     arch: Arch = "gpu"
     node: Node = "n3"
     #: dense FP8 TFLOPS (bf16 = half; fp4 = double when ``fp4``)
@@ -180,7 +182,7 @@ def power_terms(k: DesignKnobs, area: float, sram_tbps: float, mem_tbps: float) 
     return {
         "static": K.c("leak_w_per_mm2") * area,
         "compute": k.fp8_tflops * 1e12 * K.a(k.arch, "pj_per_fp8_flop_n5") * e * 1e-12,
-        "sram": sram_tbps * 1e12 * K.a(k.arch, "sram_pj_per_byte_n5") * e * 1e-12,
+        "sram": sram_tbps * 1e12 * K.a(k.arch, "sram_pj_per_byte") * 1e-12,
         "memory": mem_tbps * 1e12 * float(K.MEMORY[k.memory]["pj_per_byte"].value or 0) * 1e-12,
         "links": 2 * k.scale_up_gbps * 1e9 * K.c("link_pj_per_byte") * 1e-12,
     }
@@ -208,7 +210,7 @@ def evaluate(k: DesignKnobs) -> PhysicalDesign:
     return PhysicalDesign(
         area_mm2=area, dies=dies, die_area_mm2=die_area, area_compute_mm2=compute, area_sram_mm2=sram, area_io_mm2=io,
         sram_tbps=sram_tbps, mem_gb=mem_gb, mem_tbps=mem_tbps, static_w=p["static"], peak_w=peak, typical_w=typical,
-        pj_per_fp8_flop=K.a(k.arch, "pj_per_fp8_flop_n5") * e, sram_pj_per_byte=K.a(k.arch, "sram_pj_per_byte_n5") * e,
+        pj_per_fp8_flop=K.a(k.arch, "pj_per_fp8_flop_n5") * e, sram_pj_per_byte=K.a(k.arch, "sram_pj_per_byte"),
         yield_=y, die_cost_usd=die_cost, unit_cost_usd=unit, usd_per_hour=hourly,
     )
 

@@ -43,37 +43,39 @@ PUBLISHED: tuple[Published, ...] = (
     Published("B200", _k(key="b200", node="n4", fp8_tflops=4500, sram_mb=126, memory="hbm3e", stacks=8, gb_per_stack=24,
                           tbps_per_stack=1.0, scale_up_gbps=900, chiplets=True),
               1600, 1000, 6400, f"2 x ~800 mm² TSMC 4NP, ~$6,400 ({K.SA_B200}); 1,000 W"),
-    Published("Groq LPU v1", _k(key="groq-lpu", arch="systolic", node="n14", fp8_tflops=750, fp4=False, sram_mb=230, sram_tbps=80,
+    Published("Groq LPU v1", _k(key="groq-lpu", arch="dataflow", node="n14", fp8_tflops=750, fp4=False, sram_mb=230, sram_tbps=80,
                                  stacks=0, scale_up_gbps=240),
               725, 300, None,
-              "725 mm² (25 x 29 mm) GF 14 nm (Abts et al., 'Think Fast', ISCA 2020); ~300 W (3P); 750 INT8 TOPS as the FP8-class rate"),
-    Published("Cerebras WSE-3", _k(key="wse3", arch="systolic", node="n5", fp8_tflops=125000, fp4=False, sram_mb=44000, sram_tbps=21000,
+              f"725 mm² (25 x 29 mm) 14 nm (Abts et al., 'Think Fast', ISCA 2020, {K.GROQ_ISCA}); ~300 W (3P); 750 INT8 TOPS (INT8-native MXM, FP16 at 1/4) as the FP8-class rate"),
+    Published("Cerebras WSE-3", _k(key="wse3", arch="dataflow", node="n5", fp8_tflops=125000, fp4=False, sram_mb=44000, sram_tbps=21000,
                                     stacks=0, scale_up_gbps=0, chiplets=True),
               46225, None, None,
               "46,225 mm² TSMC 5 nm, 44 GB SRAM at 21 PB/s; 125 PF sparse FP16 = 62.5 PF dense FP16 = 125 PF FP8-class; power: ~23 kW per CS-3 system (3P), chip n/p"),
     Published("MTIA v2", _k(key="mtia-v2", arch="systolic", node="n5", fp8_tflops=354, fp4=False, sram_mb=256, sram_tbps=2.7,
                              memory="lpddr5x", stacks=8, tbps_per_stack=0.0256, scale_up_gbps=0, chips_per_node=2),
               421, 90, None, f"421 mm² TSMC 5 nm, 90 W TDP, 354 INT8/FP8 TOPS, 256 MB SRAM at 2.7 TB/s, 128 GB LPDDR5 at ~205 GB/s ({K.MTIA_BLOG}; bandwidths unverified in hardware-facts.md)"),
-    Published("TPU v4i", _k(key="tpu-v4i", arch="systolic", node="n7", fp8_tflops=138, fp4=False, sram_mb=151, memory="hbm3",
+    Published("TPU v4i", _k(key="tpu-v4i", arch="systolic", node="n7", fp8_tflops=276, fp4=False, sram_mb=151, memory="hbm3",
                              stacks=1, gb_per_stack=8, tbps_per_stack=0.614, scale_up_gbps=100),
               400, 175, None,
-              f"< 400 mm² TSMC 7 nm, 175 W TDP, 138 TFLOPS BF16 = 138 TOPS INT8 (4 MXUs of 128 x 128 at 1.05 GHz, BF16 multipliers: "
-              f"the FP8-class rate here is the array's rate), 128 MiB CMEM + 16 MiB VMEM, 8 GB HBM2 at 614 GB/s (Jouppi et al., ISCA 2021, {K.TPUV4I}); ICI assumed 100 GB/s"),
-    Published("TPU v4", _k(key="tpu-v4", arch="systolic", node="n7", fp8_tflops=275, fp4=False, sram_mb=168, memory="hbm3",
+              f"< 400 mm² TSMC 7 nm, 175 W TDP, 138 TFLOPS BF16 = 138 TOPS INT8 (4 MXUs of 128 x 128 at 1.05 GHz), no FP8: "
+              f"its array is built for BF16, so in the model's convention (BF16 = FP8 / 2, as every GPU and MTIA) it is a 276 FP8-class TFLOPS array; "
+              f"128 MiB CMEM + 16 MiB VMEM, 8 GB HBM2 at 614 GB/s (Jouppi et al., ISCA 2021, {K.TPUV4I}); ICI assumed 100 GB/s"),
+    Published("TPU v4", _k(key="tpu-v4", arch="systolic", node="n7", fp8_tflops=550, fp4=False, sram_mb=168, memory="hbm3",
                             stacks=4, gb_per_stack=8, tbps_per_stack=0.3, scale_up_gbps=300),
               600, 192, None,
-              f"< 600 mm² TSMC 7 nm, 192 W max power, 275 TFLOPS BF16 = INT8 (8 MXUs at 1.05 GHz), 128 MiB CMEM + 32 MiB VMEM, 32 GB HBM2 at 1.2 TB/s, "
-              f"6 ICI links (Jouppi et al., ISCA 2023, {K.TPUV4}; https://glennklockwood.com/garden/tpuv4)"),
+              f"< 600 mm² TSMC 7 nm, 192 W max power, 275 TFLOPS BF16 = INT8 (8 MXUs at 1.05 GHz; a 550 FP8-class TFLOPS array as TPU v4i), "
+              f"128 MiB CMEM + 32 MiB VMEM, 32 GB HBM2 at 1.2 TB/s, 6 ICI links (Jouppi et al., ISCA 2023, {K.TPUV4}; https://glennklockwood.com/garden/tpuv4)"),
     Published("Jalapeño (seed/3P)", _k(key="jalapeno", arch="systolic", node="n3", fp8_tflops=2500, sram_mb=2000, sram_tbps=24, stacks=8,
                                         tbps_per_stack=0.875, scale_up_gbps=800),
               840, 700, None,
               "~840 mm² N3 (3P), 700 W rated (seed), a systolic-array matrix engine (3P); compute 2.5 PF FP8, SRAM 2 GB and HBM 7 TB/s are the catalogue's INFERRED values"),
 )
 #: the training chip of each architecture class (its two fitted coefficients); every other row is held out.
-#: gpu: B200, the current generation a 2026 design competes with (an H100-trained GPU class overstates Blackwell's
-#: and CDNA 3's TDP by 43-53 %: docs/design.md); systolic: MTIA v2, an N5 (reference node) inference ASIC with
-#: FP8-class MACs and an official area and TDP
-TRAIN: dict[str, str] = {"gpu": "B200", "systolic": "MTIA v2"}
+#: gpu: B200, the generation a 2026 design competes with (an H100-trained GPU class overstates Blackwell's and
+#: CDNA 3's TDP by 34-55 %: docs/design.md says why no H100-only fit can reach B200); systolic: MTIA v2, an N5
+#: (the reference node) inference ASIC with FP8-class MACs and an official area and TDP; dataflow: Groq LPU v1,
+#: the one SRAM-dataflow chip with both area and TDP published (Cerebras publishes no chip power)
+TRAIN: dict[str, str] = {"gpu": "B200", "systolic": "MTIA v2", "dataflow": "Groq LPU v1"}
 #: published chips with none of area, TDP or price published (listed in docs/design.md, not checkable)
 NOT_PUBLISHED: tuple[str, ...] = ("TPU v5e", "TPU v6e")
 

@@ -157,6 +157,8 @@ def test_unknown_knob_value_is_a_spec_error():
 
     with pytest.raises(SpecError, match=r"fixed.node: 'n2': Input should be"):
         parse_design_spec(INTERACTIVE.replace("fixed: {node: n3,", "fixed: {node: n2,"))
+    with pytest.raises(SpecError, match=r"grid.arch: 'tpu': Input should be 'gpu', 'systolic' or 'dataflow'"):
+        parse_design_spec(INTERACTIVE.replace("grid: {", "grid: {arch: [gpu, tpu], "))
 
 
 def test_cli_bad_knob_exits_2_with_one_line(tmp_path, capsys):

@@ -124,3 +124,12 @@ def test_chipspec_yaml_is_accepted_by_the_catalogue_and_simulate(tmp_path, capsy
 
 def test_every_published_row_has_a_source():
     assert all(p.source for p in PUBLISHED)
+
+
+def test_coefficient_digest_changes_with_any_coefficient(monkeypatch):
+    """Design ids carry it, so a resumed search re-scores designs after a coefficient change."""
+    before = K.digest()
+    monkeypatch.setitem(K.ARCH["dataflow"], "sram_pj_per_byte", K._f(0.5, "inferred", "test"))
+    assert K.digest() != before
+    monkeypatch.undo()
+    assert K.digest() == before

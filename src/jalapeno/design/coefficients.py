@@ -194,3 +194,16 @@ def c(name: str) -> float:
 def a(arch: str, name: str) -> float:
     """An architecture-class coefficient's value."""
     return float(ARCH[arch][name].value or 0.0)
+
+
+def digest() -> str:
+    """Hash of every coefficient value: part of each design id, so a resumed search never reuses a score made
+    with other coefficients (docs/design.md, 'Outputs')."""
+    import hashlib
+    import json
+
+    tables = {"coef": COEF, "wafer": WAFER_USD, "d0": DEFECTS_PER_CM2, "density": LOGIC_DENSITY_REL_N5,
+              "energy": ENERGY_REL_N5, "sram": SRAM_MM2_PER_MB, "phy": PHY_MM2, **{f"arch.{k}": v for k, v in ARCH.items()},
+              **{f"mem.{k}": v for k, v in MEMORY.items()}}
+    blob = json.dumps({t: {k: f.value for k, f in tab.items()} for t, tab in tables.items()}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:6]

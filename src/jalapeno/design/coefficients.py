@@ -1,10 +1,11 @@
 """Every coefficient of the physical design model, as a sourced :class:`Fact` (docs/design.md).
 
 Status: ``third-party`` / ``announced`` where a public page gives the number, ``inferred`` where it is derived
-with the reasoning in ``source``, ``fitted`` for the coefficients fitted on one *training* chip per
-architecture class (:data:`jalapeno.design.reference.TRAIN`: B200 for ``gpu``, MTIA v2 for ``systolic``); the
-other published chips are held out and their errors are reported in docs/design.md and checked by
-tests/design/test_physical.py. The architecture-class coefficients are in :data:`ARCH`.
+with the reasoning in ``source``, ``fitted`` for the two coefficients per architecture class solved on that
+class's one *training* chip (:data:`jalapeno.design.reference.TRAIN`: B200 for ``gpu``, MTIA v2 for
+``systolic``, Groq LPU v1 for ``dataflow``); the other published chips are held out and their errors are
+reported in docs/design.md and checked by tests/design/test_physical.py. The class coefficients are in
+:data:`ARCH`.
 """
 
 from __future__ import annotations
@@ -173,7 +174,8 @@ ARCH: dict[str, dict[str, Fact]] = {
                                f"beside the MXM, {GROQ_ISCA}), no tags or crossbar; {_SRAM_NODE}"),
     },
 }
-#: the fitted coefficients per class (jalapeno.design.reference.fit_coefficients on TRAIN; tests re-fit and compare)
+#: the fitted coefficients per class (jalapeno.design.reference.fit_coefficients on TRAIN; tests re-fit and compare;
+#: _TRAIN_CHIP repeats reference.TRAIN for the sources, a test checks they agree)
 FITTED: dict[str, dict[str, float]] = {
     "gpu": {"pj_per_fp8_flop_n5": 0.1316, "compute_mm2_per_fp8_tflops_n5": 0.3028},
     "systolic": {"pj_per_fp8_flop_n5": 0.0988, "compute_mm2_per_fp8_tflops_n5": 0.7073},
@@ -182,7 +184,7 @@ FITTED: dict[str, dict[str, float]] = {
 _TRAIN_CHIP = {"gpu": "B200", "systolic": "MTIA v2", "dataflow": "Groq LPU v1"}
 for _a, _vals in FITTED.items():
     for _k, _v in _vals.items():
-        ARCH[_a][_k] = _f(_v, "fitted", f"fitted: least squares on the {_a} training chip {_TRAIN_CHIP[_a]} (published area and TDP; "
+        ARCH[_a][_k] = _f(_v, "fitted", f"fitted: solved on the {_a} class's one training chip {_TRAIN_CHIP[_a]} (its published area and TDP; "
                           "jalapeno.design.reference.fit_coefficients), the other chips held out (docs/design.md)")
 
 

@@ -133,3 +133,20 @@ def test_coefficient_digest_changes_with_any_coefficient(monkeypatch):
     assert K.digest() != before
     monkeypatch.undo()
     assert K.digest() == before
+
+
+@pytest.mark.parametrize("arch", ["gpu", "systolic", "dataflow"])
+def test_fit_recovers_known_coefficients_from_a_chip_the_model_made(monkeypatch, arch):
+    """Round trip: set a class's two coefficients to known values, let the model 'publish' a chip's area and TDP,
+    then fit on that chip alone: the fit returns the known values (whatever the shipped ones are)."""
+    from jalapeno.design.reference import Published
+
+    known = {"compute_mm2_per_fp8_tflops_n5": 0.4321, "pj_per_fp8_flop_n5": 0.1234}
+    for name, v in known.items():
+        monkeypatch.setitem(K.ARCH[arch], name, K._f(v, "fitted", "test"))
+    knobs = DesignKnobs(key="made", arch=arch, node="n7", fp8_tflops=900, sram_mb=120, stacks=2, scale_up_gbps=200)
+    ph = evaluate(knobs)
+    assert ph.dies == 1  # one die: no die-to-die overhead in the round trip
+    made = Published("made", knobs, ph.area_mm2, ph.peak_w, None, "the model itself")
+    monkeypatch.undo()  # back to the shipped coefficients: the fit must not read them
+    assert fit_coefficients((made,), {arch: "made"})[arch] == pytest.approx(known, abs=1e-4)

@@ -67,11 +67,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--by", default="chip,model,weights,framework,band")
     ap.add_argument("--chip", action="append")
     ap.add_argument("--min-n", type=int, default=3)
+    ap.add_argument("--scatter", type=Path, help="also draw predicted vs measured (calibration.report.scatter) here")
+    ap.add_argument("--title", default="Jalapeño simulator vs published measurements")
     a = ap.parse_args(argv)
     rows = [json.loads(ln) for ln in a.dump.read_text().splitlines() if ln.strip()]
     if a.chip:
         rows = [r for r in rows if r["chip"] in a.chip]
     print(table(rows, a.by.split(","), a.min_n))
+    if a.scatter:
+        from types import SimpleNamespace
+
+        from jalapeno.calibration.report import scatter
+
+        recs = [SimpleNamespace(spec=SimpleNamespace(model=r["model"], chip=r["chip"]), metric=m,
+                                meas=r["measured"][m], pred=r["predicted"][m])
+                for r in rows if "error" not in r["predicted"]
+                for m in ("output_tput_per_gpu", "total_tput_per_gpu", "median_tpot", "median_ttft")
+                if r["measured"].get(m) and r["predicted"].get(m)]
+        scatter(recs, a.scatter, a.title)  # type: ignore[arg-type]
     return 0
 
 

@@ -1,7 +1,7 @@
 """Calibration against measurements: rows -> points -> simulator inputs, predictions, fits, error tables.
 
 ``points`` (published rows -> points -> :class:`SimSpec`, disaggregated layouts -> pools), ``inputs`` (checked
-CSV / ``jalapeno bench`` JSON), ``fit`` (named efficiency parameters, scipy least squares), ``overlay`` (the chip
+CSV / ``jalapeno bench`` JSON), ``fit`` (named efficiency parameters: Gauss-Newton over ``linearise``d simulations, ``gauss_newton``), ``overlay`` (the chip
 YAML a fit writes), ``report`` (error tables, scatter), ``mtp`` (fitted MTP acceptance). ``jalapeno calibrate``
 (``commands``) and ``benchmarks/fidelity.py`` (``docs/fidelity.md``) drive them.
 """

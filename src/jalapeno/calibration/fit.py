@@ -5,10 +5,10 @@ The library behind ``jalapeno calibrate`` and ``benchmarks/fidelity.py``:
 * :func:`prepare` turns points into (point, :class:`SimSpec`) items, counting why others are not predicted;
 * :func:`split_items` splits them into a fit and a held-out set (by date, by chip, or randomly by
   configuration), :func:`dedupe` makes each configuration one point (measured values: median over reruns);
-* :func:`fit` runs two stages with :func:`scipy.optimize.least_squares` (bounded, soft-L1 loss on
-  ln(predicted / measured), so a few wild points do not drag the fit): (1) the efficiency parameters on output
-  tok/s per chip and median TPOT, (2) each request-latency parameter on median TTFT, the efficiency held at
-  stage 1's result; then error tables before and after on both sets.
+* :func:`fit` fits the named parameters by Gauss-Newton over linearised simulations
+  (:mod:`jalapeno.calibration.gauss_newton`, :mod:`jalapeno.calibration.linearise`: bounded, soft-L1 loss on
+  ln(predicted / measured), one simulation of every search point per iteration), then error tables before and
+  after on both sets.
 
 Every prediction is a full serving simulation (engine + ``SimBackend`` + cost model, in a process pool), with
 ``search_prompts`` x concurrency requests per point during the search and ``final_prompts`` (InferenceX: 10)

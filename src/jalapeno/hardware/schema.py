@@ -78,6 +78,16 @@ class NetworkLink(_Strict):
     max_hops: int | None = Field(default=None, ge=0)
 
 
+class CollectiveEngine(_Strict):
+    """Hardware that runs collectives off the compute cores (TPU 8i's Collectives Acceleration Engine): the
+    layers' collectives proceed while the cores compute, in decode steps too."""
+
+    #: fraction of a layer collective's bandwidth time hidden under compute (every token, decode included)
+    overlap: Fact
+    #: fraction of its latency term left (the engine skips the cores' own synchronisation and data movement)
+    latency_factor: Fact
+
+
 class Power(_Strict):
     tdp_w: Fact
     #: power actually drawn under a serving load, when known (e.g. Jalapeño <= 550 W)
@@ -220,6 +230,8 @@ class ChipSpec(_Strict):
     memory: list[MemoryLevel] = Field(min_length=1)
     scale_up: NetworkLink
     scale_out: NetworkLink | None = None
+    #: on-chip collective offload (None: collectives run on the compute cores and add to the step)
+    collective_engine: CollectiveEngine | None = None
     power: Power
     price: Price | None = None
     efficiency: Efficiency = Field(default_factory=Efficiency)

@@ -112,8 +112,8 @@ def layout_problem(dims: ArchDims, tp: int, ep: int = 1, pp: int = 1, dp_attenti
         return f"not divisible: {dims.num_heads} attention heads over tp={tp}"
     if ep > 1 and dims.num_experts == 0:
         return f"not divisible: ep={ep} on a dense model (no experts)"
-    if ep > 1 and dims.num_experts % ep:
-        return f"not divisible: {dims.num_experts} experts over ep={ep}"
+    if ep > dims.num_experts > 0:
+        return f"not divisible: ep={ep} exceeds the {dims.num_experts} experts"
     if dp_attention and tp == 1:
         return "dp_attention needs tp > 1"
     if pp > dims.num_layers:
@@ -124,7 +124,9 @@ def layout_problem(dims: ArchDims, tp: int, ep: int = 1, pp: int = 1, dp_attenti
 def auto_layouts(dims: ArchDims, max_chips: int) -> list[Layout]:
     """Every TP / EP / DP-attention layout on a power-of-two number of chips up to ``max_chips`` that shards the
     model: dense models ``tp=n``; MoE models ``tp=n`` with ``ep`` = 1 or e, and ``tp=n ep=e`` with DP attention,
-    where e is the largest power of two <= n that divides the expert count (e = n up to the expert count).
+    where e is the largest power of two <= n that divides the expert count (e = n up to the expert count); when
+    that e is below min(n, experts), also ``tp=n ep=min(n, experts)`` with DP attention: the experts padded to
+    ``ceil(E/ep)·ep`` slots with redundant copies (``Parallelism.expert_slots``), as wide-EP deployments run.
     (Pipeline parallelism is left to explicit layouts: it does not lower latency on one node.)"""
     out: list[Layout] = []
     n = 1
@@ -135,6 +137,9 @@ def auto_layouts(dims: ArchDims, max_chips: int) -> list[Layout]:
             e *= 2
         if e > 1:
             cands += [Layout(tp=n, ep=e), Layout(tp=n, ep=e, dp_attention=True)]
+        wide = min(n, dims.num_experts)
+        if dims.num_experts and wide > max(e, 1) and n % wide == 0:
+            cands.append(Layout(tp=n, ep=wide, dp_attention=True))
         out += [c for c in cands if layout_problem(dims, c.tp, c.ep, c.pp, c.dp_attention) is None]
         n *= 2
     return out

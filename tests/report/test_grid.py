@@ -121,3 +121,25 @@ def test_wide_ep_nvl72_layout_is_offered():
 
     cm = cost_model_for("deepseek-r1", "gb200", tp=72, ep=72, dp_attention=True, precision="fp4")
     assert cm.expert_slots == 288
+
+
+def test_disaggregated_decode_pool_with_pipeline_stages_on_lpx():
+    """Rubin prefill + a 10-rack LPX decode pool (TP128 EP128 PP20): the point carries the decode pool's pp, its
+    chips and $/hour count every stage, and the point runs."""
+    from jalapeno.economics import point_chips, point_groups
+    from jalapeno.report.pool import point_scenario
+
+    text = ("models: [deepseek-r1]\nhardware: [groq-lp30]\nprecisions: [fp8]\n"
+            "disaggregated:\n  - {prefill: {hardware: vera-rubin, workers: 1, tp: 8}, "
+            "decode: {workers: 1, tp: 128, ep: 128, pp: 20}}\n"
+            "max_num_batched_tokens: 1024\nworkloads: [{isl: 1024, osl: 128}]\nconcurrencies: [8]\n")
+    spec, _ = parse_sweep(text)
+    (pt,) = [p for p in expand(spec) if p["mode"] == "disaggregated"]
+    assert pt["skip_reason"] is None and (pt["tp"], pt["ep"], pt["pp"]) == (128, 128, 20)
+    assert point_chips(pt) == 8 + 2560 and [g.count for g in point_groups(pt)] == [8, 2560]
+    sc = point_scenario(pt)
+    assert sc.pool("decode").chips_per_worker == 2560
+    from jalapeno.report.pool import run_point
+
+    m = run_point({**pt, "num_prompts": 16})
+    assert m["completed"] == 16 and m["num_chips"] == 2568

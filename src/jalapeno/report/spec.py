@@ -19,6 +19,7 @@ file and the line it comes from: the YAML is also *composed* into a node tree so
     slo: {ttft_ms: 2000, tpot_ms: 50}   # for SLO attainment and the $/Mtok compliance factor
     framework: vllm            # optional serving-framework profile (vllm | sglang | trt-llm)
     power_cap_w: 550           # optional: cap every chip's power (DVFS clocks; docs/design.md)
+    max_num_batched_tokens: 1024   # optional: the engine's token budget per step (SRAM-only chips need less)
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ class DecodePool(_Strict):
     workers: int = Field(default=1, ge=1)
     tp: int = Field(default=1, ge=1)
     ep: int = Field(default=1, ge=1)
+    #: pipeline stages of one decode worker (e.g. several LPX racks); a worker spans tp·pp chips
+    pp: int = Field(default=1, ge=1)
+    dp_attention: bool = False
 
 
 class DisaggLayout(_Strict):
@@ -116,6 +120,9 @@ class SweepSpec(_Strict):
     framework: str | None = None
     #: power cap per chip in watts for every point (clocks lowered to fit; jalapeno.hardware.power_cap)
     power_cap_w: float | None = Field(default=None, gt=0)
+    #: the engine's token budget per step (None = the simulator's 8192); SRAM-only chips (LPX) need less, since
+    #: the activations of a full budget take most of an LP30's 500 MB
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
 
     @field_validator("parallelism")
     @classmethod

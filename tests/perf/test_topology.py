@@ -103,3 +103,14 @@ def test_collective_engine_hides_decode_collectives():
     assert t_on["moe_dispatch"] - lat == pytest.approx((t_off["moe_dispatch"] - lat) * (1 - hide))
     assert math.isclose(t_on["moe_dispatch"] + t_on["moe_combine"] - 2 * lat,
                         (1 - hide) * (t_off["moe_dispatch"] + t_off["moe_combine"] - 2 * lat), rel_tol=1e-9)
+
+
+def test_lp30_rack_is_a_dragonfly_of_trays():
+    """LP30's 96 C2C links per chip: 8-chip trays fully connected, the rack one group: at most 3 hops across a
+    rack (a 4-port 16x16 mesh would need 30)."""
+    up = get_chip("groq-lp30").scale_up
+    assert (up.topology, up.board_size, up.group_size) == ("dragonfly", 8, 256)
+    assert [hops(up, n) for n in (8, 128, 256)] == [1, 3, 3]
+    # 7 tray-mates at 1 hop; the other 120 chips: tray hop (7 of 8 times) + inter-tray link + tray hop
+    assert mean_hops(up, 128) == pytest.approx((7 + 120 * (2 * 7 / 8 + 1)) / 127)
+    assert hops(link("mesh"), 256) == 30

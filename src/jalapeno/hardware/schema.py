@@ -24,7 +24,8 @@ Status = Literal[
 ComputeDtype = Literal["bf16", "fp16", "fp8", "fp4", "int8", "int4", "fp32"]
 COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4", "int8", "int4", "fp32")
 
-Topology = Literal["switch", "torus2d", "torus3d", "boardfly", "mesh", "ring", "chain", "fully-connected", "none"]
+Topology = Literal["switch", "torus2d", "torus3d", "boardfly", "dragonfly", "mesh", "ring", "chain", "fully-connected",
+                   "none"]
 
 
 class _Strict(BaseModel):
@@ -76,6 +77,10 @@ class NetworkLink(_Strict):
     domain_size: int = Field(default=0, ge=0)
     #: worst-case hop count across a full domain, where the topology defines one (BoardFly 7 vs 3D torus 16)
     max_hops: int | None = Field(default=None, ge=0)
+    #: dragonfly / boardfly: chips per board (fully connected) and per group (boards fully connected); groups
+    #: are fully connected. None: BoardFly's 4 and 32 (TPU 8i)
+    board_size: int | None = Field(default=None, ge=1)
+    group_size: int | None = Field(default=None, ge=1)
 
 
 class CollectiveEngine(_Strict):

@@ -43,7 +43,8 @@ BOARDFLY_GROUP = 32
 def hops(link: NetworkLink, n: int) -> int:
     """Worst-case hops between two of ``n`` chips in ``link``'s topology (capped at ``link.max_hops``).
 
-    BoardFly: a path to another group is chip -> board-mate holding the local link -> board in its group holding
+    BoardFly (a ``dragonfly`` of 4-chip boards in 32-chip groups; ``board_size`` / ``group_size`` set others): a
+    path to another group is chip -> board-mate holding the local link -> board in its group holding
     the global link -> that board's chip on the link -> global link -> and the same three back down: 7 hops
     (1 on one board, 3 inside one group); a 3D torus of 1,024 chips (8x8x16) needs 4+4+8 = 16."""
     if n <= 1:
@@ -59,8 +60,9 @@ def hops(link: NetworkLink, n: int) -> int:
         h = sum(d // 2 for d in _box(n, 3))
     elif t == "mesh":
         h = sum(d - 1 for d in _box(n, 2))
-    elif t == "boardfly":
-        h = 1 if n <= BOARDFLY_BOARD else 3 if n <= BOARDFLY_GROUP else 7
+    elif t in ("boardfly", "dragonfly"):
+        b, g = _fly(link)
+        h = 1 if n <= b else 3 if n <= g else 7
     else:  # pragma: no cover - schema restricts topologies
         h = 1
     h = max(1, h)
@@ -85,13 +87,17 @@ def mean_hops(link: NetworkLink, n: int) -> float:
         total = n * sum((d * d // 4) / d for d in dims)
     elif t == "mesh":
         total = n * sum((d * d - 1) / (3 * d) for d in _box(n, 2))
-    else:  # boardfly: each board-level step is needed unless the chip already holds the link (3 of 4 times)
-        return _boardfly_mean(n)
+    else:  # boardfly / dragonfly: a board hop is needed unless the chip already holds the link (3 of 4 times)
+        return _fly_mean(n, *_fly(link))
     return total / (n - 1)
 
 
-def _boardfly_mean(n: int) -> float:
-    b, g = BOARDFLY_BOARD, BOARDFLY_GROUP
+def _fly(link: NetworkLink) -> tuple[int, int]:
+    """(chips per board, chips per group) of a boardfly / dragonfly link."""
+    return link.board_size or BOARDFLY_BOARD, link.group_size or BOARDFLY_GROUP
+
+
+def _fly_mean(n: int, b: int, g: int) -> float:
     on_board = min(n, b) - 1
     in_group = min(n, g) - min(n, b)
     across = n - min(n, g)

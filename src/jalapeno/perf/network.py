@@ -6,7 +6,8 @@ cost is affine in ``M`` (which the cost model keeps affine in the step's token c
 
 ``M`` is the full per-rank tensor for all-reduce (ring: each rank sends 2(n-1)/n M), the gathered tensor for
 all-gather (each rank sends (n-1)/n M), and the bytes a rank sends for all-to-all and point-to-point.
-Bandwidths are per chip, per direction (the schema's convention).
+Bandwidths are per chip, per direction (the schema's convention). The topology sets the hop count (latency
+term) and, for all-to-all, a contention factor on the bandwidth term (:func:`alltoall_contention`).
 """
 
 from __future__ import annotations

@@ -124,13 +124,13 @@ def test_wide_ep_nvl72_layout_is_offered():
 
 
 def test_disaggregated_decode_pool_with_pipeline_stages_on_lpx():
-    """Rubin prefill + a 10-rack LPX decode pool (TP128 EP128 PP20): the point carries the decode pool's pp, its
-    chips and $/hour count every stage, and the point runs."""
+    """Rubin prefill (its own FP4 weights) + a 10-rack LPX decode pool (TP128 EP128 PP20, FP8): the point carries
+    the decode pool's pp and each pool's precision, its chips and $/hour count every stage, and the point runs."""
     from jalapeno.economics import point_chips, point_groups
     from jalapeno.report.pool import point_scenario
 
     text = ("models: [deepseek-r1]\nhardware: [groq-lp30]\nprecisions: [fp8]\n"
-            "disaggregated:\n  - {prefill: {hardware: vera-rubin, workers: 1, tp: 8}, "
+            "disaggregated:\n  - {prefill: {hardware: vera-rubin, workers: 1, tp: 8, precision: fp4}, "
             "decode: {workers: 1, tp: 128, ep: 128, pp: 20}}\n"
             "max_num_batched_tokens: 1024\nworkloads: [{isl: 1024, osl: 128}]\nconcurrencies: [8]\n")
     spec, _ = parse_sweep(text)
@@ -139,7 +139,16 @@ def test_disaggregated_decode_pool_with_pipeline_stages_on_lpx():
     assert point_chips(pt) == 8 + 2560 and [g.count for g in point_groups(pt)] == [8, 2560]
     sc = point_scenario(pt)
     assert sc.pool("decode").chips_per_worker == 2560
+    assert (sc.pool("prefill").precision, sc.pool("decode").precision) == ("fp4", "fp8")  # per pool
+    assert point_id(pt) != point_id({**pt, "prefill_weights": None})
+    assert point_id({**pt, "prefill_weights": None}) == point_id({k: v for k, v in pt.items() if k != "prefill_weights"})
     from jalapeno.report.pool import run_point
 
     m = run_point({**pt, "num_prompts": 16})
     assert m["completed"] == 16 and m["num_chips"] == 2568
+
+
+def test_pool_precision_typo_names_the_line():
+    text = BASE + "disaggregated:\n  - {prefill: {workers: 1, tp: 8, precision: fp3}, decode: {workers: 1, tp: 8}}\n"
+    with pytest.raises(SpecError, match=r"<sweep>:7: disaggregated\[0\]\.prefill\.precision: precision 'fp3' is not one of"):
+        parse_sweep(text)

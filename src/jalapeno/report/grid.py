@@ -49,6 +49,8 @@ POINT_DEFAULTS: dict[str, Any] = {
     "framework": None,  # serving-framework profile (jalapeno.perf.frameworks); None = the chip's generic one
     "power_cap_w": None,  # per-chip power cap in W (jalapeno.hardware.power_cap); None = rated power
     "max_num_batched_tokens": None,  # the engine's token budget per step; None = the simulator's default
+    "prefill_weights": None,  # disaggregated: a pool's own weight precision; None = ``weights``
+    "decode_weights": None,
 }
 POINT_KEYS: tuple[str, ...] = tuple(POINT_DEFAULTS)
 
@@ -65,7 +67,7 @@ def point_id(point: dict) -> str:
     """Stable 16-hex-digit hash of a point's inputs (resume key). Independent of dict order and of keys that
     are not inputs (metrics, errors)."""
     inputs = {k: point.get(k, POINT_DEFAULTS[k]) for k in POINT_KEYS}
-    for late in ("framework", "power_cap_w", "max_num_batched_tokens"):  # added later: unset keeps the ids of earlier results (resume)
+    for late in ("framework", "power_cap_w", "max_num_batched_tokens", "prefill_weights", "decode_weights"):  # added later: unset keeps the ids of earlier results (resume)
         if inputs[late] is None:
             del inputs[late]
     blob = json.dumps({"schema": POINT_SCHEMA, **inputs}, sort_keys=True, separators=(",", ":"))
@@ -79,6 +81,8 @@ def describe_layout(point: dict) -> str:
         pre = f"P{point['prefill_workers']}×tp{point['prefill_tp']}" + (f"({ph})" if ph and ph != point["hardware"] else "")
         dec = f"D{point['decode_workers']}×tp{point['tp']}" + (f" ep{point['ep']}" if point["ep"] > 1 else "")
         dec += (f" pp{point['pp']}" if int(point.get("pp") or 1) > 1 else "") + (" dpa" if point.get("dp_attention") else "")
+        pre += f" {point['prefill_weights']}" if point.get("prefill_weights") else ""
+        dec += f" {point['decode_weights']}" if point.get("decode_weights") else ""
         return f"{pre} {dec}"
     s = f"tp{point['tp']}"
     for k in ("ep", "pp", "dp"):
@@ -206,6 +210,8 @@ def _disagg_points(d: DisaggLayout, chip: str, dims: ArchDims) -> list[tuple[dic
         "ep": d.decode.ep,
         "pp": d.decode.pp,  # the decode pool's layout lives in the aggregated columns (tp, ep, pp, dp_attention)
         "dp_attention": d.decode.dp_attention,
+        "prefill_weights": d.prefill.precision,
+        "decode_weights": d.decode.precision,
     }
     reason = layout_problem(dims, d.prefill.tp) or layout_problem(dims, d.decode.tp, d.decode.ep, d.decode.pp,
                                                                    d.decode.dp_attention)
@@ -273,8 +279,10 @@ def expand(spec: SweepSpec, dims_fn: Callable[[str], ArchDims] | None = None) ->
                 )
                 if reason is None and fit_check:
                     if p["mode"] == "disaggregated":
-                        reason = weights_fit_problem(model, p["prefill_hardware"], prec.weights, p["prefill_tp"])
-                        reason = reason or weights_fit_problem(model, chip, prec.weights, p["tp"] * p["pp"])
+                        reason = weights_fit_problem(model, p["prefill_hardware"], p["prefill_weights"] or prec.weights,
+                                                     p["prefill_tp"])
+                        reason = reason or weights_fit_problem(model, chip, p["decode_weights"] or prec.weights,
+                                                               p["tp"] * p["pp"])
                     else:
                         reason = weights_fit_problem(model, chip, prec.weights, p["tp"] * p["pp"])
                 p["skip_reason"] = reason

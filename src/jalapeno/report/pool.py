@@ -68,7 +68,8 @@ def point_scenario(point: dict):
             prefill_workers=int(point["prefill_workers"]), prefill_tp=int(point["prefill_tp"]), prefill_ep=1,
             decode_hardware=point["hardware"], decode_workers=int(point["decode_workers"]),
             decode_tp=int(point["tp"]), decode_ep=int(point["ep"]), decode_pp=int(point.get("pp") or 1),
-            decode_dp_attention=bool(point.get("dp_attention")), **common,
+            decode_dp_attention=bool(point.get("dp_attention")), prefill_precision=point.get("prefill_weights") or None,
+            decode_precision=point.get("decode_weights") or None, **common,
         )
     return Scenario(
         hardware=point["hardware"], tp=int(point["tp"]), ep=int(point["ep"]), pp=int(point["pp"]),

@@ -54,6 +54,8 @@ class PrefillPool(_Strict):
     hardware: str | None = None
     workers: int = Field(default=1, ge=1)
     tp: int = Field(default=1, ge=1)
+    #: weight precision of this pool (None = the point's ``precisions`` entry), e.g. fp4 prefill on Rubin
+    precision: str | None = None
 
 
 class DecodePool(_Strict):
@@ -64,6 +66,8 @@ class DecodePool(_Strict):
     #: pipeline stages of one decode worker (e.g. several LPX racks); a worker spans tp·pp chips
     pp: int = Field(default=1, ge=1)
     dp_attention: bool = False
+    #: weight precision of this pool (None = the point's ``precisions`` entry), e.g. fp8 on LP30 (no FP4)
+    precision: str | None = None
 
 
 class DisaggLayout(_Strict):
@@ -305,6 +309,11 @@ def check_spec_names(spec: SweepSpec, src: SpecSource) -> None:
             get_framework(spec.framework)
         except ConfigError as exc:
             raise src.error(("framework",), str(exc)) from None
+    for i, d in enumerate(spec.disaggregated):
+        for role, pool in (("prefill", d.prefill), ("decode", d.decode)):
+            if pool.precision is not None and pool.precision not in WEIGHT_PRECISIONS:
+                raise src.error(("disaggregated", i, role, "precision"),
+                                f"precision {pool.precision!r} is not one of {', '.join(WEIGHT_PRECISIONS)}")
     for i, p in enumerate(spec.precision_list()):
         if p.weights not in WEIGHT_PRECISIONS:
             raise src.error(("precisions", i), f"weights {p.weights!r} is not one of {', '.join(WEIGHT_PRECISIONS)}")

@@ -80,6 +80,8 @@ class DecodeGroup:
         self._ends: list[tuple[int, int, Sequence]] = []  # heap of (finish step, join number, member)
         self._joins = itertools.count()
         self._window: _WindowIndex | None = None  # built by the first window_sums call
+        #: members whose last token comes before ``max_tokens`` (``max_model_len`` caps them)
+        self.capped: set[Sequence] = set()
 
     def __len__(self) -> int:
         return len(self.members)
@@ -104,6 +106,8 @@ class DecodeGroup:
         self._comp_sum += comp
         if self._window is not None:
             self._window.add(seq, comp, steps)
+        if limit < seq.max_tokens:
+            self.capped.add(seq)
         end = steps + limit - out
         self._finish[seq] = end
         heapq.heappush(self._ends, (end, next(self._joins), seq))
@@ -115,6 +119,7 @@ class DecodeGroup:
         del self.members[seq]
         del self._phase[offset % self.block_size][seq]
         del self._finish[seq]
+        self.capped.discard(seq)
         self._comp_sum -= offset
         if self._window is not None:
             self._window.remove(seq)

@@ -48,6 +48,7 @@ POINT_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "framework": None,  # serving-framework profile (jalapeno.perf.frameworks); None = the chip's generic one
     "power_cap_w": None,  # per-chip power cap in W (jalapeno.hardware.power_cap); None = rated power
+    "early_stop": None,  # opt-in statistical early stop's tolerance (jalapeno.sim.early_stop); None = exact
 }
 POINT_KEYS: tuple[str, ...] = tuple(POINT_DEFAULTS)
 
@@ -64,7 +65,7 @@ def point_id(point: dict) -> str:
     """Stable 16-hex-digit hash of a point's inputs (resume key). Independent of dict order and of keys that
     are not inputs (metrics, errors)."""
     inputs = {k: point.get(k, POINT_DEFAULTS[k]) for k in POINT_KEYS}
-    for late in ("framework", "power_cap_w"):  # added later: unset keeps the ids of earlier results (resume)
+    for late in ("framework", "power_cap_w", "early_stop"):  # added later: unset keeps the ids of earlier results (resume)
         if inputs[late] is None:
             del inputs[late]
     blob = json.dumps({"schema": POINT_SCHEMA, **inputs}, sort_keys=True, separators=(",", ":"))
@@ -259,6 +260,7 @@ def expand(spec: SweepSpec, dims_fn: Callable[[str], ArchDims] | None = None) ->
                     seed=spec.seed,
                     framework=spec.framework,
                     power_cap_w=spec.power_cap_w,
+                    early_stop=spec.early_stop,
                 )
                 if reason is None and fit_check:
                     if p["mode"] == "disaggregated":

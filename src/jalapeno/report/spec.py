@@ -19,6 +19,7 @@ file and the line it comes from: the YAML is also *composed* into a node tree so
     slo: {ttft_ms: 2000, tpot_ms: 50}   # for SLO attainment and the $/Mtok compliance factor
     framework: vllm            # optional serving-framework profile (vllm | sglang | trt-llm)
     power_cap_w: 550           # optional: cap every chip's power (DVFS clocks; docs/design.md)
+    early_stop: 0.05           # optional: statistical early stop (docs/performance.md); default exact
 """
 
 from __future__ import annotations
@@ -116,6 +117,9 @@ class SweepSpec(_Strict):
     framework: str | None = None
     #: power cap per chip in watts for every point (clocks lowered to fit; jalapeno.hardware.power_cap)
     power_cap_w: float | None = Field(default=None, gt=0)
+    #: opt-in statistical early stop for every point: relative tolerance of the latency CIs (e.g. 0.05;
+    #: jalapeno.sim.early_stop); None = InferenceX-exact
+    early_stop: float | None = Field(default=None, gt=0, lt=1)
 
     @field_validator("parallelism")
     @classmethod

@@ -59,6 +59,9 @@ class ScheduledBatch:
     #: context sums it can give without a walk (:meth:`DecodeGroup.window_sums`)
     num_grouped: int = 0
     group: "DecodeGroup | None" = None
+    #: KV tokens brought back from the offload tier before this step (sequences readmitted after an offload):
+    #: the backend prices the transfer (:meth:`Backend.num_offload_blocks`)
+    loaded_tokens: int = 0
 
     @property
     def num_prefill_tokens(self) -> int:

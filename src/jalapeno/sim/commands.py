@@ -87,10 +87,8 @@ def _economics(sc, m: dict) -> dict:
 
     kw = dict(power_cap_w=sc.power_cap_w, hardware_dir=sc.hardware_dir or None)
     if sc.disaggregated:
-        groups = [
-            chip_group(sc.prefill_hardware or sc.hardware, (sc.prefill_workers or 1) * (sc.prefill_tp or sc.tp), **kw),
-            chip_group(sc.decode_hardware or sc.hardware, (sc.decode_workers or 1) * (sc.decode_tp or sc.tp), **kw),
-        ]
+        pools = [sc.pool("prefill"), sc.pool("decode")]  # every chip of a worker: tp·pp (pipeline stages too)
+        groups = [chip_group(q.hardware, q.workers * q.chips_per_worker, **kw) for q in pools]
     else:
         groups = [chip_group(sc.hardware, int(m["num_chips"]), **kw)]
     eco = economics(m, groups)

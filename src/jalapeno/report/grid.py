@@ -51,6 +51,7 @@ POINT_DEFAULTS: dict[str, Any] = {
     "max_num_batched_tokens": None,  # the engine's token budget per step; None = the simulator's default
     "prefill_weights": None,  # disaggregated: a pool's own weight precision; None = ``weights``
     "decode_weights": None,
+    "early_stop": None,  # opt-in statistical early stop's tolerance (jalapeno.sim.early_stop); None = exact
 }
 POINT_KEYS: tuple[str, ...] = tuple(POINT_DEFAULTS)
 
@@ -67,7 +68,8 @@ def point_id(point: dict) -> str:
     """Stable 16-hex-digit hash of a point's inputs (resume key). Independent of dict order and of keys that
     are not inputs (metrics, errors)."""
     inputs = {k: point.get(k, POINT_DEFAULTS[k]) for k in POINT_KEYS}
-    for late in ("framework", "power_cap_w", "max_num_batched_tokens", "prefill_weights", "decode_weights"):  # added later: unset keeps the ids of earlier results (resume)
+    for late in ("framework", "power_cap_w", "max_num_batched_tokens", "prefill_weights", "decode_weights",
+                 "early_stop"):  # added later: unset keeps the ids of earlier results (resume)
         if inputs[late] is None:
             del inputs[late]
     blob = json.dumps({"schema": POINT_SCHEMA, **inputs}, sort_keys=True, separators=(",", ":"))
@@ -276,6 +278,7 @@ def expand(spec: SweepSpec, dims_fn: Callable[[str], ArchDims] | None = None) ->
                     framework=spec.framework,
                     power_cap_w=spec.power_cap_w,
                     max_num_batched_tokens=spec.max_num_batched_tokens,
+                    early_stop=spec.early_stop,
                 )
                 if reason is None and fit_check:
                     if p["mode"] == "disaggregated":

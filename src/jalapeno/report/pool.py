@@ -57,7 +57,8 @@ def point_scenario(point: dict):
         model=point["model"], precision=point.get("weights") or "native", kv_dtype=point.get("kv") or "bf16",
         isl=int(point["isl"]), osl=int(point["osl"]), concurrency=int(point["concurrency"]),
         num_prompts=point.get("num_prompts"), goodput=goodput, seed=int(point.get("seed") or 0),
-        framework=point.get("framework") or None, power_cap_w=_opt_float(point.get("power_cap_w")), **spec,
+        framework=point.get("framework") or None, power_cap_w=_opt_float(point.get("power_cap_w")),
+        early_stop=_opt_float(point.get("early_stop")), **spec,
     )
     budget = _opt_float(point.get("max_num_batched_tokens"))  # None or NaN (parquet) = the simulator's default
     if budget is not None:

@@ -20,6 +20,7 @@ file and the line it comes from: the YAML is also *composed* into a node tree so
     framework: vllm            # optional serving-framework profile (vllm | sglang | trt-llm)
     power_cap_w: 550           # optional: cap every chip's power (DVFS clocks; docs/design.md)
     max_num_batched_tokens: 1024   # optional: the engine's token budget per step (SRAM-only chips need less)
+    early_stop: 0.05           # optional: statistical early stop (docs/performance.md); default exact
 """
 
 from __future__ import annotations
@@ -127,6 +128,9 @@ class SweepSpec(_Strict):
     #: the engine's token budget per step (None = the simulator's 8192); SRAM-only chips (LPX) need less, since
     #: the activations of a full budget take most of an LP30's 500 MB
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    #: opt-in statistical early stop for every point: relative tolerance of the latency CIs (e.g. 0.05;
+    #: jalapeno.sim.early_stop); None = InferenceX-exact
+    early_stop: float | None = Field(default=None, gt=0, lt=1)
 
     @field_validator("parallelism")
     @classmethod

@@ -92,3 +92,20 @@ def test_disaggregated_multi_step_equals_step_by_step(wl):
     slow = Cluster([eng(1), eng(1)], [eng(1), eng(1), eng(1)], link).run(wl)
     assert fast.num_steps == slow.num_steps
     assert_same(fast.metrics(), slow.metrics())
+
+
+def test_kv_handoff_is_paid_once_per_request_without_holding_the_link():
+    # two requests prefilled together: each pays handoff + latency + its own bytes; the second transfer waits
+    # only for the first one's bytes (the lane), not for its handoff
+    P, O, h = 1000, 5, 0.2
+    wl = Workload([P, P], [O, O], concurrency=2)
+    link = KVLink(latency_s=0.01, bytes_per_s=1e9, bytes_per_token=70_000, handoff_s=h)
+    bare = Cluster([eng()], [eng()], KVLink(0.01, 1e9, 70_000)).run(wl)
+    r = Cluster([eng()], [eng()], link).run(wl)
+    cm = FakeCostModel()
+    prefill = cm.step(StepShape.from_lists(prefill=[(P, 0), (P, 0)])).time_s
+    wire = P * 70_000 / 1e9
+    ttfts = sorted(o.ttft_s for o in r.outcomes)
+    assert ttfts[0] == pytest.approx(prefill + wire + 0.01 + h, rel=1e-12)
+    assert ttfts[1] == pytest.approx(prefill + 2 * wire + 0.01 + h, rel=1e-12)
+    assert [a - b for a, b in zip(ttfts, sorted(o.ttft_s for o in bare.outcomes))] == pytest.approx([h, h])

@@ -48,6 +48,10 @@ FAILED_RESIDUAL = 3.0
 #: the default parameter set: the fixed costs per step and per layer and the collective efficiency
 DEFAULT_PARAMS = ("step_overhead_us", "layer_overhead_us", "scale_up")
 
+#: per-framework latency parameters (``<field>@<framework>``) and their upper bounds in ms: the front-end
+#: request latency, and a disaggregated stack's per-request prefill -> decode handoff
+LATENCY_FIELDS = {"request_overhead_ms": 500.0, "kv_handoff_ms": 5000.0}
+
 Item = tuple[Point, SimSpec]
 Progress = Callable[[str, int, int], None]  # (stage description, done, total)
 
@@ -65,6 +69,11 @@ class Param:
     @property
     def is_latency(self) -> bool:
         return self.framework is not None or self.name == "request_overhead_ms"
+
+    @property
+    def field(self) -> str:
+        """The quantity: ``request_overhead_ms``, ``kv_handoff_ms`` or an efficiency field."""
+        return self.name.split("@", 1)[0]
 
 
 def _scalar_fields() -> dict[str, tuple[float, float]]:
@@ -97,10 +106,11 @@ def param(name: str, base: Efficiency) -> Param:
     n = name.strip()
     if "@" in n:
         field_, fw = n.split("@", 1)
-        if field_ != "request_overhead_ms" or not fw:
+        if field_ not in LATENCY_FIELDS or not fw:
             raise CalibrationError(f"unknown parameter {name!r}: per-framework parameters are "
-                                   "request_overhead_ms@<framework>, e.g. request_overhead_ms@sglang")
-        return Param(n, 0.0, 500.0, fw)
+                                   "request_overhead_ms@<framework> (e.g. request_overhead_ms@sglang) or "
+                                   "kv_handoff_ms@<disaggregated stack> (e.g. kv_handoff_ms@dynamo-trt)")
+        return Param(n, 0.0, LATENCY_FIELDS[field_], fw)
     scalars = _scalar_fields()
     if n in scalars:
         return Param(n, *scalars[n])
@@ -120,7 +130,9 @@ def current_value(p: Param, base: Efficiency) -> float:
         try:
             fw = get_framework(p.framework)
         except ConfigError:
-            return base.request_overhead_ms
+            return 0.0 if p.field == "kv_handoff_ms" else base.request_overhead_ms
+        if p.field == "kv_handoff_ms":
+            return fw.kv_handoff_ms
         return base.framework_overhead_ms.get(fw.key, fw.request_overhead_ms)  # the chip family's own, if fitted
     group, _, key = p.name.partition(".")
     if group == "compute" and key:
@@ -225,6 +237,7 @@ class Job:
     prompts: int | None
     request_overhead_ms: float | None = None
     frameworks: bool = True
+    kv_handoff_ms: float | None = None
 
 
 def run_job(job: Job) -> dict[str, float | str]:
@@ -233,7 +246,8 @@ def run_job(job: Job) -> dict[str, float | str]:
 
     try:
         return simulate(job.spec, job.efficiency, prompts_per_concurrency=job.prompts,
-                        frameworks=job.frameworks, request_overhead_ms=job.request_overhead_ms)
+                        frameworks=job.frameworks, request_overhead_ms=job.request_overhead_ms,
+                        kv_handoff_ms=job.kv_handoff_ms)
     except Exception as exc:  # noqa: BLE001 - a point that cannot run is charged, not fatal
         return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -377,15 +391,18 @@ def _least_squares(fun: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, para
     return lo + r.x * (hi - lo)
 
 
-def _jobs(items: Sequence[Item], eff: Efficiency, prompts: int | None, latency: dict[str, float]) -> list[Job]:
+def _jobs(items: Sequence[Item], eff: Efficiency, prompts: int | None, latency: dict[str, float],
+          handoff: dict[str, float] | None = None) -> list[Job]:
     """Jobs for ``items`` under ``eff``; ``latency`` maps a framework family (or "*" for the chip's generic
-    value, used with frameworks off) to its request latency in ms."""
+    value, used with frameworks off) to its request latency in ms; ``handoff`` a disaggregated stack to its
+    KV handoff latency in ms."""
     out = []
+    h = handoff or {}
     for _, s in items:
         if "*" in latency:
-            out.append(Job(s, eff, prompts, latency["*"], frameworks=False))
+            out.append(Job(s, eff, prompts, latency["*"], frameworks=False, kv_handoff_ms=h.get(s.framework)))
         else:
-            out.append(Job(s, eff, prompts, latency.get(s.framework)))
+            out.append(Job(s, eff, prompts, latency.get(s.framework), kv_handoff_ms=h.get(s.framework)))
     return out
 
 
@@ -433,9 +450,11 @@ def fit(items: Sequence[Item], held: Sequence[Item], chip: str, names: Sequence[
             sel = _latency_items(search, p)
             key = p.framework or "*"
 
-            def resid_lat(x: np.ndarray, sel=sel, key=key) -> np.ndarray:
-                preds = pred.run(_jobs(sel, eff, search_prompts, {key: float(x[0])}), f"{p.name} fit")
-                return log_residuals(sel, preds, LATENCY_METRICS)
+            def resid_lat(x: np.ndarray, sel=sel, key=key, p=p) -> np.ndarray:
+                v = {key: float(x[0])}
+                jobs = (_jobs(sel, eff, search_prompts, {}, v) if p.field == "kv_handoff_ms"
+                        else _jobs(sel, eff, search_prompts, v))
+                return log_residuals(sel, pred.run(jobs, f"{p.name} fit"), LATENCY_METRICS)
 
             values[p.name] = float(_least_squares(resid_lat, np.array([start[p.name]]), [p], max_nfev)[0])
         tables, failures = _tables(pred, items, held, base, eff, start, values, final_prompts)
@@ -448,8 +467,8 @@ def _latency_items(items: Sequence[Item], p: Param) -> list[Item]:
     return [it for it in items if "median_ttft" in it[0].metrics and (p.framework is None or it[1].framework == p.framework)]
 
 
-def _latency_overrides(values: dict[str, float]) -> dict[str, float]:
-    return {k.split("@", 1)[1]: v for k, v in values.items() if "@" in k}
+def _latency_overrides(values: dict[str, float], field_: str = "request_overhead_ms") -> dict[str, float]:
+    return {k.split("@", 1)[1]: v for k, v in values.items() if k.startswith(field_ + "@")}
 
 
 def _tables(pred: Predictor, items, held, base, eff, start, values, prompts):
@@ -460,7 +479,8 @@ def _tables(pred: Predictor, items, held, base, eff, start, values, prompts):
             lat = _latency_overrides(vals)
             if "request_overhead_ms" in vals and not lat:
                 pass  # the chip's generic value is already in ``e``
-            preds = pred.run(_jobs(sel, e, prompts, lat), f"{when} tables ({name})")
+            preds = pred.run(_jobs(sel, e, prompts, lat, _latency_overrides(vals, "kv_handoff_ms")),
+                             f"{when} tables ({name})")
             tables[f"{when} {name}"] = error_table(sel, preds)
             if when == "after":
                 failures += [f"{p.label}: {pr['error']}" for (p, _), pr in zip(sel, preds) if "error" in pr]

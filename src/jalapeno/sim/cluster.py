@@ -8,8 +8,9 @@ reach (its clock plus, while it only decodes, its fewest steps to a completion t
 steps only get longer as contexts grow) — so workers interleave as they would in real time.
 
 Disaggregated serving: a request prefills in the prefill pool (``max_tokens=1``: its first token), its KV
-(``kv_bytes_per_token × prompt``) crosses the link between the pools (:class:`KVLink`: ``latency + bytes /
-bandwidth``), and it then decodes in the decode pool. Its TTFT ends when the KV (and first token) reach the
+(``kv_bytes_per_token × prompt``) crosses the link between the pools (:class:`KVLink`: ``handoff + latency +
+bytes / bandwidth``; the handoff is the disaggregated stack's fixed per-request cost: routing the request to a
+decode worker, the KV bootstrap handshake and the completion notice), and it then decodes in the decode pool. Its TTFT ends when the KV (and first token) reach the
 decode worker. Each worker's link lanes are servers with their own virtual-time queue: a transfer starts when
 its KV is ready and both the sending worker's and the receiving worker's earliest-free lane are free, so a busy
 link delays the next request's KV.
@@ -33,7 +34,9 @@ from jalapeno.workload import Workload
 class KVLink:
     """The network between the pools: seconds = ``latency_s + bytes / bytes_per_s``; ``bytes_per_token`` is
     the KV one prompt token occupies (all layers, all chips holding it); ``state_bytes`` the linear-attention
-    state each request carries whatever its length (0 without linear attention)."""
+    state each request carries whatever its length (0 without linear attention); ``handoff_s`` the serving
+    stack's fixed per-request handoff latency (:func:`jalapeno.perf.frameworks.kv_handoff_ms`), paid once per
+    request on top of the wire latency and without holding a link lane."""
 
     latency_s: float
     bytes_per_s: float  # one transfer (all the chips holding the sequence's KV sending at once)
@@ -43,13 +46,19 @@ class KVLink:
     send_lanes: int = 1
     recv_lanes: int = 1
     fabric: str = "scale-out"  # "scale-up" (NVLink inside one domain) | "scale-out" (NIC)
+    handoff_s: float = 0.0
 
     def busy_s(self, tokens: int) -> float:
         """Seconds one transfer of ``tokens`` prompt tokens occupies its lanes."""
         return (tokens * self.bytes_per_token + self.state_bytes) / self.bytes_per_s
 
+    @property
+    def fixed_s(self) -> float:
+        """Seconds every transfer takes besides its bytes: the wire latency and the stack's handoff."""
+        return self.latency_s + self.handoff_s
+
     def transfer_s(self, tokens: int) -> float:
-        return self.latency_s + self.busy_s(tokens)
+        return self.fixed_s + self.busy_s(tokens)
 
 
 def _bound(e: Engine) -> float:
@@ -139,7 +148,7 @@ class Cluster:
             if e is not skip:
                 b = _bound(e)
                 if e in self.prefill and self.decode and b < float("inf"):
-                    b += self.link.latency_s  # type: ignore[union-attr]
+                    b += self.link.fixed_s  # type: ignore[union-attr]
                 h = min(h, b)
         return None if h == float("inf") else h
 
@@ -188,7 +197,7 @@ class Cluster:
         tx[i] = rx[j] = start + link.busy_s(tokens)
         self._queued_s += start - ready
         self._num_transfers += 1
-        return tx[i] + link.latency_s
+        return tx[i] + link.fixed_s
 
     def kv_queue_s_mean(self) -> float:
         """Mean time a KV transfer waited for a busy link lane (0 when none waited)."""

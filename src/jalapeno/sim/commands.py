@@ -144,7 +144,8 @@ def register(app: typer.Typer) -> None:
         block_size: Annotated[int, typer.Option(help="Engine: KV block size (tokens).")] = 16,
         trace: Annotated[Optional[Path], typer.Option(help="Workload from a CSV/JSONL trace (input_len, output_len[, arrival_s]).")] = None,
         hardware_dir: Annotated[Optional[list[Path]], typer.Option("--hardware-dir", help="Extra chip YAML directory.")] = None,
-        framework: Annotated[Optional[str], typer.Option(help="Serving framework profile: vllm | sglang | trt-llm (its per-request latency; default: the chip's generic one).")] = None,
+        framework: Annotated[Optional[str], typer.Option(help="Serving framework profile: vllm | sglang | trt-llm, or a disaggregated stack dynamo-sglang | dynamo-trt | mori-sglang | sglang-disagg (its per-request latency; default: the chip's generic one).")] = None,
+        kv_handoff_ms: Annotated[Optional[float], typer.Option("--kv-handoff-ms", help="Disaggregated: fixed per-request prefill->decode handoff latency (ms; default: the --framework stack's fitted value, e.g. dynamo-trt).")] = None,
         power_cap_w: Annotated[Optional[float], typer.Option("--power-cap-w", help="Cap each chip's power (W): clocks lowered until the modelled power fits (DVFS; docs/design.md).")] = None,
         scenarios: Annotated[Optional[Path], typer.Option(help="CSV of scenarios (columns named like these flags).")] = None,
         output: Annotated[Optional[Path], typer.Option(help="With --scenarios: results CSV.")] = None,
@@ -184,7 +185,7 @@ def register(app: typer.Typer) -> None:
             seed=seed, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             block_size=block_size, trace=str(trace) if trace else None,
             hardware_dir=[str(d) for d in hardware_dir or []], framework=framework,
-            power_cap_w=power_cap_w,
+            kv_handoff_ms=kv_handoff_ms, power_cap_w=power_cap_w,
         )
         m = run_scenario(sc)
         m.update(_economics(sc, m))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace, fields
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +126,9 @@ class Scenario:
     #: disaggregated: fixed per-request prefill -> decode handoff latency (ms) on the KV link; None = the
     #: framework profile's (a disaggregated stack such as dynamo-trt carries a fitted value; engines 0)
     kv_handoff_ms: float | None = None
+    #: disaggregated: most sequences one decode worker holds (SGLang --max-running-requests, TRT-LLM
+    #: max_batch_size); a prefilled request waits for a slot before its KV is sent. None = --max-num-seqs
+    decode_max_num_seqs: int | None = None
     #: power cap in watts: clocks lowered until the modelled power fits (jalapeno.hardware.power_cap); None = rated
     power_cap_w: float | None = None
 
@@ -204,7 +207,7 @@ def _validate(sc: Scenario) -> None:
         raise ConfigError("--hardware is required (e.g. h200; see `jalapeno hardware list`)")
     for n in ("tp", "ep", "pp", "dp", "isl", "osl", "concurrency", "num_prompts", "max_concurrency", "chain_calls",
               *(f"{r}_{x}" for r in ("prefill", "decode") for x in ("workers", "tp", "ep", "pp", "chips_per_worker")),
-              "max_num_seqs", "max_num_batched_tokens", "block_size"):
+              "max_num_seqs", "decode_max_num_seqs", "max_num_batched_tokens", "block_size"):
         _pos(n, getattr(sc, n))
     for n in ("precision", "prefill_precision", "decode_precision"):
         v = getattr(sc, n)
@@ -386,7 +389,8 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
                                   efficiency=efficiency) for q in (pp_, dp_))
         n_p, n_d = pp_.workers, dp_.workers
         pre = build_sim_engines(cm_p, n_p, limits=limits, in_flight=in_flight)
-        dec = build_sim_engines(cm_d, n_d, spec=spec_for(cm_d), limits=limits, in_flight=in_flight)
+        dec_limits = replace(limits, max_num_seqs=sc.decode_max_num_seqs or limits.max_num_seqs)
+        dec = build_sim_engines(cm_d, n_d, spec=spec_for(cm_d), limits=dec_limits, in_flight=in_flight)
         link = _kv_link(cm_p, cm_d, n_p, n_d, handoff_ms(sc) * 1e-3)
         target = Cluster(pre, dec, link)
         result = run_workload(target, wl)
@@ -399,7 +403,8 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
     if sc.disaggregated:
         m["kv_transfer"] = {"fabric": link.fabric, "gb_per_s": link.bytes_per_s / 1e9,
                             "send_lanes": link.send_lanes, "recv_lanes": link.recv_lanes,
-                            "mean_queue_ms": target.kv_queue_s_mean() * 1e3, "handoff_ms": link.handoff_s * 1e3}
+                            "mean_queue_ms": target.kv_queue_s_mean() * 1e3, "handoff_ms": link.handoff_s * 1e3,
+                            "mean_admission_wait_ms": target.admission_wait_s_mean() * 1e3}
     m["sim"] = {
         "steps": result.num_steps,
         "preemptions": sum(e.stats.num_preemptions for e in engines),

@@ -138,15 +138,47 @@ def run_fit(usable: list[Item], chip: str, names: list[str], workers: int) -> di
     return rep.to_json()
 
 
-def run_fit_mtp(usable: list[Item], workers: int, max_nfev: int = 6) -> list:
-    """One MTP acceptance per (model, framework) on the B200/MI355X MTP fit rows (all Hopper MTP rows stay held
-    out); writes jalapeno/calibration/mtp_acceptance.yaml."""
-    from jalapeno.calibration.mtp import write_mtp_fits
+#: MTP fit: random configuration split of every InferenceX aggregated MTP row (Hopper, B200, MI355X), seed 0
+MTP_SPLIT = "random:0.5"
 
-    train = [it for it in usable if it[1].spec_tokens and it[1].kind == "ix" and split_of(*it).startswith("fit")]
-    fits = fit_mtp_acceptance(dedupe(train), None, workers=workers, max_nfev=max_nfev, progress=_progress)
+
+def run_fit_mtp(usable: list[Item], workers: int, max_nfev: int = 5, per_group: int = 10, prompts: int = 4) -> dict:
+    """One MTP acceptance per (model, framework family) on the fit half of a random configuration split of the
+    InferenceX aggregated MTP rows (:data:`MTP_SPLIT`; at most ``per_group`` configurations per pair searched,
+    evenly spread); writes jalapeno/calibration/mtp_acceptance.yaml and returns the fits with the held-out
+    error tables before (the default acceptance) and after (the fitted one)."""
+    from dataclasses import replace
+
+    from jalapeno.calibration.fit import error_table, subsample
+    from jalapeno.calibration.mtp import DEFAULT_ACCEPTANCE, write_mtp_fits
+
+    mtp = dedupe([it for it in usable if it[1].spec_tokens and it[1].kind == "ix" and it[1].disagg is None])
+    train, held = split_items(mtp, MTP_SPLIT, seed=0)
+    groups: dict[tuple[str, str], list[Item]] = defaultdict(list)
+    for it in train:
+        groups[(it[1].model, it[1].framework)].append(it)
+    search = [it for g in sorted(groups) for it in subsample(groups[g], per_group)]
+    t0 = time.time()
+    fits = fit_mtp_acceptance(search, None, workers=workers, max_nfev=max_nfev, progress=_progress)
+    for f in fits:
+        f.source = (f"fitted on {f.points} of {len(groups[(f.model, f.framework)])} fit-split configurations "
+                    f"(InferenceX aggregated MTP rows, {MTP_SPLIT} configuration split, seed 0; "
+                    "python benchmarks/fidelity.py --fit-mtp)")
     write_mtp_fits(fits)
-    return [f.__dict__ for f in fits]
+    acc = {(f.model, f.framework): f.acceptance for f in fits}
+
+    def table(items: list[Item], use_fit: bool) -> dict:
+        jobs = [Job(replace(s, spec_acceptance=(acc.get((s.model, s.framework), DEFAULT_ACCEPTANCE) if use_fit
+                                                 else DEFAULT_ACCEPTANCE,) * s.spec_tokens),
+                    efficiency_of(s.chip), prompts) for _, s in items]
+        with Predictor(workers, _progress) as pred:
+            preds = pred.run(jobs, "MTP tables")
+        return {m: {"n": e.n, "median_abs_pct": round(e.median_abs, 1), "p90_abs_pct": round(e.p90_abs, 1),
+                    "median_signed_pct": round(e.median_signed, 1)} for m, e in error_table(items, preds).items()}
+
+    return {"fits": [f.__dict__ for f in fits], "n_fit": len(train), "n_search": len(search), "n_held": len(held),
+            "held_out_before": table(held, False), "held_out_after": table(held, True),
+            "fit_after": table(search, True), "wall_s": round(time.time() - t0, 1), "prompts_per_slot": prompts}
 
 
 # ------------------------------------------------------------------------------------------------ main

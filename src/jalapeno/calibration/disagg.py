@@ -108,4 +108,43 @@ def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts
     return out
 
 
-__all__ = ["disagg_scenario", "pool_fields", "simulate_disagg"]
+def disagg_items(points: Any) -> list:
+    """(point, :class:`SimSpec`) of every disaggregated point of ``points`` that maps to a simulation."""
+    from jalapeno.calibration.points import Excluded, to_sim_spec
+
+    out = []
+    for p in points:
+        if "disagg=True" not in p.col("notes"):
+            continue
+        s = to_sim_spec(p)
+        if not isinstance(s, Excluded) and s.disagg is not None:
+            out.append((p, s))
+    return out
+
+
+def fit_handoff(items: list, held: list, *, max_concurrency: int = 64, workers: int = 2, prompts: int = 2,
+                max_nfev: int = 6, progress: Any = None) -> dict[str, Any]:
+    """Fit each disaggregated stack's ``kv_handoff_ms`` (:mod:`jalapeno.perf.frameworks`) on median TTFT of
+    ``items`` (the fit split, deduplicated), one chip at a time with :func:`jalapeno.calibration.fit.fit`; only
+    points at concurrency <= ``max_concurrency`` are used (and tabled, with ``held``), where TTFT is the
+    request's own path and not queueing behind a saturated pool. Returns ``{chip: FitReport.to_json()}``."""
+    from jalapeno.calibration.fit import POINTS_PER_PARAM, fit
+
+    def low(its: list) -> list:
+        return [it for it in its if (it[1].concurrency or 0) <= max_concurrency]
+
+    out: dict[str, Any] = {}
+    for chip in sorted({s.chip for _, s in items}):
+        mine = [it for it in low(items) if it[1].chip == chip]
+        stacks = sorted({s.framework for _, s in mine
+                         if sum(1 for _, t in mine if t.framework == s.framework) >= POINTS_PER_PARAM})
+        if not stacks:
+            continue
+        rep = fit(mine, [it for it in low(held) if it[1].chip == chip], chip,
+                  [f"kv_handoff_ms@{f}" for f in stacks], workers=workers, search_prompts=prompts,
+                  final_prompts=prompts, max_nfev=max_nfev, progress=progress)
+        out[chip] = rep.to_json()
+    return out
+
+
+__all__ = ["disagg_items", "disagg_scenario", "fit_handoff", "pool_fields", "simulate_disagg"]

@@ -22,7 +22,7 @@ MTP_FILE = Path(__file__).resolve().parent / "mtp_acceptance.yaml"
 DEFAULT_ACCEPTANCE = 0.75
 
 
-@dataclass(frozen=True)
+@dataclass
 class MtpFit:
     """One fitted acceptance rate: probability that each draft token is accepted."""
 
@@ -52,9 +52,15 @@ def load_mtp_fits(path: Path = MTP_FILE) -> dict[tuple[str, str], MtpFit]:
     return out
 
 
+#: disaggregated stacks -> the engine family whose MTP they run (the draft is the engine's, not the router's)
+STACK_ENGINE = {"dynamo-sglang": "sglang", "dynamo-trt": "trt", "mori-sglang": "sglang", "sglang-disagg": "sglang"}
+
+
 def mtp_acceptance(model: str, framework: str) -> tuple[float, ...]:
-    """Acceptance per draft position for ``model`` served by ``framework`` (one MTP draft token)."""
-    fit = load_mtp_fits().get((model, framework))
+    """Acceptance per draft position for ``model`` served by ``framework`` (one MTP draft token); a
+    disaggregated stack uses its engine's fit."""
+    fits = load_mtp_fits()
+    fit = fits.get((model, framework)) or fits.get((model, STACK_ENGINE.get(framework, framework)))
     return (fit.acceptance if fit else DEFAULT_ACCEPTANCE,)
 
 
@@ -69,7 +75,7 @@ def write_mtp_fits(fits: list[MtpFit], path: Path = MTP_FILE) -> None:
                 "source), one draft token per step. Written by jalapeno.calibration.fit.fit_mtp_acceptance "
                 f"(python benchmarks/fidelity.py --fit-mtp); updated {_dt.date.today().isoformat()}.",
         "fitted": [{"model": f.model, "framework": f.framework, "acceptance": round(f.acceptance, 4),
-                    "points": f.points, "source": f.source} for f in sorted(merged.values(),
+                    "points": f.points, "status": "fitted", "source": f.source} for f in sorted(merged.values(),
                                                                              key=lambda f: (f.model, f.framework))],
     }
     path.write_text(yaml.safe_dump(doc, sort_keys=False, width=110))

@@ -441,13 +441,13 @@ chip's generic request latency.
 """
 
 MTP_TEXT = """InferenceX does not publish MTP's draft length or acceptance. One draft token (DeepSeek-R1 ships one MTP
-module) and ONE acceptance probability per (model, serving framework) are to be fitted on half of the B200/MI355X MTP
-configurations (every aggregated MTP row is dated 2026-01 or later, so the date split would leave none to fit:
-the half is chosen by a hash of the configuration, the other half is held out; every Hopper MTP row stays held
-out, a transfer to another chip): `python benchmarks/fidelity.py --fit-mtp`, i.e.
-`jalapeno.calibration.fit.fit_mtp_acceptance`: a bounded search on the soft-L1 cost of ln(pred/meas) of output
-tok/s per GPU and median TPOT, the chips' catalogue efficiency held fixed). A fitted value also absorbs what the simulator
-misprices in MTP (the draft pass's own overheads), so read it as an effective acceptance, not a measured one.
+module) and ONE acceptance probability per (model, serving framework) are FITTED, not published: on the fit half of
+a random configuration split (seed 0) of every InferenceX aggregated MTP row (H200, B200, MI355X; the other half is
+held out): `python benchmarks/fidelity.py --fit-mtp`, i.e. `jalapeno.calibration.fit.fit_mtp_acceptance`: a bounded
+search on the soft-L1 cost of ln(pred/meas) of output tok/s per GPU and median TPOT, the chips' catalogue
+efficiency held fixed. Each value is written to `mtp_acceptance.yaml` with status `fitted` and its source. A
+fitted value also absorbs what the simulator misprices in MTP (the draft pass's own overheads), so read it as an
+effective acceptance, not a measured one. Disaggregated stacks use their engine's value (dynamo-sglang: sglang).
 """
 
 

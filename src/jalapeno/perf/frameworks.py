@@ -36,9 +36,11 @@ _FIT = (
 
 #: provenance of the disaggregated stacks' ``kv_handoff_ms`` (status: fitted)
 HANDOFF_FITTED = (
-    "FITTED (status fitted, not published): kv_handoff_ms by least squares on ln(pred/meas) of median TTFT over a "
-    "random configuration split of the InferenceX B200/MI355X disaggregated points (benchmarks/data/"
-    "calibration-blackwell-amd.csv; python benchmarks/disagg_fidelity.py --fit; docs/fidelity.md)"
+    "FITTED (status fitted, not published): kv_handoff_ms by soft-L1 least squares on ln(pred/meas) of median TTFT "
+    "over the fit half of a random configuration split (seed 0, per stack) of the InferenceX B200/MI355X "
+    "disaggregated points at concurrency <= 64 (benchmarks/data/calibration-blackwell-amd.csv; 2026-12-01, python "
+    "benchmarks/disagg_fidelity.py --fit; docs/fidelity.md). dynamo-trt's 764 ms is driven by 3 of its 4 fit "
+    "points (idle-system TTFTs of 1.25-1.75 s where reruns of the same layout measure 0.17 s): low confidence"
 )
 
 
@@ -62,13 +64,13 @@ FRAMEWORKS: tuple[ServingFramework, ...] = (
     ServingFramework("sglang", "SGLang", 41.1, (), _FIT),
     ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 52.0, ("trt", "trtllm", "tensorrt-llm"), _FIT),
     ServingFramework("dynamo-sglang", "NVIDIA Dynamo over SGLang (disaggregated)", 41.1, (), HANDOFF_FITTED,
-                     engine="sglang", kv_handoff_ms=0.0),
+                     engine="sglang", kv_handoff_ms=60.9),
     ServingFramework("dynamo-trt", "NVIDIA Dynamo over TensorRT-LLM (disaggregated)", 52.0, (), HANDOFF_FITTED,
-                     engine="trt-llm", kv_handoff_ms=0.0),
+                     engine="trt-llm", kv_handoff_ms=764.2),
     ServingFramework("mori-sglang", "SGLang PD with the MoRI KV transfer (disaggregated, ROCm)", 41.1, (),
-                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=0.0),
+                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=83.8),
     ServingFramework("sglang-disagg", "SGLang PD disaggregation (router + prefill/decode servers)", 41.1, (),
-                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=0.0),
+                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=25.1),
 )
 
 

@@ -111,13 +111,18 @@ def test_kv_handoff_is_paid_once_per_request_without_holding_the_link():
     assert [a - b for a, b in zip(ttfts, sorted(o.ttft_s for o in bare.outcomes))] == pytest.approx([h, h])
 
 
-def test_a_full_decode_worker_holds_the_next_request_before_its_first_token():
-    # one decode slot: the second prefilled request waits until the first one finishes decoding, then its KV
-    # crosses the link; its TTFT includes that wait (hand-computed from the fake cost model's step times)
+@pytest.mark.parametrize("full", [
+    EngineConfig(max_num_seqs=1, max_num_batched_tokens=2048),  # one sequence slot
+    EngineConfig(max_num_seqs=32, max_num_batched_tokens=2048, num_kv_blocks=100),  # KV for one 1000-token prompt
+], ids=["slots", "kv"])
+def test_a_full_decode_worker_holds_the_next_request_before_its_first_token(full):
+    # the decode worker has room for one request: the second prefilled request waits until the first one
+    # finishes decoding, then its KV crosses the link; its TTFT includes that wait (hand-computed from the fake
+    # cost model's step times)
     P, O = 1000, 6
     wl = Workload([P, P], [O, O], concurrency=2)
     link = KVLink(latency_s=0.01, bytes_per_s=1e9, bytes_per_token=70_000)
-    one = Engine(SimBackend(FakeCostModel()), EngineConfig(max_num_seqs=1, max_num_batched_tokens=2048))
+    one = Engine(SimBackend(FakeCostModel()), full)
     c = Cluster([eng()], [one], link)
     r = c.run(wl)
     cm = FakeCostModel()

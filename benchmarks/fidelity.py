@@ -142,18 +142,43 @@ def run_fit(usable: list[Item], chip: str, names: list[str], workers: int) -> di
 MTP_SPLIT = "random:0.5"
 
 
+def _mtp_split(usable: list[Item]) -> tuple[list[Item], list[Item]]:
+    mtp = dedupe([it for it in usable if it[1].spec_tokens and it[1].kind == "ix" and it[1].disagg is None])
+    return split_items(mtp, MTP_SPLIT, seed=0)
+
+
+def mtp_tables(items: list[Item], workers: int, prompts: int = 4) -> dict:
+    """Error tables of ``items`` (MTP points) before (the default acceptance) and after (the fitted one in
+    mtp_acceptance.yaml)."""
+    from dataclasses import replace
+
+    from jalapeno.calibration.fit import error_table
+    from jalapeno.calibration.mtp import DEFAULT_ACCEPTANCE, load_mtp_fits
+
+    load_mtp_fits.cache_clear()
+    acc = {k: f.acceptance for k, f in load_mtp_fits().items()}
+    out = {}
+    with Predictor(workers, _progress) as pred:
+        for name, use_fit in (("before", False), ("after", True)):
+            jobs = [Job(replace(s, spec_acceptance=(acc.get((s.model, s.framework), DEFAULT_ACCEPTANCE)
+                                                    if use_fit else DEFAULT_ACCEPTANCE,) * s.spec_tokens),
+                        efficiency_of(s.chip), prompts) for _, s in items]
+            preds = pred.run(jobs, f"MTP tables {name}")
+            out[name] = {m: {"n": e.n, "median_abs_pct": round(e.median_abs, 1), "p90_abs_pct": round(e.p90_abs, 1),
+                             "median_signed_pct": round(e.median_signed, 1)}
+                         for m, e in error_table(items, preds).items()}
+    return out
+
+
 def run_fit_mtp(usable: list[Item], workers: int, max_nfev: int = 5, per_group: int = 10, prompts: int = 4) -> dict:
     """One MTP acceptance per (model, framework family) on the fit half of a random configuration split of the
     InferenceX aggregated MTP rows (:data:`MTP_SPLIT`; at most ``per_group`` configurations per pair searched,
     evenly spread); writes jalapeno/calibration/mtp_acceptance.yaml and returns the fits with the held-out
     error tables before (the default acceptance) and after (the fitted one)."""
-    from dataclasses import replace
+    from jalapeno.calibration.fit import subsample
+    from jalapeno.calibration.mtp import write_mtp_fits
 
-    from jalapeno.calibration.fit import error_table, subsample
-    from jalapeno.calibration.mtp import DEFAULT_ACCEPTANCE, write_mtp_fits
-
-    mtp = dedupe([it for it in usable if it[1].spec_tokens and it[1].kind == "ix" and it[1].disagg is None])
-    train, held = split_items(mtp, MTP_SPLIT, seed=0)
+    train, held = _mtp_split(usable)
     groups: dict[tuple[str, str], list[Item]] = defaultdict(list)
     for it in train:
         groups[(it[1].model, it[1].framework)].append(it)
@@ -165,20 +190,9 @@ def run_fit_mtp(usable: list[Item], workers: int, max_nfev: int = 5, per_group: 
                     f"(InferenceX aggregated MTP rows, {MTP_SPLIT} configuration split, seed 0; "
                     "python benchmarks/fidelity.py --fit-mtp)")
     write_mtp_fits(fits)
-    acc = {(f.model, f.framework): f.acceptance for f in fits}
-
-    def table(items: list[Item], use_fit: bool) -> dict:
-        jobs = [Job(replace(s, spec_acceptance=(acc.get((s.model, s.framework), DEFAULT_ACCEPTANCE) if use_fit
-                                                 else DEFAULT_ACCEPTANCE,) * s.spec_tokens),
-                    efficiency_of(s.chip), prompts) for _, s in items]
-        with Predictor(workers, _progress) as pred:
-            preds = pred.run(jobs, "MTP tables")
-        return {m: {"n": e.n, "median_abs_pct": round(e.median_abs, 1), "p90_abs_pct": round(e.p90_abs, 1),
-                    "median_signed_pct": round(e.median_signed, 1)} for m, e in error_table(items, preds).items()}
-
     return {"fits": [f.__dict__ for f in fits], "n_fit": len(train), "n_search": len(search), "n_held": len(held),
-            "held_out_before": table(held, False), "held_out_after": table(held, True),
-            "fit_after": table(search, True), "wall_s": round(time.time() - t0, 1), "prompts_per_slot": prompts}
+            "held_out": mtp_tables(held, workers, prompts), "wall_s": round(time.time() - t0, 1),
+            "prompts_per_slot": prompts}
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -205,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-frameworks", action="store_true",
                     help="fit each serving framework's request latency on the H200 fit rows, print them and stop")
     ap.add_argument("--fit-mtp", action="store_true", help="fit MTP acceptance per (model, framework), write it")
+    ap.add_argument("--mtp-tables", action="store_true",
+                    help="held-out MTP error tables, default vs fitted acceptance (2 requests per slot); print, stop")
     ap.add_argument("--overlay", type=Path, help="`jalapeno calibrate --out` directory: Blackwell/AMD 'after'")
     ap.add_argument("--quick", action="store_true", help="4 x concurrency requests per point; write nothing")
     ap.add_argument("--workers", type=int, default=2)
@@ -226,6 +242,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.fit_mtp:
         print(json.dumps(run_fit_mtp(usable + ba, a.workers), indent=1))
+        return 0
+    if a.mtp_tables:
+        train, held = _mtp_split(usable + ba)
+        print(json.dumps({"n_fit": len(train), "n_held": len(held), "held_out": mtp_tables(held, a.workers, 2)},
+                         indent=1))
         return 0
 
     per = 4 if a.quick else None

@@ -454,11 +454,11 @@ BA_HEAD = """
 (predicted like the Hopper InferenceX rows above), MTP (`spec_decoding=mtp`: one draft token, an acceptance
 per model and framework, below) and disaggregated. Disaggregated rows are parsed into their prefill and decode
 pools (`jalapeno.calibration.points.DisaggLayout`: workers, per-worker chips = pool GPUs / workers, EP,
-dp-attention) but **not yet simulated**: the simulator's disaggregated mode has one dp-attention setting for
-both pools. Split as `jalapeno calibrate --split {split}` (rows from 2026-01 on held out). "before" = the
+dp-attention) and simulated pool by pool, but kept out of these tables: they have their own section
+(Disaggregated, below; `benchmarks/disagg_fidelity.py`). Split as `jalapeno calibrate --split {split}` (rows from 2026-01 on held out). "before" = the
 current catalogue (H200's fitted overheads transferred), "after" = {after}.
-Frameworks `atom` (AMD), `mori-sglang` and `sglang-disagg` have no serving-framework profile: they run with the
-chip's generic request latency.
+Framework `atom` (AMD) has no serving-framework profile: it runs with the chip's generic request latency; the
+disaggregated stacks (dynamo-sglang, dynamo-trt, mori-sglang, sglang-disagg) take their engine's.
 """
 
 MTP_TEXT = """InferenceX does not publish MTP's draft length or acceptance. One draft token (DeepSeek-R1 ships one MTP

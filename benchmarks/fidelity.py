@@ -184,7 +184,8 @@ def run_fit_mtp(usable: list[Item], workers: int, max_nfev: int = 5, per_group: 
         groups[(it[1].model, it[1].framework)].append(it)
     search = [it for g in sorted(groups) for it in subsample(groups[g], per_group)]
     t0 = time.time()
-    fits = fit_mtp_acceptance(search, None, workers=workers, max_nfev=max_nfev, progress=_progress)
+    fits = fit_mtp_acceptance(search, None, workers=workers, search_prompts=prompts, max_nfev=max_nfev,
+                              progress=_progress)
     for f in fits:
         f.source = (f"fitted on {f.points} of {len(groups[(f.model, f.framework)])} fit-split configurations "
                     f"(InferenceX aggregated MTP rows, {MTP_SPLIT} configuration split, seed 0; "
@@ -219,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-frameworks", action="store_true",
                     help="fit each serving framework's request latency on the H200 fit rows, print them and stop")
     ap.add_argument("--fit-mtp", action="store_true", help="fit MTP acceptance per (model, framework), write it")
+    ap.add_argument("--mtp-per-group", type=int, default=10, help="--fit-mtp: configurations searched per pair")
+    ap.add_argument("--mtp-prompts", type=int, default=4, help="--fit-mtp: requests per concurrency slot")
     ap.add_argument("--mtp-tables", action="store_true",
                     help="held-out MTP error tables, default vs fitted acceptance (2 requests per slot); print, stop")
     ap.add_argument("--overlay", type=Path, help="`jalapeno calibrate --out` directory: Blackwell/AMD 'after'")
@@ -241,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_fit(usable, "h200", [f"request_overhead_ms@{f}" for f in fws], a.workers), indent=1))
         return 0
     if a.fit_mtp:
-        print(json.dumps(run_fit_mtp(usable + ba, a.workers), indent=1))
+        print(json.dumps(run_fit_mtp(usable + ba, a.workers, max_nfev=3, per_group=a.mtp_per_group,
+                                     prompts=a.mtp_prompts), indent=1))
         return 0
     if a.mtp_tables:
         train, held = _mtp_split(usable + ba)

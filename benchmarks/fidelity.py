@@ -472,7 +472,8 @@ held out): `python benchmarks/fidelity.py --fit-mtp`, i.e. `jalapeno.calibration
 search on the soft-L1 cost of ln(pred/meas) of output tok/s per GPU and median TPOT, the chips' catalogue
 efficiency held fixed. Each value is written to `mtp_acceptance.yaml` with status `fitted` and its source. A
 fitted value also absorbs what the simulator misprices in MTP (the draft pass's own overheads), so read it as an
-effective acceptance, not a measured one. Disaggregated stacks use their engine's value (dynamo-sglang: sglang).
+effective acceptance, not a measured one. Disaggregated stacks keep the default (their engine's value made
+held-out disaggregated TPOT worse).
 """
 
 

@@ -302,12 +302,3 @@ def test_disaggregated_stack_handoff_is_recovered_from_ttft():
     rep = fit(items, [], "h200", ["kv_handoff_ms@dynamo-sglang"], workers=1, search_prompts=2, final_prompts=2)
     assert rep.fitted["kv_handoff_ms@dynamo-sglang"] == pytest.approx(300.0, abs=5.0)
     assert rep.tables["after fit"]["median_ttft"].median_abs < 1.0 < rep.tables["before fit"]["median_ttft"].median_abs
-
-
-def test_a_disaggregated_stack_uses_its_engines_mtp_acceptance(monkeypatch):
-    from jalapeno.calibration import mtp
-
-    monkeypatch.setattr(mtp, "load_mtp_fits", lambda: {("deepseek-r1", "sglang"): mtp.MtpFit("deepseek-r1", "sglang", 0.61, 5, "x")})
-    assert mtp.mtp_acceptance("deepseek-r1", "dynamo-sglang") == (0.61,)
-    assert mtp.mtp_acceptance("deepseek-r1", "sglang-disagg") == (0.61,)
-    assert mtp.mtp_acceptance("deepseek-r1", "dynamo-trt") == (mtp.DEFAULT_ACCEPTANCE,)

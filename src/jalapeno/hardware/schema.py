@@ -24,7 +24,8 @@ Status = Literal[
 ComputeDtype = Literal["bf16", "fp16", "fp8", "fp4", "int8", "int4", "fp32"]
 COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4", "int8", "int4", "fp32")
 
-Topology = Literal["switch", "torus2d", "torus3d", "boardfly", "mesh", "ring", "chain", "fully-connected", "none"]
+Topology = Literal["switch", "torus2d", "torus3d", "boardfly", "dragonfly", "mesh", "ring", "chain", "fully-connected",
+                   "none"]
 
 
 class _Strict(BaseModel):
@@ -64,6 +65,33 @@ class MemoryLevel(_Strict):
     #: True when software pins always-read weights here when not all weights fit (Jalapeño's "pinned active
     #: layer parameters"); the cost model's default for ``sram_pinning``. Meaningful on a resident SRAM level.
     pin_weights: bool = False
+    #: True when software can place KV-cache blocks here (a KV tier: Jalapeño's "explicitly positioning KV
+    #: Cache", TPU 8i's added SRAM). Used only when a run asks for it (``--kv-sram-gb``); SRAM-only chips
+    #: (Groq, Cerebras) keep their KV in SRAM anyway.
+    kv_resident: bool = False
+
+
+class HostMemory(_Strict):
+    """The host memory one chip can offload KV blocks to, and the link between them (per chip, per direction):
+    PCIe to a CPU socket's DRAM, or NVLink-C2C to a Grace CPU's LPDDR5X."""
+
+    capacity_gb: Fact  # host DRAM per chip
+    bandwidth_gbps: Fact  # chip <-> host, per direction
+    link: str = ""  # e.g. "PCIe Gen5 x16", "NVLink-C2C"
+
+
+class ChipFeatures(_Strict):
+    """Hardware features the cost model can switch off (``--chip-features off``) to study what they buy.
+    Each is what the seeds describe for Jalapeño; a chip without a feature pays what its calibrated overheads
+    already hold."""
+
+    #: accept/reject of speculative tokens in silicon ("hardware-level token validation loops"): no host
+    #: round trip per verify step
+    spec_verify_unit: bool = False
+    #: KV page tables walked by an on-chip MMU ("zero CPU clock cycles" per KV page access): no host work per
+    #: KV block per step
+    kv_page_table: bool = False
+    source: str = ""
 
 
 class NetworkLink(_Strict):
@@ -76,6 +104,20 @@ class NetworkLink(_Strict):
     domain_size: int = Field(default=0, ge=0)
     #: worst-case hop count across a full domain, where the topology defines one (BoardFly 7 vs 3D torus 16)
     max_hops: int | None = Field(default=None, ge=0)
+    #: dragonfly / boardfly: chips per board (fully connected) and per group (boards fully connected); groups
+    #: are fully connected. None: BoardFly's 4 and 32 (TPU 8i)
+    board_size: int | None = Field(default=None, ge=1)
+    group_size: int | None = Field(default=None, ge=1)
+
+
+class CollectiveEngine(_Strict):
+    """Hardware that runs collectives off the compute cores (TPU 8i's Collectives Acceleration Engine): the
+    layers' collectives proceed while the cores compute, in decode steps too."""
+
+    #: fraction of a layer collective's bandwidth time hidden under compute (every token, decode included)
+    overlap: Fact
+    #: fraction of its latency term left (the engine skips the cores' own synchronisation and data movement)
+    latency_factor: Fact
 
 
 class Power(_Strict):
@@ -220,8 +262,13 @@ class ChipSpec(_Strict):
     memory: list[MemoryLevel] = Field(min_length=1)
     scale_up: NetworkLink
     scale_out: NetworkLink | None = None
+    #: on-chip collective offload (None: collectives run on the compute cores and add to the step)
+    collective_engine: CollectiveEngine | None = None
     power: Power
     price: Price | None = None
+    #: host DRAM and the chip<->host link, where KV blocks can be offloaded (``--kv-offload host:GB``)
+    host: HostMemory | None = None
+    features: ChipFeatures = Field(default_factory=ChipFeatures)
     efficiency: Efficiency = Field(default_factory=Efficiency)
     #: how ``efficiency``'s serving parameters were obtained (the confidence label of every answer)
     calibration: Calibration = Field(default_factory=Calibration)
@@ -256,6 +303,12 @@ class ChipSpec(_Strict):
         """The largest off-chip level (HBM/DRAM), or None for SRAM-only chips (Groq, Cerebras)."""
         off = [lv for lv in self.memory if lv.kind != "sram" and lv.capacity_gb.value]
         return max(off, key=lambda lv: float(lv.capacity_gb)) if off else None
+
+    @property
+    def kv_sram(self) -> MemoryLevel | None:
+        """The largest on-chip SRAM level that can hold KV blocks (``kv_resident``), if any."""
+        s = [lv for lv in self.memory if lv.kind == "sram" and lv.kv_resident and lv.capacity_gb.value]
+        return max(s, key=lambda lv: float(lv.capacity_gb)) if s else None
 
     @property
     def sram(self) -> MemoryLevel | None:

@@ -25,7 +25,8 @@ _SUMMARY = (
     ("median_itl_ms", "median ITL (ms)", "{:.2f}"),
     ("median_e2el_ms", "median E2E latency (ms)", "{:,.0f}"),
     ("mean_chain_e2el_ms", "mean chain E2E latency (ms)", "{:,.0f}"),
-    ("avg_power_w", "average power, all chips (W, predicted)", "{:,.0f}"),
+    ("avg_power_w_per_chip", "average power per chip (W, predicted)", "{:,.0f}"),
+    ("avg_power_w_deployment", "average power, all chips (W, predicted)", "{:,.0f}"),
     ("output_tokens_per_joule", "output tokens per joule (predicted)", "{:.3f}"),
     ("hourly_cost_usd", "cost of the chips ($/hour)", "{:,.2f}"),
     ("usd_per_mtok", "$ per million output tokens", "{:,.3f}"),
@@ -81,10 +82,8 @@ def _economics(sc, m: dict) -> dict:
 
     kw = dict(power_cap_w=sc.power_cap_w, hardware_dir=sc.hardware_dir or None)
     if sc.disaggregated:
-        groups = [
-            chip_group(sc.prefill_hardware or sc.hardware, (sc.prefill_workers or 1) * (sc.prefill_tp or sc.tp), **kw),
-            chip_group(sc.decode_hardware or sc.hardware, (sc.decode_workers or 1) * (sc.decode_tp or sc.tp), **kw),
-        ]
+        pools = [sc.pool("prefill"), sc.pool("decode")]  # every chip of a worker: tp·pp (pipeline stages too)
+        groups = [chip_group(q.hardware, q.workers * q.chips_per_worker, **kw) for q in pools]
     else:
         groups = [chip_group(sc.hardware, int(m["num_chips"]), **kw)]
     eco = economics(m, groups)
@@ -93,6 +92,14 @@ def _economics(sc, m: dict) -> dict:
         "usd_per_mtok": eco.usd_per_mtok,
         "economics_note": "; ".join(eco.notes) or None,
     }
+
+
+def _on_off(text: str) -> bool:
+    from jalapeno.errors import ConfigError
+
+    if text not in ("on", "off"):
+        raise ConfigError(f"--chip-features {text!r} must be on or off")
+    return text == "on"
 
 
 def register(app: typer.Typer) -> None:
@@ -148,6 +155,9 @@ def register(app: typer.Typer) -> None:
         decode_max_num_seqs: Annotated[Optional[int], typer.Option(help="Disaggregated: most sequences one decode worker holds; a prefilled request waits for a slot (and KV room) before its transfer (default: --max-num-seqs).")] = None,
         kv_handoff_ms: Annotated[Optional[float], typer.Option("--kv-handoff-ms", help="Disaggregated: fixed per-request prefill->decode handoff latency (ms; default: the --framework stack's fitted value, e.g. dynamo-trt).")] = None,
         power_cap_w: Annotated[Optional[float], typer.Option("--power-cap-w", help="Cap each chip's power (W): clocks lowered until the modelled power fits (DVFS; docs/design.md).")] = None,
+        kv_sram_gb: Annotated[float, typer.Option("--kv-sram-gb", help="KV tier: GB of each chip's SRAM that holds KV blocks (chips whose SRAM is kv_resident: jalapeno, tpu-8i); decode reads them at SRAM bandwidth.")] = 0.0,
+        kv_offload: Annotated[Optional[str], typer.Option("--kv-offload", help="KV offload tier for preempted sequences (instead of recompute): host:GB[:GBPS] (the chip's host link by default) or ssd:GB:GBPS, per chip.")] = None,
+        chip_features: Annotated[str, typer.Option("--chip-features", help="The chip's hardware features (spec-verify unit, on-chip KV page table): on | off (study what they buy).")] = "on",
         scenarios: Annotated[Optional[Path], typer.Option(help="CSV of scenarios (columns named like these flags).")] = None,
         output: Annotated[Optional[Path], typer.Option(help="With --scenarios: results CSV.")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the metrics JSON.")] = False,
@@ -186,7 +196,9 @@ def register(app: typer.Typer) -> None:
             seed=seed, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             block_size=block_size, trace=str(trace) if trace else None,
             hardware_dir=[str(d) for d in hardware_dir or []], framework=framework,
-            kv_handoff_ms=kv_handoff_ms, decode_max_num_seqs=decode_max_num_seqs, power_cap_w=power_cap_w,
+            kv_handoff_ms=kv_handoff_ms, decode_max_num_seqs=decode_max_num_seqs,
+            power_cap_w=power_cap_w, kv_sram_gb=kv_sram_gb, kv_offload=kv_offload,
+            chip_features=_on_off(chip_features),
         )
         m = run_scenario(sc)
         m.update(_economics(sc, m))

@@ -44,21 +44,19 @@ def _band(c: int) -> str:
 
 
 def _table(rows: list[dict], key) -> list[str]:
+    """Markdown: per group, signed median / median |error| / p90 |error| of TTFT, TPOT and output tok/s per GPU."""
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         groups[key(r)].append(r)
-    out = ["| group | points | TPOT median abs | TPOT signed | TPOT p90 | TTFT median abs | TTFT signed | TTFT p90 "
-           "| tput/GPU median abs |", "|---|---|---|---|---|---|---|---|---|"]
+    out = ["| group | points | TTFT signed | TTFT abs | TTFT p90 | TPOT signed | TPOT abs | TPOT p90 "
+           "| tput/GPU signed | tput/GPU abs | tput/GPU p90 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for g in sorted(groups):
         rs = groups[g]
         cells = []
-        for m in COMPARED:
+        for m in ("median_ttft", "median_tpot", "output_tput_per_gpu"):
             e = np.array([r["err"][m] for r in rs if m in r["err"]])
-            if m == "output_tput_per_gpu":
-                cells.append(f"{np.median(np.abs(e)):.0f}%" if e.size else "-")
-            else:
-                cells += ([f"{np.median(np.abs(e)):.0f}%", f"{np.median(e):+.0f}%", f"{np.percentile(np.abs(e), 90):.0f}%"]
-                          if e.size else ["-"] * 3)
+            cells += ([f"{np.median(e):+.0f}%", f"{np.median(np.abs(e)):.0f}%", f"{np.percentile(np.abs(e), 90):.0f}%"]
+                      if e.size else ["-"] * 3)
         out.append(f"| {g} | {len(rs)} | " + " | ".join(cells) + " |")
     return out
 
@@ -74,15 +72,51 @@ def main(argv: list[str] | None = None) -> int:
                     help="error tables on N points evenly spread over the file (0: all); every point is still "
                          "checked to simulate: its pools built and one request run through them")
     ap.add_argument("--min-per-concurrency", type=int, default=4, help="requests per slot never below this")
+    ap.add_argument("--max-concurrency", type=int, default=0,
+                    help="leave out points above this concurrency (0: none left out); they are counted")
+    ap.add_argument("--split", default="random:0.5",
+                    help="fit / held-out split of the configurations (jalapeno.calibration.fit.split_items)")
+    ap.add_argument("--held-out-only", action="store_true", help="error tables on the held-out configurations only")
+    ap.add_argument("--fit", action="store_true",
+                    help="fit each stack's kv_handoff_ms on the fit split (points at concurrency <= "
+                         "--fit-max-concurrency), print the report JSON and stop")
+    ap.add_argument("--fit-max-concurrency", type=int, default=64)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
 
-    points = [p for p in load_points(a.csv) if "disagg=True" in p.col("notes")]
+    from jalapeno.calibration.disagg import disagg_items, fit_handoff
+    from jalapeno.calibration.fit import config_key, dedupe, split_items
+
+    all_points = load_points(a.csv)
+    fit_set, held_set = [], []
+    by_stack: dict[str, list] = defaultdict(list)
+    for it in dedupe(disagg_items(all_points)):
+        by_stack[it[1].framework].append(it)
+    for stack in sorted(by_stack):  # stratified: each stack's configurations split at random, on their own
+        f, h = split_items(by_stack[stack], a.split, seed=0)
+        fit_set += f
+        held_set += h
+    if a.fit:
+        def progress(label: str, done: int, total: int) -> None:
+            if done == total or done % 10 == 0:
+                print(f"  {label}: {done}/{total}", file=sys.stderr, flush=True)
+
+        rep = fit_handoff(fit_set, held_set, max_concurrency=a.fit_max_concurrency, workers=a.workers,
+                          progress=progress)
+        print(json.dumps(rep, indent=1))
+        return 0
+    held_keys = {repr(config_key(s)) for _, s in held_set}
+    points = [p for p in all_points if "disagg=True" in p.col("notes")]
     jobs, excluded = [], defaultdict(int)
     for p in points:
         s = to_sim_spec(p)
         if isinstance(s, Excluded):
             excluded[s.reason] += 1
+            continue
+        if a.held_out_only and repr(config_key(s)) not in held_keys:
+            continue
+        if a.max_concurrency and s.concurrency > a.max_concurrency:
+            excluded[f"concurrency above {a.max_concurrency} (not run: CPU time)"] += 1
             continue
         per = max(a.min_per_concurrency, min(s.num_prompts_per_concurrency, a.max_requests // max(1, s.concurrency)))
         jobs.append((p, s, per))
@@ -111,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         errs = {m: 100 * (pred[m] / p.metrics[m] - 1) for m in COMPARED if m in p.metrics and m in pred and p.metrics[m] > 0}
         rows.append({"label": p.label, "chip": s.chip, "framework": s.framework, "concurrency": s.concurrency,
                      "isl": s.isl, "osl": s.osl, "layout": p.col("parallelism"), "err": errs, "seconds": dt,
+                     "held_out": repr(config_key(s)) in held_keys, "mtp": bool(s.spec_tokens),
                      "measured": {m: p.metrics.get(m) for m in COMPARED}, "predicted": {m: pred.get(m) for m in COMPARED}})
     n = len(points)
     if checked:
@@ -130,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {v} x {k}")
     print()
     print("\n".join(_table(rows, lambda r: "all")))
+    print()
+    print("\n".join(_table(rows, lambda r: f"{'held-out' if r['held_out'] else 'fit'} ({a.split})")))
+    print()
+    print("\n".join(_table(rows, lambda r: f"{r['chip']} {r['framework']} c {_band(r['concurrency'])}")))
     print()
     print("\n".join(_table(rows, lambda r: r["chip"])))
     print()

@@ -138,15 +138,62 @@ def run_fit(usable: list[Item], chip: str, names: list[str], workers: int) -> di
     return rep.to_json()
 
 
-def run_fit_mtp(usable: list[Item], workers: int, max_nfev: int = 6) -> list:
-    """One MTP acceptance per (model, framework) on the B200/MI355X MTP fit rows (all Hopper MTP rows stay held
-    out); writes jalapeno/calibration/mtp_acceptance.yaml."""
+#: MTP fit: random configuration split of every InferenceX aggregated MTP row (Hopper, B200, MI355X), seed 0
+MTP_SPLIT = "random:0.5"
+
+
+def _mtp_split(usable: list[Item]) -> tuple[list[Item], list[Item]]:
+    mtp = dedupe([it for it in usable if it[1].spec_tokens and it[1].kind == "ix" and it[1].disagg is None])
+    return split_items(mtp, MTP_SPLIT, seed=0)
+
+
+def mtp_tables(items: list[Item], workers: int, prompts: int = 4) -> dict:
+    """Error tables of ``items`` (MTP points) before (the default acceptance) and after (the fitted one in
+    mtp_acceptance.yaml)."""
+    from dataclasses import replace
+
+    from jalapeno.calibration.fit import error_table
+    from jalapeno.calibration.mtp import DEFAULT_ACCEPTANCE, load_mtp_fits
+
+    load_mtp_fits.cache_clear()
+    acc = {k: f.acceptance for k, f in load_mtp_fits().items()}
+    out = {}
+    with Predictor(workers, _progress) as pred:
+        for name, use_fit in (("before", False), ("after", True)):
+            jobs = [Job(replace(s, spec_acceptance=(acc.get((s.model, s.framework), DEFAULT_ACCEPTANCE)
+                                                    if use_fit else DEFAULT_ACCEPTANCE,) * s.spec_tokens),
+                        efficiency_of(s.chip), prompts) for _, s in items]
+            preds = pred.run(jobs, f"MTP tables {name}")
+            out[name] = {m: {"n": e.n, "median_abs_pct": round(e.median_abs, 1), "p90_abs_pct": round(e.p90_abs, 1),
+                             "median_signed_pct": round(e.median_signed, 1)}
+                         for m, e in error_table(items, preds).items()}
+    return out
+
+
+def run_fit_mtp(usable: list[Item], workers: int, max_nfev: int = 5, per_group: int = 10, prompts: int = 4) -> dict:
+    """One MTP acceptance per (model, framework family) on the fit half of a random configuration split of the
+    InferenceX aggregated MTP rows (:data:`MTP_SPLIT`; at most ``per_group`` configurations per pair searched,
+    evenly spread); writes jalapeno/calibration/mtp_acceptance.yaml and returns the fits with the held-out
+    error tables before (the default acceptance) and after (the fitted one)."""
+    from jalapeno.calibration.fit import subsample
     from jalapeno.calibration.mtp import write_mtp_fits
 
-    train = [it for it in usable if it[1].spec_tokens and it[1].kind == "ix" and split_of(*it).startswith("fit")]
-    fits = fit_mtp_acceptance(dedupe(train), None, workers=workers, max_nfev=max_nfev, progress=_progress)
+    train, held = _mtp_split(usable)
+    groups: dict[tuple[str, str], list[Item]] = defaultdict(list)
+    for it in train:
+        groups[(it[1].model, it[1].framework)].append(it)
+    search = [it for g in sorted(groups) for it in subsample(groups[g], per_group)]
+    t0 = time.time()
+    fits = fit_mtp_acceptance(search, None, workers=workers, search_prompts=prompts, max_nfev=max_nfev,
+                              progress=_progress)
+    for f in fits:
+        f.source = (f"fitted on {f.points} of {len(groups[(f.model, f.framework)])} fit-split configurations "
+                    f"(InferenceX aggregated MTP rows, {MTP_SPLIT} configuration split, seed 0; "
+                    "python benchmarks/fidelity.py --fit-mtp)")
     write_mtp_fits(fits)
-    return [f.__dict__ for f in fits]
+    return {"fits": [f.__dict__ for f in fits], "n_fit": len(train), "n_search": len(search), "n_held": len(held),
+            "held_out": mtp_tables(held, workers, prompts), "wall_s": round(time.time() - t0, 1),
+            "prompts_per_slot": prompts}
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -173,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-frameworks", action="store_true",
                     help="fit each serving framework's request latency on the H200 fit rows, print them and stop")
     ap.add_argument("--fit-mtp", action="store_true", help="fit MTP acceptance per (model, framework), write it")
+    ap.add_argument("--mtp-per-group", type=int, default=10, help="--fit-mtp: configurations searched per pair")
+    ap.add_argument("--mtp-prompts", type=int, default=4, help="--fit-mtp: requests per concurrency slot")
+    ap.add_argument("--mtp-tables", action="store_true",
+                    help="held-out MTP error tables, default vs fitted acceptance (2 requests per slot); print, stop")
     ap.add_argument("--overlay", type=Path, help="`jalapeno calibrate --out` directory: Blackwell/AMD 'after'")
     ap.add_argument("--quick", action="store_true", help="4 x concurrency requests per point; write nothing")
     ap.add_argument("--workers", type=int, default=2)
@@ -193,7 +244,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_fit(usable, "h200", [f"request_overhead_ms@{f}" for f in fws], a.workers), indent=1))
         return 0
     if a.fit_mtp:
-        print(json.dumps(run_fit_mtp(usable + ba, a.workers), indent=1))
+        print(json.dumps(run_fit_mtp(usable + ba, a.workers, max_nfev=3, per_group=a.mtp_per_group,
+                                     prompts=a.mtp_prompts), indent=1))
+        return 0
+    if a.mtp_tables:
+        train, held = _mtp_split(usable + ba)
+        print(json.dumps({"n_fit": len(train), "n_held": len(held), "held_out": mtp_tables(held, a.workers, 2)},
+                         indent=1))
         return 0
 
     per = 4 if a.quick else None
@@ -401,21 +458,22 @@ BA_HEAD = """
 (predicted like the Hopper InferenceX rows above), MTP (`spec_decoding=mtp`: one draft token, an acceptance
 per model and framework, below) and disaggregated. Disaggregated rows are parsed into their prefill and decode
 pools (`jalapeno.calibration.points.DisaggLayout`: workers, per-worker chips = pool GPUs / workers, EP,
-dp-attention) but **not yet simulated**: the simulator's disaggregated mode has one dp-attention setting for
-both pools. Split as `jalapeno calibrate --split {split}` (rows from 2026-01 on held out). "before" = the
+dp-attention) and simulated pool by pool, but kept out of these tables: they have their own section
+(Disaggregated, below; `benchmarks/disagg_fidelity.py`). Split as `jalapeno calibrate --split {split}` (rows from 2026-01 on held out). "before" = the
 current catalogue (H200's fitted overheads transferred), "after" = {after}.
-Frameworks `atom` (AMD), `mori-sglang` and `sglang-disagg` have no serving-framework profile: they run with the
-chip's generic request latency.
+Framework `atom` (AMD) has no serving-framework profile: it runs with the chip's generic request latency; the
+disaggregated stacks (dynamo-sglang, dynamo-trt, mori-sglang, sglang-disagg) take their engine's.
 """
 
 MTP_TEXT = """InferenceX does not publish MTP's draft length or acceptance. One draft token (DeepSeek-R1 ships one MTP
-module) and ONE acceptance probability per (model, serving framework) are to be fitted on half of the B200/MI355X MTP
-configurations (every aggregated MTP row is dated 2026-01 or later, so the date split would leave none to fit:
-the half is chosen by a hash of the configuration, the other half is held out; every Hopper MTP row stays held
-out, a transfer to another chip): `python benchmarks/fidelity.py --fit-mtp`, i.e.
-`jalapeno.calibration.fit.fit_mtp_acceptance`: a bounded search on the soft-L1 cost of ln(pred/meas) of output
-tok/s per GPU and median TPOT, the chips' catalogue efficiency held fixed). A fitted value also absorbs what the simulator
-misprices in MTP (the draft pass's own overheads), so read it as an effective acceptance, not a measured one.
+module) and ONE acceptance probability per (model, serving framework) are FITTED, not published: on the fit half of
+a random configuration split (seed 0) of every InferenceX aggregated MTP row (H200, B200, MI355X; the other half is
+held out): `python benchmarks/fidelity.py --fit-mtp`, i.e. `jalapeno.calibration.fit.fit_mtp_acceptance`: a bounded
+search on the soft-L1 cost of ln(pred/meas) of output tok/s per GPU and median TPOT, the chips' catalogue
+efficiency held fixed. Each value is written to `mtp_acceptance.yaml` with status `fitted` and its source. A
+fitted value also absorbs what the simulator misprices in MTP (the draft pass's own overheads), so read it as an
+effective acceptance, not a measured one. Disaggregated stacks keep the default (their engine's value made
+held-out disaggregated TPOT worse).
 """
 
 

@@ -29,8 +29,12 @@ def test_disaggregated_point_simulates_with_both_pools():
                           num_prompts_per_concurrency=2, framework="dynamo-sglang", disagg=parse(LAYOUT))
     sc = disagg_scenario(spec)
     assert (sc.framework, sc.num_prompts, sc.pool("prefill").dp_attention, sc.pool("decode").dp_attention) == (
-        "sglang", 16, True, False)
+        "dynamo-sglang", 16, True, False)
     m = run_scenario(sc)
     assert m["num_chips"] == 24 and m["completed"] == 16
     # 24 B200s span three HGX nodes: KV crosses the NIC; each prefill GPU sends its own sequences
     assert m["kv_transfer"]["fabric"] == "scale-out" and m["kv_transfer"]["send_lanes"] == 8
+    # the stack's profile: SGLang's front end under Dynamo, and Dynamo's fitted handoff on the KV link
+    from jalapeno.perf.frameworks import get_framework
+
+    assert m["kv_transfer"]["handoff_ms"] == pytest.approx(get_framework("dynamo-sglang").kv_handoff_ms)

@@ -282,3 +282,23 @@ def test_subsample_is_even_and_deterministic(synthetic_csv):
     assert [p.ids for p, _ in a] == [p.ids for p, _ in b] and len(a) == 4
     assert {s.model for _, s in a} == {"gpt-oss-20b", "qwen3-30b-a3b"}  # both models keep a share
     assert subsample(items, None) == items and len(subsample(items, 50)) == 12
+
+
+def test_disaggregated_stack_handoff_is_recovered_from_ttft():
+    # TTFTs generated with a 300 ms handoff for dynamo-sglang; the fit (stage 2, one latency parameter) finds it
+    from dataclasses import replace
+
+    from jalapeno.calibration.points import SimSpec
+
+    lay = parse_disagg_layout("disagg P: 1 worker(s) x TP1 EP1 DPattn=False (1 GPUs); "
+                              "D: 1 worker(s) x TP2 EP1 DPattn=False (2 GPUs)")
+    items = []
+    for i, (isl, conc) in enumerate([(256, 1), (512, 2), (1024, 1)]):
+        s = SimSpec("llama-3.1-8b", "h200", lay.decode.layout, "native", "bf16", isl, 16, conc, 0.8,
+                    num_prompts_per_concurrency=2, framework="dynamo-sglang", disagg=lay)
+        truth = run_job(Job(s, None, 2, kv_handoff_ms=300.0))
+        p = group_points([_row(i, "llama-3.1-8b", isl, 16, conc, "median_ttft", 1.0, "s")])[0]
+        items.append((replace(p, metrics={"median_ttft": truth["median_ttft"]}), s))
+    rep = fit(items, [], "h200", ["kv_handoff_ms@dynamo-sglang"], workers=1, search_prompts=2, final_prompts=2)
+    assert rep.fitted["kv_handoff_ms@dynamo-sglang"] == pytest.approx(300.0, abs=5.0)
+    assert rep.tables["after fit"]["median_ttft"].median_abs < 1.0 < rep.tables["before fit"]["median_ttft"].median_abs

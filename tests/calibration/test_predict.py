@@ -56,7 +56,9 @@ def test_inferencex_rows_use_their_frameworks_request_overhead():
     ix = SimSpec(**base, kind="ix", framework="trt")
     assert framework_profile(ix) == "trt-llm"
     assert framework_profile(SimSpec(**base, kind="nim", framework="nim")) is None
-    assert framework_profile(SimSpec(**base, kind="ix", framework="dynamo-sglang")) is None
+    assert framework_profile(SimSpec(**base, kind="ix", framework="atom")) is None  # no profile: the chip's
+    # a disaggregated stack is a profile (its engine's front end; the handoff applies only between pools)
+    assert framework_profile(SimSpec(**base, kind="ix", framework="dynamo-sglang")) == "dynamo-sglang"
     with_fw, generic = simulate(ix)["median_ttft"], simulate(ix, frameworks=False)["median_ttft"]
     eff = efficiency_of("h200")
     fw_ms = eff.framework_overhead_ms.get("trt-llm", get_framework("trt").request_overhead_ms)

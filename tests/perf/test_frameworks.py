@@ -19,7 +19,12 @@ def test_names_and_aliases_resolve_case_insensitively():
     assert get_framework("TRT").key == "trt-llm"
     assert get_framework("tensorrt-llm").key == "trt-llm"
     for fw in FRAMEWORKS:
-        assert fw.request_overhead_ms > 0 and "CALIBRATED" in fw.source
+        assert fw.request_overhead_ms > 0 and ("CALIBRATED" in fw.source or "FITTED" in fw.source)
+    # a disaggregated stack takes its engine's front end (a chip family's value for that engine included)
+    eff = get_chip("b200").efficiency
+    for stack in ("dynamo-sglang", "dynamo-trt", "mori-sglang", "sglang-disagg"):
+        fw = get_framework(stack)
+        assert fw.engine and apply_framework(eff, fw).request_overhead_ms == apply_framework(eff, fw.engine).request_overhead_ms
 
 
 def test_unknown_framework_is_a_one_line_error_listing_the_choices():

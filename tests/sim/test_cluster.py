@@ -92,3 +92,48 @@ def test_disaggregated_multi_step_equals_step_by_step(wl):
     slow = Cluster([eng(1), eng(1)], [eng(1), eng(1), eng(1)], link).run(wl)
     assert fast.num_steps == slow.num_steps
     assert_same(fast.metrics(), slow.metrics())
+
+
+def test_kv_handoff_is_paid_once_per_request_without_holding_the_link():
+    # two requests prefilled together: each pays handoff + latency + its own bytes; the second transfer waits
+    # only for the first one's bytes (the lane), not for its handoff
+    P, O, h = 1000, 5, 0.2
+    wl = Workload([P, P], [O, O], concurrency=2)
+    link = KVLink(latency_s=0.01, bytes_per_s=1e9, bytes_per_token=70_000, handoff_s=h)
+    bare = Cluster([eng()], [eng()], KVLink(0.01, 1e9, 70_000)).run(wl)
+    r = Cluster([eng()], [eng()], link).run(wl)
+    cm = FakeCostModel()
+    prefill = cm.step(StepShape.from_lists(prefill=[(P, 0), (P, 0)])).time_s
+    wire = P * 70_000 / 1e9
+    ttfts = sorted(o.ttft_s for o in r.outcomes)
+    assert ttfts[0] == pytest.approx(prefill + wire + 0.01 + h, rel=1e-12)
+    assert ttfts[1] == pytest.approx(prefill + 2 * wire + 0.01 + h, rel=1e-12)
+    assert [a - b for a, b in zip(ttfts, sorted(o.ttft_s for o in bare.outcomes))] == pytest.approx([h, h])
+
+
+@pytest.mark.parametrize("full", [
+    EngineConfig(max_num_seqs=1, max_num_batched_tokens=2048),  # one sequence slot
+    EngineConfig(max_num_seqs=32, max_num_batched_tokens=2048, num_kv_blocks=100),  # KV for one 1000-token prompt
+], ids=["slots", "kv"])
+def test_a_full_decode_worker_holds_the_next_request_before_its_first_token(full):
+    # the decode worker has room for one request: the second prefilled request waits until the first one
+    # finishes decoding, then its KV crosses the link; its TTFT includes that wait (hand-computed from the fake
+    # cost model's step times)
+    P, O = 1000, 6
+    wl = Workload([P, P], [O, O], concurrency=2)
+    link = KVLink(latency_s=0.01, bytes_per_s=1e9, bytes_per_token=70_000)
+    one = Engine(SimBackend(FakeCostModel()), full)
+    c = Cluster([eng()], [one], link)
+    r = c.run(wl)
+    cm = FakeCostModel()
+    prefill = cm.step(StepShape.from_lists(prefill=[(P, 0), (P, 0)])).time_s
+    hop = 0.01 + P * 70_000 / 1e9
+    first_in = prefill + hop
+    decode = sum(cm.step(StepShape.from_lists(decode_ctx=[P + i])).time_s for i in range(1, O))
+    ttft = sorted(o.ttft_s for o in r.outcomes)
+    assert ttft[0] == pytest.approx(first_in, rel=1e-12)
+    assert ttft[1] == pytest.approx(first_in + decode + hop, rel=1e-12)  # waited for the slot, then crossed
+    assert c.admission_wait_s_mean() == pytest.approx((first_in + decode - prefill) / 2, rel=1e-12)
+    # with room for both nothing waits: the two transfers only share the link lane
+    both = Cluster([eng()], [eng()], link).run(wl)
+    assert sorted(o.ttft_s for o in both.outcomes)[1] == pytest.approx(prefill + hop + P * 70_000 / 1e9, rel=1e-12)

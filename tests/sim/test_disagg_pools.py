@@ -148,3 +148,28 @@ def test_chips_per_worker_and_tp_must_agree():
         sc.pool("decode")
     with pytest.raises(ConfigError, match="not a multiple"):
         Scenario(model="x", decode_chips_per_worker=6, decode_pp=4).pool("decode")
+
+
+def test_stack_handoff_and_decode_slots_reach_the_scenario():
+    # a small disaggregated run: --kv-handoff-ms shifts every TTFT by exactly that much at concurrency 1 (nothing
+    # queues); --decode-max-num-seqs 1 at concurrency 4 makes prefilled requests wait for the decode slot
+    base = dict(model="llama-3.1-8b", hardware="h200", isl=512, osl=16, prefill_workers=1, decode_workers=1)
+    one = dict(base, concurrency=1, num_prompts=3)
+    a = run_scenario(Scenario(**one, kv_handoff_ms=0.0))
+    b = run_scenario(Scenario(**one, kv_handoff_ms=250.0))
+    assert b["kv_transfer"]["handoff_ms"] == 250.0
+    assert b["median_ttft_ms"] - a["median_ttft_ms"] == pytest.approx(250.0, rel=1e-6)
+    assert b["median_tpot_ms"] == pytest.approx(a["median_tpot_ms"], rel=1e-9)
+    # the profile's fitted value is the default for a stack
+    from jalapeno.perf.frameworks import get_framework
+
+    c = run_scenario(Scenario(**one, framework="dynamo-trt"))
+    assert c["kv_transfer"]["handoff_ms"] == pytest.approx(get_framework("dynamo-trt").kv_handoff_ms)
+    four = dict(base, concurrency=4, num_prompts=8)
+    free = run_scenario(Scenario(**four))
+    held = run_scenario(Scenario(**four, decode_max_num_seqs=1))
+    assert free["kv_transfer"]["mean_admission_wait_ms"] == 0.0
+    assert held["kv_transfer"]["mean_admission_wait_ms"] > 0
+    assert held["median_ttft_ms"] > free["median_ttft_ms"] + held["median_tpot_ms"] * 10
+    with pytest.raises(ConfigError):
+        run_scenario(Scenario(**four, kv_handoff_ms=-1.0))

@@ -10,8 +10,9 @@ A layout ``P: 1 worker(s) x TP1 EP8 DPattn=True (8 GPUs); D: 2 worker(s) x TP8 E
   the only reading consistent with the chip count is attention data-parallel over them: ``TP1 EP8
   DPattn=False (8 GPUs)`` runs one attention replica per GPU);
 * ``<pool>_ep`` = the recorded EP (MoE tensor-parallel over the worker's chips when EP1);
-* the serving framework profile is the engine under the orchestrator (dynamo-/mori-sglang and sglang-disagg:
-  SGLang; dynamo-trt: TensorRT-LLM).
+* the serving framework profile is the disaggregated stack's (:mod:`jalapeno.perf.frameworks`: dynamo-sglang,
+  dynamo-trt, mori-sglang, sglang-disagg): the front-end latency of the engine under it (SGLang, TensorRT-LLM)
+  and the stack's fitted per-request KV handoff latency; an unknown stack falls back to its engine.
 
 Both pools are one chip type; the KV link is the scale-up fabric when all their chips fit one scale-up domain,
 else the NIC (:func:`jalapeno.sim.scenario.run_scenario`). An efficiency override (what a fit searches) applies
@@ -26,7 +27,14 @@ from jalapeno.errors import ConfigError
 
 
 def _engine_framework(family: str) -> str | None:
+    from jalapeno.errors import ConfigError as _Unknown
+    from jalapeno.perf.frameworks import get_framework
+
     f = family.lower()
+    try:
+        return get_framework(f).key
+    except _Unknown:
+        pass
     if "sglang" in f:
         return "sglang"
     if "trt" in f:
@@ -70,16 +78,21 @@ def disagg_scenario(spec: Any, *, prompts_per_concurrency: int | None = None, se
 
 
 def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts_per_concurrency: int | None = None,
-                    frameworks: bool = True, request_overhead_ms: float | None = None) -> dict[str, float]:
+                    frameworks: bool = True, request_overhead_ms: float | None = None,
+                    kv_handoff_ms: float | None = None) -> dict[str, float]:
     """Predicted metrics of a disaggregated point (keys of ``points.METRICS``, SI units), with the arguments of
     :func:`jalapeno.calibration.predict.simulate`. Per-chip throughputs are per *decode* GPU, as InferenceX's
     disaggregated per-GPU numbers are (its rows: concurrency × output length / E2E ÷ per-GPU throughput = the
-    decode pool's GPU count, not both pools')."""
+    decode pool's GPU count, not both pools'). ``kv_handoff_ms`` overrides the stack's handoff latency (what a
+    fit searches); the stack's own value stays when only ``request_overhead_ms`` is overridden."""
     from dataclasses import replace
 
     from jalapeno.sim.scenario import run_scenario
 
+    from jalapeno.sim.scenario import handoff_ms
+
     sc = disagg_scenario(spec, prompts_per_concurrency=prompts_per_concurrency, seed=seed)
+    sc = replace(sc, kv_handoff_ms=handoff_ms(sc) if kv_handoff_ms is None else float(kv_handoff_ms))
     if not frameworks or request_overhead_ms is not None:
         sc = replace(sc, framework=None)
     if request_overhead_ms is not None:
@@ -95,4 +108,43 @@ def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts
     return out
 
 
-__all__ = ["disagg_scenario", "pool_fields", "simulate_disagg"]
+def disagg_items(points: Any) -> list:
+    """(point, :class:`SimSpec`) of every disaggregated point of ``points`` that maps to a simulation."""
+    from jalapeno.calibration.points import Excluded, to_sim_spec
+
+    out = []
+    for p in points:
+        if "disagg=True" not in p.col("notes"):
+            continue
+        s = to_sim_spec(p)
+        if not isinstance(s, Excluded) and s.disagg is not None:
+            out.append((p, s))
+    return out
+
+
+def fit_handoff(items: list, held: list, *, max_concurrency: int = 64, workers: int = 2, prompts: int = 2,
+                max_nfev: int = 6, progress: Any = None) -> dict[str, Any]:
+    """Fit each disaggregated stack's ``kv_handoff_ms`` (:mod:`jalapeno.perf.frameworks`) on median TTFT of
+    ``items`` (the fit split, deduplicated), one chip at a time with :func:`jalapeno.calibration.fit.fit`; only
+    points at concurrency <= ``max_concurrency`` are used (and tabled, with ``held``), where TTFT is the
+    request's own path and not queueing behind a saturated pool. Returns ``{chip: FitReport.to_json()}``."""
+    from jalapeno.calibration.fit import POINTS_PER_PARAM, fit
+
+    def low(its: list) -> list:
+        return [it for it in its if (it[1].concurrency or 0) <= max_concurrency]
+
+    out: dict[str, Any] = {}
+    for chip in sorted({s.chip for _, s in items}):
+        mine = [it for it in low(items) if it[1].chip == chip]
+        stacks = sorted({s.framework for _, s in mine
+                         if sum(1 for _, t in mine if t.framework == s.framework) >= POINTS_PER_PARAM})
+        if not stacks:
+            continue
+        rep = fit(mine, [it for it in low(held) if it[1].chip == chip], chip,
+                  [f"kv_handoff_ms@{f}" for f in stacks], workers=workers, search_prompts=prompts,
+                  final_prompts=prompts, handoff_nfev=max_nfev, progress=progress)
+        out[chip] = rep.to_json()
+    return out
+
+
+__all__ = ["disagg_items", "disagg_scenario", "fit_handoff", "pool_fields", "simulate_disagg"]

@@ -48,6 +48,12 @@ FAILED_RESIDUAL = 3.0
 #: the default parameter set: the fixed costs per step and per layer and the collective efficiency
 DEFAULT_PARAMS = ("step_overhead_us", "layer_overhead_us", "scale_up")
 
+#: per-framework latency parameters (``<field>@<framework>``) and their upper bounds in ms: the front-end
+#: request latency, and a disaggregated stack's per-request prefill -> decode handoff
+LATENCY_FIELDS = {"request_overhead_ms": 500.0, "kv_handoff_ms": 5000.0}
+#: evaluations of the one-dimensional search of a handoff latency (a bounded Brent search: twice as many steps)
+HANDOFF_NFEV = 12
+
 Item = tuple[Point, SimSpec]
 Progress = Callable[[str, int, int], None]  # (stage description, done, total)
 
@@ -65,6 +71,11 @@ class Param:
     @property
     def is_latency(self) -> bool:
         return self.framework is not None or self.name == "request_overhead_ms"
+
+    @property
+    def field(self) -> str:
+        """The quantity: ``request_overhead_ms``, ``kv_handoff_ms`` or an efficiency field."""
+        return self.name.split("@", 1)[0]
 
 
 def _scalar_fields() -> dict[str, tuple[float, float]]:
@@ -97,10 +108,11 @@ def param(name: str, base: Efficiency) -> Param:
     n = name.strip()
     if "@" in n:
         field_, fw = n.split("@", 1)
-        if field_ != "request_overhead_ms" or not fw:
+        if field_ not in LATENCY_FIELDS or not fw:
             raise CalibrationError(f"unknown parameter {name!r}: per-framework parameters are "
-                                   "request_overhead_ms@<framework>, e.g. request_overhead_ms@sglang")
-        return Param(n, 0.0, 500.0, fw)
+                                   "request_overhead_ms@<framework> (e.g. request_overhead_ms@sglang) or "
+                                   "kv_handoff_ms@<disaggregated stack> (e.g. kv_handoff_ms@dynamo-trt)")
+        return Param(n, 0.0, LATENCY_FIELDS[field_], fw)
     scalars = _scalar_fields()
     if n in scalars:
         return Param(n, *scalars[n])
@@ -120,7 +132,9 @@ def current_value(p: Param, base: Efficiency) -> float:
         try:
             fw = get_framework(p.framework)
         except ConfigError:
-            return base.request_overhead_ms
+            return 0.0 if p.field == "kv_handoff_ms" else base.request_overhead_ms
+        if p.field == "kv_handoff_ms":
+            return fw.kv_handoff_ms
         return base.framework_overhead_ms.get(fw.key, fw.request_overhead_ms)  # the chip family's own, if fitted
     group, _, key = p.name.partition(".")
     if group == "compute" and key:
@@ -225,6 +239,7 @@ class Job:
     prompts: int | None
     request_overhead_ms: float | None = None
     frameworks: bool = True
+    kv_handoff_ms: float | None = None
 
 
 def run_job(job: Job) -> dict[str, float | str]:
@@ -233,7 +248,8 @@ def run_job(job: Job) -> dict[str, float | str]:
 
     try:
         return simulate(job.spec, job.efficiency, prompts_per_concurrency=job.prompts,
-                        frameworks=job.frameworks, request_overhead_ms=job.request_overhead_ms)
+                        frameworks=job.frameworks, request_overhead_ms=job.request_overhead_ms,
+                        kv_handoff_ms=job.kv_handoff_ms)
     except Exception as exc:  # noqa: BLE001 - a point that cannot run is charged, not fatal
         return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -394,15 +410,18 @@ def _least_squares(fun: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, para
     return lo + r.x * (hi - lo)
 
 
-def _jobs(items: Sequence[Item], eff: Efficiency, prompts: int | None, latency: dict[str, float]) -> list[Job]:
+def _jobs(items: Sequence[Item], eff: Efficiency, prompts: int | None, latency: dict[str, float],
+          handoff: dict[str, float] | None = None) -> list[Job]:
     """Jobs for ``items`` under ``eff``; ``latency`` maps a framework family (or "*" for the chip's generic
-    value, used with frameworks off) to its request latency in ms."""
+    value, used with frameworks off) to its request latency in ms; ``handoff`` a disaggregated stack to its
+    KV handoff latency in ms."""
     out = []
+    h = handoff or {}
     for _, s in items:
         if "*" in latency:
-            out.append(Job(s, eff, prompts, latency["*"], frameworks=False))
+            out.append(Job(s, eff, prompts, latency["*"], frameworks=False, kv_handoff_ms=h.get(s.framework)))
         else:
-            out.append(Job(s, eff, prompts, latency.get(s.framework)))
+            out.append(Job(s, eff, prompts, latency.get(s.framework), kv_handoff_ms=h.get(s.framework)))
     return out
 
 
@@ -418,7 +437,7 @@ def subsample(items: Sequence[Item], n: int | None) -> list[Item]:
 def fit(items: Sequence[Item], held: Sequence[Item], chip: str, names: Sequence[str], *,
         base: Efficiency | None = None, workers: int = 2, search_prompts: int = 4, final_prompts: int | None = None,
         max_iter: int = 4, max_search_points: int | None = None, progress: Progress | None = None,
-        weights: dict[str, float] | None = None) -> FitReport:
+        weights: dict[str, float] | None = None, handoff_nfev: int = HANDOFF_NFEV) -> FitReport:
     """Fit ``names`` for ``chip`` on ``items`` (already deduplicated), report errors on ``items`` and ``held``.
 
     The search is Gauss–Newton over linearised simulations (:mod:`jalapeno.calibration.gauss_newton`: one
@@ -443,20 +462,39 @@ def fit(items: Sequence[Item], held: Sequence[Item], chip: str, names: Sequence[
     if weights is None:
         ttft = 0.7 if lat_params or any(p.name.startswith("prefill_") for p in params) else 0.0
         weights = {**{m: 1.0 for m in EFFICIENCY_METRICS}, "median_ttft": 1.0 if not eff_params else ttft}
-    spec = Spec(tuple(p.name for p in params), tuple((p.lower, p.upper) for p in params), weights,
+    # a disaggregated stack's handoff delays requests of points the linearisation does not cover: it gets a
+    # one-dimensional search of its own, after the Gauss-Newton fit of everything else
+    gn_params = [p for p in params if p.field != "kv_handoff_ms"]
+    handoff_params = [p for p in params if p.field == "kv_handoff_ms"]
+    spec = Spec(tuple(p.name for p in gn_params), tuple((p.lower, p.upper) for p in gn_params), weights,
                 lambda s, v: apply_params(base, v), _latency_overrides)
     with Predictor(workers, progress) as pred:
-        gn = gauss_newton(search, spec, start, prompts=search_prompts, mapper=pred.map, max_iter=max_iter)
-        values = gn.values
+        gn = None
+        values = dict(start)
+        if gn_params:
+            gn = gauss_newton(search, spec, {p.name: start[p.name] for p in gn_params}, prompts=search_prompts,
+                              mapper=pred.map, max_iter=max_iter)
+            values.update(gn.values)
         eff = apply_params(base, values)
+        for p in handoff_params:
+            sel = _latency_items(search, p)
+            key = p.framework or "*"
+
+            def resid_lat(x: np.ndarray, sel=sel, key=key, p=p) -> np.ndarray:
+                v = {key: float(x[0])}
+                jobs = _jobs(sel, eff, search_prompts, {}, v)
+                return log_residuals(sel, pred.run(jobs, f"{p.name} fit"), LATENCY_METRICS)
+
+            values[p.name] = float(_least_squares(resid_lat, np.array([start[p.name]]), [p], handoff_nfev)[0])
         tables, failures = _tables(pred, items, held, base, eff, start, values, final_prompts)
         runs = pred.runs
     rep = FitReport(chip, params, start, values, len(items), len(held), tables, runs, time.time() - t0,
                     failures=failures, n_search=len(search))
-    rep.iterations = [{k: (None if isinstance(v, float) and v != v else v) for k, v in it.__dict__.items()}
-                      for it in gn.iterations]
-    rep.converged = gn.converged
-    rep.stop = gn.stop
+    if gn is not None:
+        rep.iterations = [{k: (None if isinstance(v, float) and v != v else v) for k, v in it.__dict__.items()}
+                          for it in gn.iterations]
+        rep.converged = gn.converged
+        rep.stop = gn.stop
     return rep
 
 
@@ -464,8 +502,8 @@ def _latency_items(items: Sequence[Item], p: Param) -> list[Item]:
     return [it for it in items if "median_ttft" in it[0].metrics and (p.framework is None or it[1].framework == p.framework)]
 
 
-def _latency_overrides(values: dict[str, float]) -> dict[str, float]:
-    return {k.split("@", 1)[1]: v for k, v in values.items() if "@" in k}
+def _latency_overrides(values: dict[str, float], field_: str = "request_overhead_ms") -> dict[str, float]:
+    return {k.split("@", 1)[1]: v for k, v in values.items() if k.startswith(field_ + "@")}
 
 
 def _tables(pred: Predictor, items, held, base, eff, start, values, prompts):
@@ -476,7 +514,8 @@ def _tables(pred: Predictor, items, held, base, eff, start, values, prompts):
             lat = _latency_overrides(vals)
             if "request_overhead_ms" in vals and not lat:
                 pass  # the chip's generic value is already in ``e``
-            preds = pred.run(_jobs(sel, e, prompts, lat), f"{when} tables ({name})")
+            preds = pred.run(_jobs(sel, e, prompts, lat, _latency_overrides(vals, "kv_handoff_ms")),
+                             f"{when} tables ({name})")
             tables[f"{when} {name}"] = error_table(sel, preds)
             if when == "after":
                 failures += [f"{p.label}: {pr['error']}" for (p, _), pr in zip(sel, preds) if "error" in pr]

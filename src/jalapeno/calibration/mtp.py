@@ -22,7 +22,7 @@ MTP_FILE = Path(__file__).resolve().parent / "mtp_acceptance.yaml"
 DEFAULT_ACCEPTANCE = 0.75
 
 
-@dataclass(frozen=True)
+@dataclass
 class MtpFit:
     """One fitted acceptance rate: probability that each draft token is accepted."""
 
@@ -53,7 +53,9 @@ def load_mtp_fits(path: Path = MTP_FILE) -> dict[tuple[str, str], MtpFit]:
 
 
 def mtp_acceptance(model: str, framework: str) -> tuple[float, ...]:
-    """Acceptance per draft position for ``model`` served by ``framework`` (one MTP draft token)."""
+    """Acceptance per draft position for ``model`` served by ``framework`` (one MTP draft token). A
+    disaggregated stack (dynamo-sglang, ...) has no fit of its own and keeps the default: borrowing its engine's
+    aggregated fit made the held-out disaggregated TPOT worse (27% -> 31% median |error|; docs/fidelity.md)."""
     fit = load_mtp_fits().get((model, framework))
     return (fit.acceptance if fit else DEFAULT_ACCEPTANCE,)
 
@@ -69,7 +71,7 @@ def write_mtp_fits(fits: list[MtpFit], path: Path = MTP_FILE) -> None:
                 "source), one draft token per step. Written by jalapeno.calibration.fit.fit_mtp_acceptance "
                 f"(python benchmarks/fidelity.py --fit-mtp); updated {_dt.date.today().isoformat()}.",
         "fitted": [{"model": f.model, "framework": f.framework, "acceptance": round(f.acceptance, 4),
-                    "points": f.points, "source": f.source} for f in sorted(merged.values(),
+                    "points": f.points, "status": "fitted", "source": f.source} for f in sorted(merged.values(),
                                                                              key=lambda f: (f.model, f.framework))],
     }
     path.write_text(yaml.safe_dump(doc, sort_keys=False, width=110))

@@ -90,17 +90,19 @@ def framework_profile(spec: SimSpec) -> str | None:
 
 def simulate(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int = 0,
              prompts_per_concurrency: int | None = None, frameworks: bool = True,
-             request_overhead_ms: float | None = None) -> dict[str, float]:
+             request_overhead_ms: float | None = None, kv_handoff_ms: float | None = None) -> dict[str, float]:
     """Predicted metrics of ``spec`` (keys of :data:`jalapeno.calibration.points.METRICS`, SI units).
 
     ``frameworks``: InferenceX rows use their serving framework's request overhead (else the chip's generic
-    one); ``request_overhead_ms`` overrides both (what ``--fit-frameworks`` searches).
+    one); ``request_overhead_ms`` overrides both (what ``--fit-frameworks`` searches); ``kv_handoff_ms``
+    overrides a disaggregated stack's handoff latency (disaggregated points only).
     Raises :class:`~jalapeno.errors.CapacityError` when the model does not fit."""
     if getattr(spec, "disagg", None) is not None:  # both pools, per-pool layouts (calibration.disagg)
         from jalapeno.calibration.disagg import simulate_disagg
 
         return simulate_disagg(spec, efficiency, seed=seed, prompts_per_concurrency=prompts_per_concurrency,
-                               frameworks=frameworks, request_overhead_ms=request_overhead_ms)
+                               frameworks=frameworks, request_overhead_ms=request_overhead_ms,
+                               kv_handoff_ms=kv_handoff_ms)
     run = run_point(spec, efficiency, seed=seed, prompts_per_concurrency=prompts_per_concurrency,
                     frameworks=frameworks, request_overhead_ms=request_overhead_ms)
     return run.predicted

@@ -13,6 +13,13 @@ ln(predicted / measured) of output throughput, TPOT and TTFT over the H200 Infer
 (docs/fidelity.md). A chip whose family was fitted separately carries its own values in
 ``efficiency.framework_overhead_ms`` (Blackwell: the B200 fit; CDNA: the MI355X fit), which take precedence;
 these global values serve every other chip.
+
+Disaggregated serving stacks (``dynamo-sglang``, ``dynamo-trt``, ``mori-sglang``, ``sglang-disagg``) are
+profiles too: their front-end latency is their engine's (``engine``: SGLang or TensorRT-LLM, so a chip family's
+fitted value for that engine applies), and they add ``kv_handoff_ms``, the fixed per-request cost of handing a
+prefilled request to the decode pool (router decision, KV bootstrap handshake / memory registration, transfer
+completion notice), paid on the KV link (:class:`jalapeno.sim.cluster.KVLink` ``handoff_s``) on top of the wire
+time. Those values are FITTED on InferenceX disaggregated points (:data:`HANDOFF_FITTED`), not published.
 """
 
 from __future__ import annotations
@@ -27,6 +34,16 @@ _FIT = (
 )
 
 
+#: provenance of the disaggregated stacks' ``kv_handoff_ms`` (status: fitted)
+HANDOFF_FITTED = (
+    "FITTED (status fitted, not published): kv_handoff_ms by soft-L1 least squares on ln(pred/meas) of median TTFT "
+    "over the fit half of a random configuration split (seed 0, per stack) of the InferenceX B200/MI355X "
+    "disaggregated points at concurrency <= 64 (benchmarks/data/calibration-blackwell-amd.csv; 2026-12-01, python "
+    "benchmarks/disagg_fidelity.py --fit; docs/fidelity.md). dynamo-trt's 764 ms is driven by 3 of its 4 fit "
+    "points (idle-system TTFTs of 1.25-1.75 s where reruns of the same layout measure 0.17 s): low confidence"
+)
+
+
 @dataclass(frozen=True)
 class ServingFramework:
     """One serving stack. ``request_overhead_ms`` replaces the chip's ``efficiency.request_overhead_ms``."""
@@ -36,12 +53,24 @@ class ServingFramework:
     request_overhead_ms: float
     aliases: tuple[str, ...] = ()
     source: str = ""
+    #: a disaggregated stack: the profile key of the engine under it (its front-end latency is that engine's)
+    engine: str | None = None
+    #: a disaggregated stack: fixed per-request prefill -> decode handoff latency, milliseconds
+    kv_handoff_ms: float = 0.0
 
 
 FRAMEWORKS: tuple[ServingFramework, ...] = (
     ServingFramework("vllm", "vLLM (V1 engine, OpenAI server)", 15.7, (), _FIT),
     ServingFramework("sglang", "SGLang", 41.1, (), _FIT),
     ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 52.0, ("trt", "trtllm", "tensorrt-llm"), _FIT),
+    ServingFramework("dynamo-sglang", "NVIDIA Dynamo over SGLang (disaggregated)", 41.1, (), HANDOFF_FITTED,
+                     engine="sglang", kv_handoff_ms=60.9),
+    ServingFramework("dynamo-trt", "NVIDIA Dynamo over TensorRT-LLM (disaggregated)", 52.0, (), HANDOFF_FITTED,
+                     engine="trt-llm", kv_handoff_ms=764.2),
+    ServingFramework("mori-sglang", "SGLang PD with the MoRI KV transfer (disaggregated, ROCm)", 41.1, (),
+                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=83.8),
+    ServingFramework("sglang-disagg", "SGLang PD disaggregation (router + prefill/decode servers)", 41.1, (),
+                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=25.1),
 )
 
 
@@ -62,8 +91,16 @@ def apply_framework(efficiency, framework: str | ServingFramework | None):
     if not framework:
         return efficiency
     fw = framework if isinstance(framework, ServingFramework) else get_framework(framework)
+    if fw.engine:  # a disaggregated stack: its engine's front end
+        fw = get_framework(fw.engine)
     ms = efficiency.framework_overhead_ms.get(fw.key, fw.request_overhead_ms)
     return efficiency.model_copy(update={"request_overhead_ms": ms})
 
 
-__all__ = ["ServingFramework", "FRAMEWORKS", "get_framework", "apply_framework"]
+def kv_handoff_ms(framework: str | None) -> float:
+    """The per-request prefill -> decode handoff latency (ms) of a disaggregated stack; 0 for an engine
+    profile or None."""
+    return get_framework(framework).kv_handoff_ms if framework else 0.0
+
+
+__all__ = ["ServingFramework", "FRAMEWORKS", "HANDOFF_FITTED", "get_framework", "apply_framework", "kv_handoff_ms"]

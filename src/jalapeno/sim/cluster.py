@@ -8,17 +8,25 @@ reach (its clock plus, while it only decodes, its fewest steps to a completion t
 steps only get longer as contexts grow) — so workers interleave as they would in real time.
 
 Disaggregated serving: a request prefills in the prefill pool (``max_tokens=1``: its first token), its KV
-(``kv_bytes_per_token × prompt``) crosses the link between the pools (:class:`KVLink`: ``latency + bytes /
-bandwidth``), and it then decodes in the decode pool. Its TTFT ends when the KV (and first token) reach the
+(``kv_bytes_per_token × prompt``) crosses the link between the pools (:class:`KVLink`: ``handoff + latency +
+bytes / bandwidth``; the handoff is the disaggregated stack's fixed per-request cost: routing the request to a
+decode worker, the KV bootstrap handshake and the completion notice), and it then decodes in the decode pool. Its TTFT ends when the KV (and first token) reach the
 decode worker. Each worker's link lanes are servers with their own virtual-time queue: a transfer starts when
 its KV is ready and both the sending worker's and the receiving worker's earliest-free lane are free, so a busy
 link delays the next request's KV.
+
+Decode admission (back-pressure): as SGLang's and Dynamo's decode workers pre-allocate a request's KV before its
+transfer, a prefilled request is handed to a decode worker only when that worker has a free sequence slot
+(``max_num_seqs``, counting the requests already on their way) and free KV blocks for its prompt (after those
+of the requests it already holds waiting or inbound). Until then it waits, first come first served, in the
+cluster's handoff queue; its TTFT includes the wait, and the prefill pool runs ahead meanwhile.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +41,9 @@ from jalapeno.workload import Workload
 class KVLink:
     """The network between the pools: seconds = ``latency_s + bytes / bytes_per_s``; ``bytes_per_token`` is
     the KV one prompt token occupies (all layers, all chips holding it); ``state_bytes`` the linear-attention
-    state each request carries whatever its length (0 without linear attention)."""
+    state each request carries whatever its length (0 without linear attention); ``handoff_s`` the serving
+    stack's fixed per-request handoff latency (:func:`jalapeno.perf.frameworks.kv_handoff_ms`), paid once per
+    request on top of the wire latency and without holding a link lane."""
 
     latency_s: float
     bytes_per_s: float  # one transfer (all the chips holding the sequence's KV sending at once)
@@ -43,13 +53,19 @@ class KVLink:
     send_lanes: int = 1
     recv_lanes: int = 1
     fabric: str = "scale-out"  # "scale-up" (NVLink inside one domain) | "scale-out" (NIC)
+    handoff_s: float = 0.0
 
     def busy_s(self, tokens: int) -> float:
         """Seconds one transfer of ``tokens`` prompt tokens occupies its lanes."""
         return (tokens * self.bytes_per_token + self.state_bytes) / self.bytes_per_s
 
+    @property
+    def fixed_s(self) -> float:
+        """Seconds every transfer takes besides its bytes: the wire latency and the stack's handoff."""
+        return self.latency_s + self.handoff_s
+
     def transfer_s(self, tokens: int) -> float:
-        return self.latency_s + self.busy_s(tokens)
+        return self.fixed_s + self.busy_s(tokens)
 
 
 def _bound(e: Engine) -> float:
@@ -100,6 +116,9 @@ class Cluster:
             self._lanes.update({id(e): [0.0] * link.recv_lanes for e in self.decode})
         self._queued_s = 0.0
         self._num_transfers = 0
+        #: prefilled requests waiting for room in a decode worker: (KV ready at, sending worker, sequence)
+        self._handoffs: deque[tuple[float, Engine, Sequence]] = deque()
+        self._admission_wait_s = 0.0
 
     # --- Target protocol ------------------------------------------------------------------------
     def now(self) -> float:
@@ -118,7 +137,7 @@ class Cluster:
         return float(getattr(self.prefill[0].backend, "request_latency_per_token_s", 0.0))
 
     def busy(self) -> bool:
-        return bool(self._transfers) or any(e.has_unfinished() for e in self.all)
+        return bool(self._transfers) or bool(self._handoffs) or any(e.has_unfinished() for e in self.all)
 
     def wait_until(self, t: float) -> None:
         for e in self.all:
@@ -150,7 +169,7 @@ class Cluster:
             if e is not skip:
                 b = _bound(e)
                 if e in self.prefill and self.decode and b < float("inf"):
-                    b += self.link.latency_s  # type: ignore[union-attr]
+                    b += self.link.fixed_s  # type: ignore[union-attr]
                 h = min(h, b)
         return None if h == float("inf") else h
 
@@ -166,16 +185,46 @@ class Cluster:
         e = min(busy, key=lambda x: x.clock.now())
         e.next_event_s = self._horizon(e, horizon)
         done = e.step_finished()
-        if not self.decode or e in self.decode:
+        if not self.decode:
+            return done
+        if e in self.decode:
+            if done and self._handoffs:
+                self._dispatch(e.clock.now())  # slots and KV freed now: waiting handoffs may go
             return done
         out = []
-        for seq in done:  # prefill finished: ship the KV to the least-loaded decode worker
+        for seq in done:  # prefill finished: queue the handoff to the decode pool
             call: Call = seq.user_data  # type: ignore[assignment]
             if call.max_tokens <= 1:
                 out.append(seq)
                 continue
-            dst = min(self.decode, key=lambda d: self._load(d) + self._inbound(d))
-            t = self._transfer(e, dst, seq.finish_s, seq.prompt_len)
+            self._handoffs.append((float(seq.finish_s), e, seq))
+        self._dispatch(e.clock.now())
+        return out
+
+    def _room(self, d: Engine, tokens: int) -> bool:
+        """Whether decode worker ``d`` can pre-allocate one more request of ``tokens`` prompt tokens: a free
+        sequence slot and free KV blocks, counting the requests it holds waiting or has inbound."""
+        s, bm = d.scheduler, d.block_manager
+        inbound = [x[2] for x in self._transfers if x[3] is d]
+        if len(s.running) + len(s.waiting) + len(inbound) >= d.config.max_num_seqs:
+            return False
+        held = sum(bm.blocks_for(q.prompt_len + 1) for q in (*s.waiting, *inbound))
+        return bm.num_free - held >= bm.blocks_for(tokens + 1)
+
+    def _dispatch(self, now: float) -> None:
+        """Hand waiting prefilled requests, in arrival order, to the least-loaded decode worker with room; a
+        transfer starts when its KV is ready, or at ``now`` (when the room appeared) if it had to wait."""
+        while self._handoffs:
+            ready, src, seq = self._handoffs[0]
+            fits = [d for d in self.decode if self._room(d, seq.prompt_len)]
+            if not fits:
+                return
+            self._handoffs.popleft()
+            dst = min(fits, key=lambda d: self._load(d) + self._inbound(d))
+            start = max(ready, now)
+            self._admission_wait_s += start - ready
+            call: Call = seq.user_data  # type: ignore[assignment]
+            t = self._transfer(src, dst, start, seq.prompt_len)
             nxt = Sequence(
                 None,
                 SamplingParams(max_tokens=call.max_tokens, ignore_eos=True),
@@ -187,7 +236,6 @@ class Cluster:
             nxt.num_computed_tokens = seq.prompt_len
             nxt.first_token_s = nxt.last_token_s = t
             heapq.heappush(self._transfers, (t, next(self._tick), nxt, dst))
-        return out
 
     def _transfer(self, src: Engine, dst: Engine, ready: float, tokens: int) -> float:
         """Queue one KV transfer on the earliest-free lanes of ``src`` and ``dst``; returns its arrival time."""
@@ -199,11 +247,15 @@ class Cluster:
         tx[i] = rx[j] = start + link.busy_s(tokens)
         self._queued_s += start - ready
         self._num_transfers += 1
-        return tx[i] + link.latency_s
+        return tx[i] + link.fixed_s
 
     def kv_queue_s_mean(self) -> float:
         """Mean time a KV transfer waited for a busy link lane (0 when none waited)."""
         return self._queued_s / self._num_transfers if self._num_transfers else 0.0
+
+    def admission_wait_s_mean(self) -> float:
+        """Mean time a prefilled request waited for room in the decode pool (0 when none waited)."""
+        return self._admission_wait_s / self._num_transfers if self._num_transfers else 0.0
 
     def _inbound(self, d: Engine) -> int:
         return sum(1 for x in self._transfers if x[3] is d)

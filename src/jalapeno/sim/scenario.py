@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace, fields
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +126,12 @@ class Scenario:
     #: serving-framework profile (jalapeno.perf.frameworks: vllm | sglang | trt-llm): its per-request front-end
     #: latency replaces the chip's generic ``efficiency.request_overhead_ms``; None keeps the chip's
     framework: str | None = None
+    #: disaggregated: fixed per-request prefill -> decode handoff latency (ms) on the KV link; None = the
+    #: framework profile's (a disaggregated stack such as dynamo-trt carries a fitted value; engines 0)
+    kv_handoff_ms: float | None = None
+    #: disaggregated: most sequences one decode worker holds (SGLang --max-running-requests, TRT-LLM
+    #: max_batch_size); a prefilled request waits for a slot before its KV is sent. None = --max-num-seqs
+    decode_max_num_seqs: int | None = None
     #: power cap in watts: clocks lowered until the modelled power fits (jalapeno.hardware.power_cap); None = rated
     power_cap_w: float | None = None
     #: GB of each chip's SRAM that holds KV blocks (the fastest KV tier; 0 = KV in main memory)
@@ -210,7 +216,7 @@ def _validate(sc: Scenario) -> None:
         raise ConfigError("--hardware is required (e.g. h200; see `jalapeno hardware list`)")
     for n in ("tp", "ep", "pp", "dp", "isl", "osl", "concurrency", "num_prompts", "max_concurrency", "chain_calls",
               *(f"{r}_{x}" for r in ("prefill", "decode") for x in ("workers", "tp", "ep", "pp", "chips_per_worker")),
-              "max_num_seqs", "max_num_batched_tokens", "block_size"):
+              "max_num_seqs", "decode_max_num_seqs", "max_num_batched_tokens", "block_size"):
         _pos(n, getattr(sc, n))
     for n in ("precision", "prefill_precision", "decode_precision"):
         v = getattr(sc, n)
@@ -228,6 +234,8 @@ def _validate(sc: Scenario) -> None:
         raise ConfigError("give --concurrency N (closed loop) or --request-rate R (open loop)")
     if sc.request_rate is not None and not sc.request_rate > 0:
         raise ConfigError(f"--request-rate must be > 0 requests/s (got {sc.request_rate})")
+    if sc.kv_handoff_ms is not None and not sc.kv_handoff_ms >= 0:
+        raise ConfigError(f"--kv-handoff-ms must be >= 0 milliseconds (got {sc.kv_handoff_ms})")
     if sc.power_cap_w is not None and not sc.power_cap_w > 0:
         raise ConfigError(f"--power-cap-w must be > 0 watts (got {sc.power_cap_w})")
     if sc.spec_decode is not None and sc.spec_decode not in ("mtp", "draft", "ngram"):
@@ -307,7 +315,13 @@ def _check_context(wl, ctx: int, name: str) -> None:
         )
 
 
-def _kv_link(cm_p, cm_d, n_p: int, n_d: int) -> KVLink:
+def handoff_ms(sc: Scenario) -> float:
+    from jalapeno.perf.frameworks import kv_handoff_ms
+
+    return float(sc.kv_handoff_ms) if sc.kv_handoff_ms is not None else kv_handoff_ms(sc.framework)
+
+
+def _kv_link(cm_p, cm_d, n_p: int, n_d: int, handoff_s: float = 0.0) -> KVLink:
     """The link the KV cache crosses between the pools: the scale-up fabric (NVLink) when both pools are one
     chip type inside one scale-up domain (GB200 NVL72: ``domain_size`` 72 ≥ all their chips), else the
     scale-out NIC. One copy of a sequence's KV (and a hybrid model's linear-attention state) moves (MLA's
@@ -337,7 +351,7 @@ def _kv_link(cm_p, cm_d, n_p: int, n_d: int) -> KVLink:
     d1 = attention_dims(m, 1, False)
     state = linear_state_bytes_per_layer(m, d1) * m.num_linear_layers  # one copy of a hybrid model's state
     return KVLink(max(lat_p, lat_d), min(bw_p, bw_d), one_copy * (m.num_layers - m.num_linear_layers), state,
-                  send_lanes=lanes_p, recv_lanes=lanes_d, fabric=fabric)
+                  send_lanes=lanes_p, recv_lanes=lanes_d, fabric=fabric, handoff_s=handoff_s)
 
 
 def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
@@ -390,8 +404,9 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
                                   efficiency=efficiency) for q in (pp_, dp_))
         n_p, n_d = pp_.workers, dp_.workers
         pre = build_sim_engines(cm_p, n_p, limits=limits, in_flight=in_flight)
-        dec = build_sim_engines(cm_d, n_d, speculation=speculation_for(cm_d), limits=limits, in_flight=in_flight)
-        link = _kv_link(cm_p, cm_d, n_p, n_d)
+        dec_limits = replace(limits, max_num_seqs=sc.decode_max_num_seqs or limits.max_num_seqs)
+        dec = build_sim_engines(cm_d, n_d, speculation=speculation_for(cm_d), limits=dec_limits, in_flight=in_flight)
+        link = _kv_link(cm_p, cm_d, n_p, n_d, handoff_ms(sc) * 1e-3)
         target = Cluster(pre, dec, link)
         result = run_workload(target, wl, stop)
         output_chips = n_d * cm_d.chips_per_replica
@@ -403,7 +418,8 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
     if sc.disaggregated:
         m["kv_transfer"] = {"fabric": link.fabric, "gb_per_s": link.bytes_per_s / 1e9,
                             "send_lanes": link.send_lanes, "recv_lanes": link.recv_lanes,
-                            "mean_queue_ms": target.kv_queue_s_mean() * 1e3}
+                            "mean_queue_ms": target.kv_queue_s_mean() * 1e3, "handoff_ms": link.handoff_s * 1e3,
+                            "mean_admission_wait_ms": target.admission_wait_s_mean() * 1e3}
     m["sim"] = {
         "steps": result.num_steps,
         "preemptions": sum(e.stats.num_preemptions for e in engines),

@@ -150,8 +150,8 @@ ARCH_CLASSES: tuple[str, ...] = ("gpu", "systolic", "dataflow")
 
 _SRAM_NODE = ("SRAM access energy is not scaled by node: Jouppi et al. ISCA 2021 Table 2 ({src}) has an 8 KB read at 10 pJ "
               "(45 nm) vs 7.5 pJ (7 nm) -- 'semiconductor technology advances unequally'").format(src=TPUV4I)
-_LARGE = f"Jouppi et al. ISCA 2021 Table 2 ({TPUV4I}): a 1 MB SRAM 64-bit read at 7 nm = 14 pJ = 1.75 pJ/B"
-_BANK = f"Jouppi et al. ISCA 2021 Table 2 ({TPUV4I}): an 8 KB SRAM bank 64-bit read at 7 nm = 7.5 pJ = 0.94 pJ/B"
+_LARGE = f"Jouppi et al. ISCA 2021 Table 2 ({TPUV4I}): a 1 MB SRAM 64-bit read at 7 nm = 14 pJ = 1.75 pJ/B (value not re-checked against the PDF: verify before relying on it)"
+_BANK = f"Jouppi et al. ISCA 2021 Table 2 ({TPUV4I}): an 8 KB SRAM bank 64-bit read at 7 nm = 7.5 pJ = 0.94 pJ/B (value not re-checked against the PDF: verify before relying on it)"
 
 #: per-class coefficients; the two ``fitted`` ones per class are set from :data:`FITTED` below
 ARCH: dict[str, dict[str, Fact]] = {

@@ -59,7 +59,7 @@ PUBLISHED: tuple[Published, ...] = (
               400, 175, None,
               f"< 400 mm² TSMC 7 nm, 175 W TDP, 138 TFLOPS BF16 = 138 TOPS INT8 (4 MXUs of 128 x 128 at 1.05 GHz), no FP8: "
               f"its array is built for BF16, so in the model's convention (BF16 = FP8 / 2, as every GPU and MTIA) it is a 276 FP8-class TFLOPS array; "
-              f"128 MiB CMEM + 16 MiB VMEM, 8 GB HBM2 at 614 GB/s (Jouppi et al., ISCA 2021, {K.TPUV4I}); ICI assumed 100 GB/s"),
+              f"128 MiB CMEM + 16 MiB VMEM, 8 GB HBM2 at 614 GB/s (Jouppi et al., ISCA 2021, {K.TPUV4I}; die area and power not re-checked against the PDF); ICI assumed 100 GB/s"),
     Published("TPU v4", _k(key="tpu-v4", arch="systolic", node="n7", fp8_tflops=550, fp4=False, sram_mb=168, memory="hbm3",
                             stacks=4, gb_per_stack=8, tbps_per_stack=0.3, scale_up_gbps=300),
               600, 192, None,

@@ -192,8 +192,9 @@ def plan_for(
     lib, _ = load_kernel("cpu_decode")
     fn = lib.jal_decode_step
     fn.restype = ctypes.c_int
+    i64p = ctypes.POINTER(ctypes.c_int64)
     fn.argtypes = [ctypes.POINTER(_Model), ctypes.c_int64, _f, _f, _f, ctypes.POINTER(ctypes.c_int32),
-                   ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), _f, ctypes.c_int]
+                   ctypes.c_int64, i64p, i64p, ctypes.c_int64, _f, ctypes.c_int, ctypes.c_int64]
     arr = (_Layer * len(layers))()
     for i, (layer, ts) in enumerate(zip(layers, per_layer)):
         attn = layer.self_attn
@@ -213,26 +214,45 @@ def plan_for(
 MAX_BATCH = 32
 
 
+#: default fewest rows (tokens) of a step that run the kernel's outer-product micro-kernels over activation
+#: panels instead of its dot-product tiles (the runner's DecodePolicy may set another)
+PANEL_MIN_ROWS = 8
+
+
+def step_rows(meta: StepMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per fed token: its sequence's block table row and its context length (position + 1), the kernel's view
+    of a step. A pure decode step is the metadata's own tables; a step feeding several tokens of a sequence (a
+    speculative verification, a prefill chunk) repeats the sequence's table once per token."""
+    if meta.max_q == 1:
+        return meta.block_tables.contiguous(), meta.context_lens.contiguous()
+    qlens = torch.tensor(meta.query_lens, dtype=torch.int64)
+    tables = meta.block_tables.repeat_interleave(qlens, dim=0).contiguous()
+    return tables, (meta.positions + 1).contiguous()
+
+
 def fused_decode_step(
     plan: DecodePlan, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: StepMetadata,
-    logits_index: torch.Tensor, threads: int,
+    logits_index: torch.Tensor, threads: int, panel_min: int = PANEL_MIN_ROWS,
 ) -> torch.Tensor:
-    """Run the step for the embedded tokens ``x [B, H]`` (one per sequence, in ``meta``'s order); returns
-    float32 logits ``[len(logits_index), vocab]`` for the rows in ``logits_index``."""
+    """Run the step for the embedded tokens ``x [T, H]`` (``meta``'s fed tokens, in order: one per sequence for
+    a decode step, or several consecutive ones per sequence); returns float32 logits
+    ``[len(logits_index), vocab]`` for the token rows in ``logits_index`` (the LM head runs for those only)."""
     b = x.shape[0]
     h = x.contiguous().clone()
     cos = cos.reshape(b, -1).contiguous()
     sin = sin.reshape(b, -1).contiguous()
-    tables = meta.block_tables.contiguous()
-    ctx = meta.context_lens.contiguous()
-    logits = torch.empty(b, plan.vocab, dtype=torch.float32)
+    tables, ctx = step_rows(meta)
+    every = logits_index.numel() == b and (b == 1 or bool((logits_index == torch.arange(b)).all()))
+    rows = None if every else logits_index.to(torch.int64).contiguous()
+    n_out = b if rows is None else rows.numel()
+    logits = torch.empty(n_out, plan.vocab, dtype=torch.float32)
+    i64p = ctypes.POINTER(ctypes.c_int64)
     rc = plan.fn(
         ctypes.byref(plan.model), b, _ptr(h), _ptr(cos), _ptr(sin),
         ctypes.cast(tables.data_ptr(), ctypes.POINTER(ctypes.c_int32)), tables.shape[1],
-        ctypes.cast(ctx.data_ptr(), ctypes.POINTER(ctypes.c_int64)), _ptr(logits), threads,
+        ctypes.cast(ctx.data_ptr(), i64p), None if rows is None else ctypes.cast(rows.data_ptr(), i64p), n_out,
+        _ptr(logits), threads, panel_min,
     )
     if rc != 0:
         raise MemoryError("fused CPU decode step could not allocate its scratch buffers")
-    if logits_index.numel() == b and (b == 1 or bool((logits_index == torch.arange(b)).all())):
-        return logits
-    return logits.index_select(0, logits_index)
+    return logits

@@ -111,14 +111,15 @@ def test_batched_decode_step_matches_pytorch_path_and_transformers(family, tiny_
 
 def test_decode_batches_above_the_cap_take_the_pytorch_path(tiny_model, monkeypatch):
     _, path = tiny_model("llama")
-    backend = TorchBackend(path, num_blocks=64)
+    backend = TorchBackend(path, num_blocks=fd.MAX_BATCH + 8)
     backend.num_kv_blocks(4)
     calls = _counting(monkeypatch)
     n = fd.MAX_BATCH + 1
     slices = [SeqSlice(0, 1, [i]) for i in range(n)]
-    backend.runner.forward(slices, list(range(n)), list(range(n)))
+    ids = [i % 100 for i in range(n)]
+    backend.runner.forward(slices, ids, list(range(n)))
     assert not calls
-    backend.runner.forward(slices[: fd.MAX_BATCH], list(range(fd.MAX_BATCH)), list(range(fd.MAX_BATCH)))
+    backend.runner.forward(slices[: fd.MAX_BATCH], ids[: fd.MAX_BATCH], list(range(fd.MAX_BATCH)))
     assert len(calls) == 1
 
 

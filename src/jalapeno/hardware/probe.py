@@ -362,7 +362,7 @@ def measure_overheads(res: ProbeResult, quick: bool) -> None:
 
 
 def crossover_batches(quick: bool) -> list[int]:
-    return [1, 4, 16] if quick else [1, 4, 8, 16, 24, 32, 48, 64]
+    return [1, 4, 16] if quick else [1, 4, 8, 16, 24, 32, 48, 64, 96, 128]
 
 
 def measure_crossover(res: ProbeResult, quick: bool, budget_s: float) -> None:

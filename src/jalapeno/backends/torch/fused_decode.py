@@ -206,12 +206,13 @@ def plan_for(
     return DecodePlan(cm, arr, weights, signature, fn, head.shape[0], hidden, block_size)
 
 
-#: default crossover: most sequences one fused step takes (the runner's DecodePolicy may set another). Its
-#: GEMM reads each weight row once and multiplies it by every sequence's row while it sits in L1:
-#: bandwidth-bound steps (few sequences) gain most, 2.3-3x at 1-8 sequences on the 2-core AVX2 VM; from ~8
-#: sequences the step is compute-bound, and at ~48 MKL/oneDNN's blocked GEMMs are as fast, so larger decode
-#: batches take the PyTorch path (docs/performance.md)
-MAX_BATCH = 32
+#: default crossover: most tokens (kernel rows) one fused step takes, for a machine never probed (the runner's
+#: DecodePolicy takes the measured one, `jalapeno hardware probe`). Below PANEL_MIN_ROWS rows its GEMMs read each
+#: weight row once for every row of the step (bandwidth-bound steps: 2.3-3x PyTorch at 1-8 sequences on the
+#: 2-core AVX2 VM); from there, outer-product micro-kernels over activation panels run the compute-bound steps
+#: (one thread, CPU time, load ~16: 1.65x the dot-product tiles and 2.1x PyTorch at 32 rows, 1.9x at 64,
+#: 1.15x at a 256-token prefill, 0.68x at 512), so prefills of 512 tokens keep MKL (docs/performance.md)
+MAX_BATCH = 128
 
 
 #: default fewest rows (tokens) of a step that run the kernel's outer-product micro-kernels over activation

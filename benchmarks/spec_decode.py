@@ -7,7 +7,7 @@ speculation, same run, on a copy-heavy and a no-copy prompt set, batch 1 and 8.
 * no-copy: open questions (little to copy).
 Each configuration is one ``Engine`` run over the prompts (greedy, ``ignore_eos``, the same ``max_tokens``);
 tokens/s = generated tokens / wall time, best of ``--repeat``. Speculative runs also report the acceptance per
-position (``SpecStats.acceptance_chain``) and the simulator-ready JSON. The load average is recorded: on a
+position (``SpeculativeStats.acceptance_chain``) and the simulator-ready JSON. The load average is recorded: on a
 shared machine the absolute numbers are noisy; compare the same-run ratios.
 """
 
@@ -74,7 +74,7 @@ def main() -> None:
     args = ap.parse_args()
     from jalapeno.backends.torch.backend import TorchBackend
     from jalapeno.backends.torch.loader import load_model, load_tokenizer
-    from jalapeno.speculative import SpecConfig
+    from jalapeno.speculative import SpeculativeConfig
 
     torch.set_num_threads(os.cpu_count() or 1)
     loaded = load_model(None)
@@ -86,7 +86,7 @@ def main() -> None:
             plain = run(TorchBackend(loaded=loaded), tok, prompts, batch, args.max_tokens, 0, args.repeat)
             row = {"set": name, "batch": batch, "plain_tok_s": plain}
             for m in args.methods.split(","):
-                backend = TorchBackend(loaded=loaded, speculative=SpecConfig(
+                backend = TorchBackend(loaded=loaded, speculative=SpeculativeConfig(
                     m, num_speculative_tokens=args.k, draft_layers=args.draft_layers))
                 tps = run(backend, tok, prompts, batch, args.max_tokens, args.k, args.repeat)
                 st = backend.speculator.stats

@@ -8,7 +8,7 @@ exactly: same integer decisions, same float operations in the same order.
 import pytest
 from jalapeno.testing.engine_fakes import FakeCostModel
 
-from jalapeno.sim.backend import SimBackend, SpecDecode
+from jalapeno.sim.backend import SimBackend, Speculation
 from jalapeno.engine import Engine, EngineConfig
 from jalapeno.sim.cluster import Cluster
 from jalapeno.engine.sequence import SamplingParams, SeqStatus
@@ -17,7 +17,7 @@ from jalapeno.sim.client import run_workload
 
 
 def engine(*, lockstep, max_steps=1 << 30, kv_tokens=1 << 20, k=0, spec=None, max_num_seqs=48):
-    b = SimBackend(FakeCostModel(kv_tokens=kv_tokens), spec=spec, keep_trace=True)
+    b = SimBackend(FakeCostModel(kv_tokens=kv_tokens), speculation=spec, keep_trace=True)
     b.max_multi_step = max_steps
     cfg = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=2048, block_size=16, num_speculative_tokens=k)
     e = Engine(b, cfg)
@@ -95,7 +95,7 @@ def test_lazy_counters_equal_eager_ones(case):
 
 def test_speculative_decoding_walks_every_sequence():
     # each sequence gains its own number of tokens per step: no lockstep group
-    e = engine(lockstep=True, k=2, spec=SpecDecode("ngram", 2, (0.8, 0.5)))
+    e = engine(lockstep=True, k=2, spec=Speculation("ngram", 2, (0.8, 0.5)))
     assert e.scheduler.group is None
 
 

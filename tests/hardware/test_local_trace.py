@@ -18,7 +18,7 @@ import pytest
 from jalapeno.engine.sequence import SamplingParams
 from jalapeno.hardware import probe as pr
 from jalapeno.hardware.catalog import load_spec_file
-from jalapeno.models.config import arch_from_config
+from jalapeno.models.hf_config import arch_from_config
 from jalapeno.sim.factory import SimLimits, build_sim_engine, cost_model_for
 
 TRACE = json.loads((Path(__file__).parent / "data" / "local_trace.json").read_text())

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from jalapeno.testing.engine_fakes import FakeCostModel
 
-from jalapeno.sim.backend import SimBackend, SpecDecode
+from jalapeno.sim.backend import SimBackend, Speculation
 from jalapeno.engine import Engine, EngineConfig
 from jalapeno.sim.client import EngineTarget, drive
 from jalapeno.workload import Workload, inferencex_workload
@@ -30,7 +30,7 @@ class Probe(EngineTarget):
 
 
 def make(cfg=None, spec=None, **cm):
-    return Engine(SimBackend(FakeCostModel(**cm), spec=spec, keep_trace=True), cfg or EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096))
+    return Engine(SimBackend(FakeCostModel(**cm), speculation=spec, keep_trace=True), cfg or EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096))
 
 
 def test_closed_loop_keeps_exactly_c_in_flight():
@@ -88,7 +88,7 @@ def test_littles_law_open_loop():
 
 def test_spec_decode_raises_tokens_per_step_by_expected_accepted_length():
     acc = (0.8, 0.6, 0.5)
-    spec = SpecDecode("ngram", 3, acc)
+    spec = Speculation("ngram", 3, acc)
     expected = 1 + 0.8 + 0.8 * 0.6 + 0.8 * 0.6 * 0.5
     assert spec.expected_tokens == pytest.approx(expected)
     osl = 2001
@@ -105,8 +105,8 @@ def test_spec_decode_raises_tokens_per_step_by_expected_accepted_length():
 def test_spec_decode_verifies_one_plus_k_tokens_and_prices_the_draft():
     spec_cm = FakeCostModel()
     draft = FakeCostModel(base_s=1e-3)
-    spec = SpecDecode("draft", 2, 0.7, draft_cost_model=draft)
-    b = SimBackend(spec_cm, spec=spec, keep_trace=True)
+    spec = Speculation("draft", 2, 0.7, draft_cost_model=draft)
+    b = SimBackend(spec_cm, speculation=spec, keep_trace=True)
     e = Engine(b, EngineConfig(max_num_seqs=4, max_num_batched_tokens=64, num_speculative_tokens=2))
     run_workload(e, Workload([10, 10], [50, 50], concurrency=2))
     assert draft.calls > 0
@@ -137,7 +137,7 @@ def test_spec_decode_multi_step_matches_step_by_step_token_for_token():
     cfg = EngineConfig(max_num_seqs=32, max_num_batched_tokens=2048, num_speculative_tokens=2)
     runs = []
     for steps in (1, 1 << 30):
-        b = SimBackend(FakeCostModel(), spec=SpecDecode("ngram", 2, 0.6))
+        b = SimBackend(FakeCostModel(), speculation=Speculation("ngram", 2, 0.6))
         b.max_multi_step = steps
         runs.append(run_workload(Engine(b, cfg), wl))
     a, b = runs

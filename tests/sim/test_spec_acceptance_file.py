@@ -7,7 +7,7 @@ import json
 import pytest
 
 from jalapeno.cli import main
-from jalapeno.speculative import SpecStats
+from jalapeno.speculative import SpeculativeStats
 from jalapeno.testing import simulate_json
 
 SMALL = ["--model", "llama-3.1-8b", "--hardware", "h100", "--isl", "256", "--osl", "64", "--num-prompts", "24"]
@@ -16,8 +16,8 @@ SMALL = ["--model", "llama-3.1-8b", "--hardware", "h100", "--isl", "256", "--osl
 run_json = simulate_json
 
 
-def _stats() -> SpecStats:
-    st = SpecStats(3)
+def _stats() -> SpeculativeStats:
+    st = SpeculativeStats(3)
     for proposed, accepted in [(3, 3), (3, 1), (3, 0), (2, 2), (3, 2)]:  # 5 drafts
         st.record(proposed, accepted)
     return st

@@ -10,7 +10,7 @@ from jalapeno.testing.torch_models import hf_greedy
 
 from jalapeno.backends.torch import backend as backend_mod
 from jalapeno.backends.torch.backend import TorchBackend
-from jalapeno.backends.torch.sampler import SampleSpec, sample
+from jalapeno.backends.torch.sampler import RowSampling, sample
 from jalapeno.engine import Engine, EngineConfig, SamplingParams
 from jalapeno.server.async_engine import AsyncEngine, EngineError
 
@@ -20,10 +20,10 @@ CFG = EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=8)
 def test_tiny_temperature_and_top_p_are_greedy_not_nan():
     logits = torch.tensor([[0.5, 3.0, -1.0, 2.9]])
     for spec in (
-        SampleSpec(temperature=1e-38),
-        SampleSpec(temperature=1e-38, seed=3),
-        SampleSpec(temperature=1.0, top_p=1e-46, seed=3),
-        SampleSpec(temperature=0.5, top_p=1.4e-45),
+        RowSampling(temperature=1e-38),
+        RowSampling(temperature=1e-38, seed=3),
+        RowSampling(temperature=1.0, top_p=1e-46, seed=3),
+        RowSampling(temperature=0.5, top_p=1.4e-45),
     ):
         assert sample(logits, [spec]) == [1], spec  # argmax, as a greedy / one-token nucleus must give
 

@@ -9,7 +9,7 @@ import torch
 
 from jalapeno.backends.torch.backend import TorchBackend
 from jalapeno.backends.torch.generate import generate_tokens
-from jalapeno.backends.torch.sampler import SampleSpec, filter_logits, sample
+from jalapeno.backends.torch.sampler import RowSampling, filter_logits, sample
 from jalapeno.engine import EngineConfig, SamplingParams
 
 CFG = EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=8)
@@ -34,7 +34,7 @@ def test_seeded_sampling_is_reproducible_and_batch_independent(tiny_model):
 def test_sample_frequencies_follow_softmax():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
     n = 4000
-    draws = [sample(logits, [SampleSpec(temperature=0.8, seed=7, index=i)])[0] for i in range(n)]
+    draws = [sample(logits, [RowSampling(temperature=0.8, seed=7, index=i)])[0] for i in range(n)]
     freq = np.bincount(draws, minlength=4) / n
     p = np.exp(np.array([2.0, 1.0, 0.0, -1.0]) / 0.8)
     p /= p.sum()
@@ -54,6 +54,6 @@ def test_top_k_and_top_p_filters():
     assert kept == [True, True, True, False]
     # the top token always survives, however small top_p is
     assert torch.isfinite(filter_logits(logits, 1.0, 0, 1e-6)).tolist() == [True, False, False, False]
-    draws = {sample(logits[None], [SampleSpec(1.0, 1.0, 2, seed=1, index=i)])[0] for i in range(200)}
+    draws = {sample(logits[None], [RowSampling(1.0, 1.0, 2, seed=1, index=i)])[0] for i in range(200)}
     assert draws == {0, 1}
     assert math.isclose(torch.softmax(filter_logits(logits, 1.0, 2, 1.0), -1)[0].item(), 0.5 / 0.8, rel_tol=1e-5)

@@ -9,7 +9,7 @@ import torch
 from scipy.stats import chisquare
 
 from jalapeno.backends.torch.speculative import probs_of
-from jalapeno.backends.torch.sampler import SampleSpec
+from jalapeno.backends.torch.sampler import RowSampling
 from jalapeno.speculative.rejection import greedy_verify, one_hot_probs, rejection_sample
 
 N = 20_000
@@ -21,7 +21,7 @@ def _dists(top_p: float):
     g = torch.Generator().manual_seed(11)
     target = torch.randn(K + 1, V, generator=g, dtype=torch.float64) * 1.5
     draft = torch.randn(K, V, generator=g, dtype=torch.float64) * 1.5  # a poor draft: many rejections
-    spec = SampleSpec(temperature=1.0, top_p=top_p)
+    spec = RowSampling(temperature=1.0, top_p=top_p)
     return probs_of(target, spec), probs_of(draft, spec)
 
 

@@ -53,10 +53,10 @@ def test_metrics_expose_vllm_spec_decode_counters(tiny_model):
     from jalapeno.backends.torch.backend import TorchBackend
     from jalapeno.engine import Engine, EngineConfig, SamplingParams
     from jalapeno.server.prom import ServerMetrics
-    from jalapeno.speculative import SpecConfig
+    from jalapeno.speculative import SpeculativeConfig
 
     _, path = tiny_model("qwen2")
-    backend = TorchBackend(path, num_blocks=64, speculative=SpecConfig("ngram", num_speculative_tokens=3))
+    backend = TorchBackend(path, num_blocks=64, speculative=SpeculativeConfig("ngram", num_speculative_tokens=3))
     engine = Engine(backend, EngineConfig(block_size=4, num_speculative_tokens=3))
     engine.add_request(PROMPT, SamplingParams(max_tokens=12, temperature=0.0))
     while engine.has_unfinished():

@@ -11,7 +11,7 @@ import torch
 
 from jalapeno.backends.torch.backend import TorchBackend
 from jalapeno.engine import Engine, EngineConfig, SamplingParams
-from jalapeno.speculative import SpecConfig
+from jalapeno.speculative import SpeculativeConfig
 from jalapeno.testing.torch_models import FAMILIES, hf_greedy
 
 GREEDY = SamplingParams(max_tokens=20, temperature=0.0)
@@ -39,7 +39,7 @@ def _run(engine, prompts, params=GREEDY):
 def test_greedy_speculative_equals_plain(family, method, tiny_model):
     hf, path = tiny_model(family)
     prompts = _prompts((5, 23, 9, 14))
-    spec = SpecConfig(method, num_speculative_tokens=K, draft_layers=1, probe_tokens=1000)
+    spec = SpeculativeConfig(method, num_speculative_tokens=K, draft_layers=1, probe_tokens=1000)
     # 18 blocks of 4 tokens for 4 sequences of up to 43 (+K) tokens: preemption; 12-token budget: chunked prefill
     backend = TorchBackend(path, num_blocks=18, speculative=spec)
     engine = Engine(backend, EngineConfig(block_size=4, max_num_batched_tokens=16, max_num_seqs=4,
@@ -56,7 +56,7 @@ def test_no_block_leaks_with_random_aborts(tiny_model):
     """1,000 speculative requests (short, sampled and greedy) with random aborts leave every block free."""
     _, path = tiny_model("llama")
     rng = random.Random(0)
-    backend = TorchBackend(path, num_blocks=40, speculative=SpecConfig("ngram", num_speculative_tokens=K))
+    backend = TorchBackend(path, num_blocks=40, speculative=SpeculativeConfig("ngram", num_speculative_tokens=K))
     cfg = EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=16, num_speculative_tokens=K,
                        enable_prefix_caching=True)
     engine = Engine(backend, cfg)
@@ -82,7 +82,7 @@ def test_greedy_draft_model_equals_plain(tiny_model):
     hf, path = tiny_model("llama")
     _, draft_path = tiny_model("qwen2")
     prompts = _prompts((5, 23, 9, 14))
-    spec = SpecConfig("draft", num_speculative_tokens=K, draft_model=str(draft_path), probe_tokens=1000)
+    spec = SpeculativeConfig("draft", num_speculative_tokens=K, draft_model=str(draft_path), probe_tokens=1000)
     backend = TorchBackend(path, num_blocks=18, speculative=spec)
     engine = Engine(backend, EngineConfig(block_size=4, max_num_batched_tokens=16, max_num_seqs=4,
                                           num_speculative_tokens=K))
@@ -96,7 +96,7 @@ def test_draft_model_sampled_run_with_itself_as_draft_accepts_everything(tiny_mo
     """The target as its own draft: p == q, so rejection sampling must accept every draft token (a check of
     the draft's KV catch-up: a stale draft cache would make q differ from p)."""
     _, path = tiny_model("llama")
-    spec = SpecConfig("draft", num_speculative_tokens=K, draft_model=str(path))
+    spec = SpeculativeConfig("draft", num_speculative_tokens=K, draft_model=str(path))
     backend = TorchBackend(path, num_blocks=64, speculative=spec)
     engine = Engine(backend, EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
                                           num_speculative_tokens=K))
@@ -114,4 +114,4 @@ def test_draft_model_with_another_vocabulary_is_refused(tiny_model, tmp_path):
     cfg = transformers.LlamaConfig(**{**hf.config.to_dict(), "vocab_size": 64})
     transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path)
     with pytest.raises(ConfigError, match="vocabulary"):
-        TorchBackend(path, num_blocks=8, speculative=SpecConfig("draft", draft_model=str(tmp_path)))
+        TorchBackend(path, num_blocks=8, speculative=SpeculativeConfig("draft", draft_model=str(tmp_path)))

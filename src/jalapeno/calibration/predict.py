@@ -95,7 +95,7 @@ def simulate(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int =
     one); ``request_overhead_ms`` overrides both (what ``--fit-frameworks`` searches).
     Raises :class:`~jalapeno.errors.CapacityError` when the model does not fit."""
     from jalapeno.perf.frameworks import apply_framework
-    from jalapeno.sim import SpecDecode, build_sim_engine, run_workload
+    from jalapeno.sim import Speculation, build_sim_engine, run_workload
     from jalapeno.workload import inferencex_workload
 
     if getattr(spec, "disagg", None) is not None:  # both pools, per-pool layouts (calibration.disagg)
@@ -111,7 +111,7 @@ def simulate(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int =
     cm = cost_model(spec, eff)
     spec_dec = None
     if spec.spec_tokens:
-        spec_dec = SpecDecode("mtp", spec.spec_tokens, spec.spec_acceptance)
+        spec_dec = Speculation("mtp", spec.spec_tokens, spec.spec_acceptance)
     if spec.concurrency is None:
         conc = offline_concurrency(spec, int(cm.memory_plan().kv_capacity_tokens))
         per = prompts_per_concurrency or OFFLINE_PROMPTS_PER_SLOT
@@ -120,7 +120,7 @@ def simulate(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int =
         per = prompts_per_concurrency or spec.num_prompts_per_concurrency
     # the simulator's default limits (jalapeno.sim.factory.SimLimits): a token budget of 8192 per step (the
     # vLLM/SGLang/TRT-LLM chunked-prefill default on Hopper); never fewer sequence slots than ``conc``
-    engine = build_sim_engine(cm, spec=spec_dec, in_flight=conc)
+    engine = build_sim_engine(cm, speculation=spec_dec, in_flight=conc)
     wl = inferencex_workload(spec.isl, spec.osl, concurrency=conc, num_prompts=per * conc,
                              range_ratio=spec.range_ratio, seed=seed)
     m = run_workload(engine, wl).metrics(num_chips=cm.num_chips)

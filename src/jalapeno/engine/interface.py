@@ -134,7 +134,7 @@ class Backend(ABC):
         """Called when a sequence finishes or is preempted (e.g. to drop per-sequence backend state)."""
 
     def spec_decode_stats(self) -> dict | None:
-        """Speculative-decoding counters (:meth:`jalapeno.speculative.SpecStats.to_dict`) when the backend speculates,
+        """Speculative-decoding counters (:meth:`jalapeno.speculative.SpeculativeStats.to_dict`) when the backend speculates,
         else None."""
         return None
 

@@ -6,7 +6,7 @@ Nothing here imports torch.
 
 from jalapeno.models.arch import BYTES_PER_ELEMENT, KV_BYTES_PER_ELEMENT, ModelArch, ParamCounts
 from jalapeno.models.catalog import CatalogEntry, catalog_entry, list_models, load_config_file, load_model, resolve_name
-from jalapeno.models.config import FAMILIES, arch_from_config
+from jalapeno.models.hf_config import FAMILIES, arch_from_config
 
 __all__ = [
     "BYTES_PER_ELEMENT",

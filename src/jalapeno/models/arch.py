@@ -1,7 +1,7 @@
 """One architecture description for every model family the project knows.
 
 :class:`ModelArch` is what the cost model, the simulator and the engine read; it is built from a Hugging Face
-``config.json`` by :func:`jalapeno.models.config.arch_from_config` (never by hand outside tests).
+``config.json`` by :func:`jalapeno.models.hf_config.arch_from_config` (never by hand outside tests).
 Counting methods (parameters, KV bytes) live on the dataclass so every layer agrees on them.
 """
 

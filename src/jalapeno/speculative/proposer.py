@@ -17,7 +17,7 @@ SPECULATIVE_METHODS = ("ngram", "self", "draft")
 
 
 @dataclass(frozen=True)
-class SpecConfig:
+class SpeculativeConfig:
     """How the backend speculates. ``num_speculative_tokens`` (K) is the most draft tokens per step;
     ``draft_layers``: the self-speculative draft's depth (the target's first N layers + its LM head; None: a
     quarter of the target's layers, at least 1);
@@ -51,9 +51,9 @@ class SpecConfig:
 def spec_config_from_options(
     method: str | None, num_tokens: int | None, draft_model: str | None = None, draft_layers: int | None = None,
     context: int | None = None,
-) -> SpecConfig | None:
+) -> SpeculativeConfig | None:
     """The ``--speculative / --num-speculative-tokens / --draft-model / --draft-layers`` options of ``generate``
-    and ``serve`` as a :class:`SpecConfig` (None: no speculation); bad combinations fail in one line.
+    and ``serve`` as a :class:`SpeculativeConfig` (None: no speculation); bad combinations fail in one line.
     ``context``: the model's context length (K must leave room in it)."""
     if num_tokens is not None and num_tokens < 0:
         raise ConfigError(f"--num-speculative-tokens must be >= 0 (got {num_tokens})")
@@ -74,7 +74,7 @@ def spec_config_from_options(
         return None
     if context is not None and k >= context - 1:
         raise ConfigError(f"--num-speculative-tokens {k} is too large for the model's context of {context} tokens")
-    return SpecConfig(method, num_speculative_tokens=k, draft_model=draft_model, draft_layers=draft_layers)
+    return SpeculativeConfig(method, num_speculative_tokens=k, draft_model=draft_model, draft_layers=draft_layers)
 
 
 @dataclass
@@ -131,7 +131,7 @@ def ngram_lookup(tokens: list[int], k: int, n_max: int = 3, n_min: int = 1) -> l
 
 
 @dataclass
-class SpecStats:
+class SpeculativeStats:
     """Acceptance counters (vLLM: ``spec_decode_num_drafts``, ``..._num_draft_tokens``,
     ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``)."""
 
@@ -168,7 +168,7 @@ class SpecStats:
         return [a / d if d else 0.0 for a, d in zip(self.accepted_per_pos, self.drafts_per_pos)]
 
     def acceptance_chain(self) -> list[float]:
-        """The simulator's per-position acceptance a_1..a_K (``SpecDecode``): P(position j accepted | positions
+        """The simulator's per-position acceptance a_1..a_K (``Speculation``): P(position j accepted | positions
         before it accepted), per verified draft. Steps that had no draft (an n-gram miss, k dropped to 0) are
         not counted: they decode plainly."""
         rates, prev = [], self.num_drafts
@@ -195,7 +195,7 @@ class AdaptiveK:
     """Per-sequence draft length: K until a sequence has had ``probe_tokens`` draft tokens verified with an
     acceptance below ``min_acceptance``, then 0 (speculation that keeps failing only costs verify time)."""
 
-    def __init__(self, config: SpecConfig) -> None:
+    def __init__(self, config: SpeculativeConfig) -> None:
         self.config = config
         self._seen: dict[int | str, list[int]] = {}  # seq_id -> [proposed, accepted]
 

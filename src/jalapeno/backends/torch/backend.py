@@ -19,11 +19,11 @@ from jalapeno.backends.torch.linear import WEIGHT_LAYOUTS
 from jalapeno.backends.torch.loader import LoadedModel, load_model
 from jalapeno.backends.torch.models.layers import set_weight_layout
 from jalapeno.backends.torch.runner import DecodePolicy, ModelRunner
-from jalapeno.backends.torch.sampler import SampleSpec, sample
+from jalapeno.backends.torch.sampler import RowSampling, sample
 from jalapeno.engine.batch import ScheduledBatch, StepResult
 from jalapeno.engine.interface import Backend, SequenceFailed
 from jalapeno.errors import CapacityError, ConfigError, JalapenoError, RequestError
-from jalapeno.speculative.proposer import SpecConfig
+from jalapeno.speculative.proposer import SpeculativeConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -77,7 +77,7 @@ class TorchBackend(Backend):
         quantize: str | None = None,
         weight_layout: str = "batched",
         decode_policy: DecodePolicy | None = None,
-        speculative: SpecConfig | None = None,
+        speculative: SpeculativeConfig | None = None,
     ) -> None:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype)
@@ -103,7 +103,7 @@ class TorchBackend(Backend):
         if speculative is not None:
             self.enable_speculation(speculative)
 
-    def enable_speculation(self, config: SpecConfig) -> None:
+    def enable_speculation(self, config: SpeculativeConfig) -> None:
         """Speculate from now on (the engine must reserve ``config.num_speculative_tokens`` per decode)."""
         from jalapeno.backends.torch.speculative import Speculator
 
@@ -251,6 +251,6 @@ def _tokens(seq, start: int, n: int) -> list[int]:
     return prompt[start:] + out[: start + n - p]
 
 
-def _spec(seq, index: int) -> SampleSpec:
+def _spec(seq, index: int) -> RowSampling:
     sp = seq.sampling
-    return SampleSpec(sp.temperature, sp.top_p, sp.top_k, sp.seed, index)
+    return RowSampling(sp.temperature, sp.top_p, sp.top_k, sp.seed, index)

@@ -17,7 +17,7 @@ SAMPLING_EPS = 1e-5
 
 
 @dataclass(frozen=True)
-class SampleSpec:
+class RowSampling:
     """Sampling controls of one row: ``temperature`` below :data:`SAMPLING_EPS` = greedy; ``top_k`` <= 0 and
     ``top_p`` 1 = off (top-p always keeps the most likely token, however small ``top_p`` is)."""
 
@@ -57,7 +57,7 @@ def filter_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: f
     return x
 
 
-def sample(logits: torch.Tensor, specs: list[SampleSpec]) -> list[int]:
+def sample(logits: torch.Tensor, specs: list[RowSampling]) -> list[int]:
     """One token per row of ``logits [N, V]`` (float32)."""
     out = [0] * len(specs)
     greedy = [i for i, s in enumerate(specs) if s.greedy]

@@ -17,26 +17,26 @@ import torch
 from jalapeno.backends.torch.attention import SeqSlice, StepMetadata
 from jalapeno.backends.torch.linear import run_linear
 from jalapeno.backends.torch.runner import PYTORCH_ONLY, ModelRunner
-from jalapeno.backends.torch.sampler import SampleSpec, _mix, filter_logits
+from jalapeno.backends.torch.sampler import RowSampling, _mix, filter_logits
 from jalapeno.errors import ConfigError
-from jalapeno.speculative.proposer import AdaptiveK, Draft, DraftRequest, NgramProposer, Proposer, SpecConfig, SpecStats
+from jalapeno.speculative.proposer import AdaptiveK, Draft, DraftRequest, NgramProposer, Proposer, SpeculativeConfig, SpeculativeStats
 from jalapeno.speculative.rejection import greedy_verify, one_hot_probs, rejection_sample
 
 #: xor'ed into a seeded request's generator seed for its draft draws (kept apart from its verification draws)
 _DRAFT_SALT = 0x5EED_D4AF
 
 
-def seq_spec(seq, index: int) -> SampleSpec:
+def seq_spec(seq, index: int) -> RowSampling:
     sp = seq.sampling
-    return SampleSpec(sp.temperature, sp.top_p, sp.top_k, sp.seed, index)
+    return RowSampling(sp.temperature, sp.top_p, sp.top_k, sp.seed, index)
 
 
-def probs_of(logits: torch.Tensor, spec: SampleSpec) -> torch.Tensor:
+def probs_of(logits: torch.Tensor, spec: RowSampling) -> torch.Tensor:
     """``[n, V]`` sampling distributions of logits rows, filtered exactly as the plain sampler does."""
     return torch.stack([torch.softmax(filter_logits(row, spec.temperature, spec.top_k, spec.top_p), -1) for row in logits])
 
 
-def _generator(spec: SampleSpec, device: torch.device, salt: int = 0) -> torch.Generator | None:
+def _generator(spec: RowSampling, device: torch.device, salt: int = 0) -> torch.Generator | None:
     if spec.seed is None:
         return None
     return torch.Generator(device=device).manual_seed(_mix(spec.seed, spec.index) ^ salt)
@@ -151,7 +151,7 @@ class DraftModelProposer(_ModelProposer):
 class Speculator:
     """Per-step drafting and verification for :class:`~jalapeno.backends.torch.backend.TorchBackend`."""
 
-    def __init__(self, config: SpecConfig, runner: Callable[[], object], num_layers: int, vocab: int,
+    def __init__(self, config: SpeculativeConfig, runner: Callable[[], object], num_layers: int, vocab: int,
                  device: str = "cpu", dtype: torch.dtype = torch.float32) -> None:
         if config.method == "draft":
             from jalapeno.backends.torch.loader import load_model
@@ -176,7 +176,7 @@ class Speculator:
         self.config = config
         self.vocab = vocab
         self.adaptive = AdaptiveK(config)
-        self.stats = SpecStats(config.num_speculative_tokens)
+        self.stats = SpeculativeStats(config.num_speculative_tokens)
 
     def drafts(self, chunks, max_positions: int) -> dict[int, Draft]:
         """Drafts for the decode chunks that have room for them (``chunk.num_tokens - 1`` reserved slots), keyed

@@ -1,7 +1,7 @@
 """Model families for the PyTorch backend (one module per family, HF parameter names throughout).
 
 Every module builds from :class:`~jalapeno.models.arch.ModelArch`, the one model description the cost model
-and the simulator read too (built from ``config.json`` by :func:`jalapeno.models.config.arch_from_config`,
+and the simulator read too (built from ``config.json`` by :func:`jalapeno.models.hf_config.arch_from_config`,
 whose ``FAMILIES`` is the one table of model types). :data:`IMPLEMENTATIONS` says which module runs each
 family; a family without one (the simulator may know more families than this backend runs) is refused with
 one clear line.
@@ -16,7 +16,7 @@ from typing import Any
 from jalapeno.backends.torch.models.layers import CausalLM
 from jalapeno.errors import ConfigError
 from jalapeno.models.arch import Family, ModelArch
-from jalapeno.models.config import arch_from_config
+from jalapeno.models.hf_config import arch_from_config
 
 #: architecture family -> module in this package that implements it
 IMPLEMENTATIONS: dict[Family, str] = {

@@ -273,6 +273,7 @@ def test_verification_step_matches_transformers(family, panel_min, tiny_model, m
     runner.policy = DecodePolicy(fused_max_batch=32, panel_min_rows=panel_min)
     sub = runner.forward(slices, fed, [24, 3, 10])
     torch.testing.assert_close(sub, out[False][[24, 3, 10]], atol=2e-5, rtol=2e-5)
+    assert runner.forward(slices, fed, []).shape == (0, sub.shape[1])  # a chunk short of its prompt's end
 
 
 @pytest.mark.parametrize("family", ["gpt_oss", "mixtral", "qwen3_moe", "deepseek_v3"])

@@ -450,8 +450,8 @@ static void qk_rope_store(const jal_model *m, const jal_layer *L, float *qkv, co
 
 /* One step of B rows (tokens); row b: embedded token h[b] at position ctx[b] - 1 of the sequence whose block
  * table is tables[b] (rows of one sequence share a table: see the header), cos/sin [B, d]. h [B, H] is
- * overwritten with the final hidden states; logits [n_out, V] for the rows out_rows[0..n_out) (all B rows in
- * order when out_rows is NULL). panel_min: fewest rows that take the panel micro-kernels.
+ * overwritten with the final hidden states; logits [n_out, V] for the rows out_rows[0..n_out) (the first n_out
+ * rows in order when out_rows is NULL; n_out may be 0). panel_min: fewest rows that take the panel micro-kernels.
  * Returns 0 on success, 1 if scratch memory could not be allocated (nothing is written then). */
 int jal_decode_step(const jal_model *m, int64_t B, float *h, const float *cos_, const float *sin_,
                     const int32_t *tables, int64_t max_blocks, const int64_t *ctx, const int64_t *out_rows,
@@ -459,7 +459,7 @@ int jal_decode_step(const jal_model *m, int64_t B, float *h, const float *cos_, 
     const int64_t H = m->hidden, nh = m->n_heads, nkv = m->n_kv, d = m->head_dim, I = m->inter;
     const int64_t bs = m->block_size, nqkv = (nh + 2 * nkv) * d, group = nh / nkv, HD = nh * d;
     if (nthreads < 1) nthreads = 1;
-    if (!out_rows) n_out = B;
+    if (!out_rows && n_out > B) n_out = B;
     const act_t A = {B, B >= panel_min && panel_min > 0}, O = {n_out, n_out >= panel_min && panel_min > 0};
     const int64_t Bp = A.panels ? panel_rows(B) : B, Op = O.panels ? panel_rows(n_out) : n_out;
     int64_t max_ctx = 1;

@@ -243,9 +243,9 @@ def fused_decode_step(
     cos = cos.reshape(b, -1).contiguous()
     sin = sin.reshape(b, -1).contiguous()
     tables, ctx = step_rows(meta)
-    every = logits_index.numel() == b and (b == 1 or bool((logits_index == torch.arange(b)).all()))
-    rows = None if every else logits_index.to(torch.int64).contiguous()
-    n_out = b if rows is None else rows.numel()
+    n_out = logits_index.numel()  # 0: a prefill chunk that does not reach its prompt's end
+    every = n_out == b and (b == 1 or bool((logits_index == torch.arange(b)).all()))
+    rows = None if every or n_out == 0 else logits_index.to(torch.int64).contiguous()
     logits = torch.empty(n_out, plan.vocab, dtype=torch.float32)
     i64p = ctypes.POINTER(ctypes.c_int64)
     rc = plan.fn(

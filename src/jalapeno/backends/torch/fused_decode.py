@@ -10,11 +10,12 @@ It is an optimisation of :meth:`CausalLM.forward` and nothing else: same weights
 ``batched`` row-major layout), same paged KV cache, same block table, same outputs to float32 rounding
 (tests/torch/test_fused_decode.py compares it with the PyTorch path and with ``transformers``). The model
 runner (:mod:`jalapeno.backends.torch.runner`) decides which path a step takes and holds the plan: its
-:class:`~jalapeno.backends.torch.runner.DecodePolicy` picks pure decode steps on CPU (every sequence feeding
-one token, at most its crossover of them, :data:`MAX_BATCH` by default), and :func:`plan_for` accepts the
-model only when everything matches what the kernel implements: float32, every layer a plain dense GQA block
-without sliding window or sinks, float weights fused and row-major. Anything else (prefill and mixed steps
-included), or a machine without a C compiler, runs the PyTorch path. The model modules never import this file.
+:class:`~jalapeno.backends.torch.runner.DecodePolicy` picks CPU steps of at most its crossover in tokens
+(:data:`MAX_BATCH` by default: decode steps, speculative verifications and short prefill chunks alike, one
+kernel row per token, :func:`step_rows`), and :func:`plan_for` accepts the model only when everything matches
+what the kernel implements: float32, every layer a plain dense GQA block without sliding window or sinks,
+float weights fused and row-major. Anything else (longer prefills included), or a machine without a C
+compiler, runs the PyTorch path. The model modules never import this file.
 """
 
 from __future__ import annotations

@@ -38,8 +38,10 @@ log = logging.getLogger(__name__)
 class DecodePolicy:
     """Which steps the fused CPU decode kernel may take; every other step runs the model's PyTorch forward.
 
-    ``fused_max_batch`` is the crossover: the most sequences of a pure decode step (each feeding one token)
-    the kernel takes; 0 switches it off. The default is the crossover measured on the 2-core AVX2 VM
+    ``fused_max_batch`` is the crossover: the most tokens of a step (sequences of a decode step, or all the
+    positions of a verification / prefill step) the kernel takes; 0 switches it off. ``panel_min_rows``: from
+    that many tokens the kernel's GEMMs run its outer-product panel micro-kernels (compute-bound steps) instead
+    of its dot-product tiles (bandwidth-bound ones). The default is the crossover measured on the 2-core AVX2 VM
     (:data:`~jalapeno.backends.torch.fused_decode.MAX_BATCH`, docs/performance.md); pass a measured one for
     another machine. Whether the model qualifies is not the policy's business (the plan checks that).
     """

@@ -1,6 +1,6 @@
 """Does simulating fewer requests per point keep the design ranking? And how long do N designs take?
 
-    python benchmarks/design_ranking.py                       # examples/design-seeds.yaml (27 designs x 3 workloads)
+    python benchmarks/design_ranking.py                       # examples/design-seeds.yaml (81 designs x 3 workloads)
     python benchmarks/design_ranking.py --few 1 --many 10     # requests = few/many x concurrency
     python benchmarks/design_ranking.py --timing-grid 500     # also time a 500-design grid at the few setting
 

@@ -196,12 +196,16 @@ def compute_metrics(
     m["output_throughput_per_chip"] = m["output_throughput"] / (output_chips or num_chips)
     m["total_token_throughput_per_chip"] = m["total_token_throughput"] / num_chips
     if energy_j is not None and duration_s > 0:
-        m["avg_power_w"] = energy_j / duration_s
+        # all chips (the deployment), and the same divided over them; ``avg_power_w`` is kept as the
+        # deployment figure for consumers written before the split (its name reads per chip: prefer the two)
+        m["avg_power_w_deployment"] = energy_j / duration_s
+        m["avg_power_w_per_chip"] = m["avg_power_w_deployment"] / num_chips
+        m["avg_power_w"] = m["avg_power_w_deployment"]
         m["output_tokens_per_joule"] = total_out / energy_j if energy_j > 0 else None
         m["power_measured"] = energy_source == "measured"
         m["power_source"] = energy_source
     else:
-        m["avg_power_w"] = None
+        m["avg_power_w_deployment"] = m["avg_power_w_per_chip"] = m["avg_power_w"] = None
         m["output_tokens_per_joule"] = None
         m["power_measured"] = False
         m["power_source"] = None

@@ -33,8 +33,18 @@ def _run(tmp_path, text, name, **kw):
     return run_design(spec, tmp_path / name, workers=kw.pop("workers", 1), **kw)
 
 
-def test_interactive_low_batch_moves_weights_into_sram_across_chips(tmp_path):
-    res = _run(tmp_path, INTERACTIVE, "inter")
+CLASSES = pytest.mark.parametrize("arch", ["gpu", "systolic", "dataflow"])
+
+
+def _in_class(text: str, arch: str) -> str:
+    return text.replace("fixed: {node: n3,", f"fixed: {{arch: {arch}, node: n3,")
+
+
+@CLASSES
+def test_interactive_low_batch_moves_weights_into_sram_across_chips(tmp_path, arch):
+    """In every architecture class (docs/design.md: the rediscovery does not hinge on the class coefficients)."""
+    res = _run(tmp_path, _in_class(INTERACTIVE, arch), "inter")
+    assert all(r["knobs"]["arch"] == arch for r in res["rows"])
     ok = [r for r in res["rows"] if r["status"] == "ok"]
     assert ok
     # no HBM-only design meets a 2.2 ms p90 TPOT: every one that does holds weights in SRAM
@@ -53,8 +63,9 @@ def test_interactive_low_batch_moves_weights_into_sram_across_chips(tmp_path):
     assert json.loads((out / "designs.json").read_text())["meta"]["designs"] == 12
 
 
-def test_high_batch_keeps_hbm_and_adds_compute(tmp_path):
-    res = _run(tmp_path, BATCH, "batch", workers=2)
+@CLASSES
+def test_high_batch_keeps_hbm_and_adds_compute(tmp_path, arch):
+    res = _run(tmp_path, _in_class(BATCH, arch), "batch", workers=2)
     ok = [r for r in res["rows"] if r["status"] == "ok"]
     best = min(ok, key=lambda r: r["usd_per_mtok"])
     assert best["knobs"]["stacks"] == 8 and best["knobs"]["fp8_tflops"] == 5000
@@ -146,6 +157,8 @@ def test_unknown_knob_value_is_a_spec_error():
 
     with pytest.raises(SpecError, match=r"fixed.node: 'n2': Input should be"):
         parse_design_spec(INTERACTIVE.replace("fixed: {node: n3,", "fixed: {node: n2,"))
+    with pytest.raises(SpecError, match=r"grid.arch: 'tpu': Input should be 'gpu', 'systolic' or 'dataflow'"):
+        parse_design_spec(INTERACTIVE.replace("grid: {", "grid: {arch: [gpu, tpu], "))
 
 
 def test_cli_bad_knob_exits_2_with_one_line(tmp_path, capsys):

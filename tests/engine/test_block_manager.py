@@ -104,3 +104,27 @@ def test_bad_sizes_are_config_errors():
         BlockManager(0, 16)
     with pytest.raises(ConfigError):
         BlockManager(10, 0)
+
+
+def test_offload_tier_counts_blocks_and_evicts_retained_kv_first():
+    """The block manager knows an offload tier only as a capacity: offload keeps a victim's computed tokens,
+    restore gives them back; retained (finished) KV is evicted oldest first when an offload needs room."""
+    from jalapeno.engine.sequence import Sequence
+
+    bm = BlockManager(10, 16, track_ids=False, offload_blocks=8)
+    a, b, c = (Sequence(prompt_len=n) for n in (64, 48, 200))
+    for s in (a, b):
+        assert bm.reserve(s, s.prompt_len)
+        s.num_computed_tokens = s.prompt_len
+    a.kv_key = "chain-a"
+    bm.retain(a)  # 4 blocks kept under its key
+    bm.free(a)
+    assert bm.retained == {"chain-a": 64} and bm.offload_free == 4 and bm.num_free == 10 - 3
+    assert bm.offload(b)  # 3 blocks fit next to the retained 4
+    assert (b.num_blocks, b.num_computed_tokens, b.offloaded_tokens, bm.offload_free) == (0, 48, 48, 1)
+    c.num_computed_tokens = 80  # 5 blocks: only by evicting the retained entry
+    assert bm.offload(c) and not bm.retained and bm.offload_free == 0
+    assert not bm.offload(Sequence(prompt_len=16))  # nothing computed: nothing to keep
+    assert bm.reserve(b, 48) and bm.restore(b) == 48 and bm.offload_free == 3 and b.offloaded_tokens == 0
+    bm.free(c)  # finished or aborted while offloaded: its tier blocks come back too
+    assert bm.offload_free == 8 and bm.loaded_tokens == 48 and bm.num_offloads == 2

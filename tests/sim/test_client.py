@@ -65,7 +65,10 @@ def test_metric_relations():
     assert math.isclose(m["median_interactivity"], 1000 / m["median_tpot_ms"])
     # the fake draws 700 W busy and 100 W idle: the average lies between, weighted by busy time
     busy = sum(t["duration_s"] for t in e.backend.trace)
-    assert m["avg_power_w"] == pytest.approx((700 * busy + 100 * (m["duration"] - busy)) / m["duration"])
+    deployment = (700 * busy + 100 * (m["duration"] - busy)) / m["duration"]
+    assert m["avg_power_w_deployment"] == pytest.approx(deployment)
+    assert m["avg_power_w_per_chip"] == pytest.approx(deployment / 4)  # metrics(num_chips=4)
+    assert m["avg_power_w"] == m["avg_power_w_deployment"]  # the old key, kept for its consumers
     assert busy < 0.99 * m["duration"]
     assert m["output_tokens_per_joule"] == pytest.approx(m["total_output_tokens"] / r.energy_j)
 

@@ -17,7 +17,7 @@ VLLM_KEYS = (
     + [f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "std", "p90", "p99")]
 )
 IX_KEYS = ["num_chips", "output_throughput_per_chip", "total_token_throughput_per_chip", "median_interactivity",
-           "avg_power_w", "output_tokens_per_joule"]
+           "avg_power_w_per_chip", "avg_power_w_deployment", "output_tokens_per_joule"]
 
 
 run_json = simulate_json
@@ -30,7 +30,11 @@ def test_json_has_vllm_and_inferencex_keys(capsys):
     assert m["completed"] == 24 and m["num_chips"] == 4
     assert m["output_throughput_per_chip"] == pytest.approx(m["output_throughput"] / 4)
     assert m["total_token_throughput_per_chip"] == pytest.approx(m["total_token_throughput"] / 4)
-    assert m["avg_power_w"] > 0 and m["output_tokens_per_joule"] > 0
+    assert m["avg_power_w_deployment"] > 0 and m["output_tokens_per_joule"] > 0
+    # power per chip is the deployment's over its 4 chips, and a chip cannot draw more than its TDP (H100: 700 W)
+    # nor less than its idle power (0.2 x TDP in the catalogue)
+    assert m["avg_power_w_per_chip"] == pytest.approx(m["avg_power_w_deployment"] / 4)
+    assert 140 <= m["avg_power_w_per_chip"] <= 700 < m["avg_power_w_deployment"]
     assert 0.8 * 256 * 24 <= m["total_input_tokens"] <= 256 * 24
 
 
@@ -59,6 +63,10 @@ def test_spec_decode_and_chains_from_the_cli(capsys):
         (["--tp", "3"], "tp=3"),
         (["--precision", "fp3"], "fp3"),
         (["--spec-decode", "mtp"], "MTP"),
+        (["--kv-sram-gb", "0.5"], "kv_resident"),  # H100's L2 is a cache: no KV tier there
+        (["--kv-offload", "host:10"], "host section"),  # H100's file has no host link: give GB/s
+        (["--kv-offload", "dram:10"], "--kv-offload"),
+        (["--chip-features", "maybe"], "on or off"),
     ],
 )
 def test_bad_input_is_one_line_error(capsys, args, needle):

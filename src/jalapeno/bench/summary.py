@@ -71,7 +71,8 @@ def print_summary(console: Console, metrics: dict, power_note: str, title: str =
             )
     t.add_section()
     if metrics.get("power_measured"):
-        t.add_row("Average power (W)", _fmt("{:.1f}", metrics["avg_power_w"]))
+        t.add_row("Average power per chip (W)", _fmt("{:.1f}", metrics.get("avg_power_w_per_chip")))
+        t.add_row("Average power, all chips (W)", _fmt("{:.1f}", metrics.get("avg_power_w_deployment")))
         t.add_row("Output tokens per joule", _fmt("{:.3f}", metrics["output_tokens_per_joule"]))
     else:
         t.add_row("Power", "not measured")

@@ -1,9 +1,11 @@
 """Every coefficient of the physical design model, as a sourced :class:`Fact` (docs/design.md).
 
 Status: ``third-party`` / ``announced`` where a public page gives the number, ``inferred`` where it is derived
-with the reasoning in ``source``, ``fitted`` for the two coefficients fitted on the *training* chip
-(:data:`jalapeno.design.reference.TRAIN`: H100); the other published chips are held out and their
-errors are reported in docs/design.md and checked by tests/design/test_physical.py.
+with the reasoning in ``source``, ``fitted`` for the two coefficients per architecture class solved on that
+class's one *training* chip (:data:`jalapeno.design.reference.TRAIN`: B200 for ``gpu``, MTIA v2 for
+``systolic``, Groq LPU v1 for ``dataflow``); the other published chips are held out and their errors are
+reported in docs/design.md and checked by tests/design/test_physical.py. The class coefficients are in
+:data:`ARCH`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ HBM_SPEC = "https://vcores.in/blog/hbm3-high-bandwidth-memory"
 SA_COST = "https://siliconanalysts.com/tools/cost-bridge"
 SA_B200 = "https://siliconanalysts.com/analysis/nvidia-b200-blackwell-cost-breakdown"
 EPOCH = "https://github.com/epoch-research/training-cost-trends"
+A100_WP = "https://images.nvidia.com/aem-dam/en-zz/Solutions/data-center/nvidia-ampere-architecture-whitepaper.pdf"
+H100_WP = "https://resources.nvidia.com/en-us-tensor-core/gtc22-whitepaper-hopper"
+V100_WP = "https://images.nvidia.com/content/volta-architecture/pdf/volta-architecture-whitepaper.pdf"
+TPUV4I = "https://parsa.epfl.ch/course-info/cs723/papers/tpuv4i.pdf#page=3"
+TPUV4 = "https://arxiv.org/abs/2304.01433"
+GROQ_ISCA = "https://groq.com/isca-2020-conference/"
+MTIA_BLOG = "https://ai.meta.com/blog/next-generation-meta-training-inference-accelerator-AI-MTIA/"
+AMD_MI300 = "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/white-papers/amd-cdna-3-white-paper.pdf"
 
 #: process nodes the model knows (TSMC naming; n14 = GlobalFoundries 14 nm / TSMC 16FF class)
 NODES: tuple[str, ...] = ("n3", "n4", "n5", "n7", "n14")
@@ -50,8 +60,12 @@ LOGIC_DENSITY_REL_N5: dict[str, Fact] = {
     "n3": _f(1.6, "inferred", f"inferred: TSMC N3 ~300 MTr/mm² vs N5 130-230 (~180) ({SILICONEXPERT}) -> ~1.6x"),
     "n4": _f(1.06, "inferred", "inferred: TSMC N4 is an N5 optical shrink with ~6% smaller die area"),
     "n5": _f(1.0, "inferred", "reference node"),
-    "n7": _f(1 / 1.8, "announced", ANANDTECH_D0, "TSMC: N5 'up to 80% logic density gain over N7'"),
-    "n14": _f(1 / 1.8 / 3.3, "inferred", f"inferred: 7 nm 90-102 MTr/mm² ({SILICONEXPERT}) vs 14/16 nm ~28-30 -> N7 ~3.3x"),
+    "n7": _f(round(54.2 / 826 / (80 / 814 / 1.06), 4), "inferred",
+             f"inferred: realised product density, A100 54.2 B transistors on 826 mm² N7 ({A100_WP}) vs H100 80 B on 814 mm² 4N ({H100_WP}) / 1.06 (N4 shrink); "
+             "TSMC's marketing ratio (1/1.8) counts dense logic only, real accelerator dies mix SRAM, I/O and wiring"),
+    "n14": _f(round(21.1 / 815 / (80 / 814 / 1.06), 4), "inferred",
+              f"inferred: realised product density, V100 21.1 B transistors on 815 mm² TSMC 12FFN ({V100_WP}) vs H100 / 1.06 as for n7; "
+              "the 14/16/12 nm FinFET class"),
 }
 
 #: switching energy relative to N5 at iso-speed (energy per FLOP and per SRAM byte scale with it)
@@ -107,9 +121,6 @@ PHY_MM2: dict[str, Fact] = {
 }
 
 COEF: dict[str, Fact] = {
-    "sram_tbps_per_mb": _f(0.3, "third-party", "https://techpowerup.com/news-tags/Processor?page=3",
-                           "Groq LPU v1 80 TB/s over 230 MB = 0.35; Groq 3 LP30 150 TB/s over 500 MB = 0.30 (hardware-facts.md): bandwidth grows with banks"),
-    "sram_pj_per_byte_n5": _f(1.5, "inferred", "inferred: Horowitz ISSCC 2014 (45 nm): 64-bit read 10 pJ (8 KB) to 100 pJ (1 MB) = 1.25-12.5 pJ/B; ~x0.2 to 5 nm for bank-local reads"),
     "link_pj_per_byte": _f(40, "inferred", "inferred: ~5 pJ/bit SerDes + switch (the catalogue's network energy, docs/hardware.md)"),
     "link_mm2_per_100gbps": _f(5, "inferred", "inferred: 8 x 112G SerDes lanes (~0.6 mm² each at 5 nm) per 100 GB/s per direction"),
     "uncore_mm2": _f(50, "inferred", "inferred: PCIe, management core, clocks, test: ~50 mm² per die"),
@@ -120,9 +131,8 @@ COEF: dict[str, Fact] = {
                                  "H100 CoWoS-S packaging $750 over its 814 mm² die + 6 HBM footprints"),
     "test_assembly_usd": _f(750, "third-party", SA_COST, "test & assembly $920 (H100), $600 (MI300X): mean"),
     "redundancy": _f(0.8, "inferred", "inferred: share of die area repairable by spare cores/rows (H100 ships 132 of 144 SMs); yield applies to the rest"),
-    "leak_w_per_mm2_n5": _f(0.1, "inferred", "inferred: static (leakage + always-on) ~0.1 W/mm² on 5 nm-class logic at nominal voltage (~12% of H100's 700 W on its 814 mm²; accelerators idle at 15-25% of TDP incl. memory)"),
-    "pj_per_fp8_flop_n5": _f(0.0, "fitted", "placeholder, set below"),
-    "compute_mm2_per_fp8_tflops_n5": _f(0.0, "fitted", "placeholder, set below"),
+    "leak_w_per_mm2": _f(0.1, "inferred", "inferred: static (leakage + always-on) ~0.1 W/mm² at nominal voltage (~12% of H100's 700 W on its 814 mm²; accelerators idle at 15-25% of TDP incl. memory); "
+                         "not scaled by node: across the FinFET nodes (16 nm -> 3 nm) leakage per transistor falls about as fast as transistors per mm² rise"),
     "markup": _f(3.0, "inferred", f"inferred: price / manufacturing cost: AMD MI300X ~$15k / $5.3k = 2.8 ({SA_COST}); a custom-ASIC buyer pays a partner margin of that order (NVIDIA's ~8.4x is merchant-GPU pricing)"),
     "system_usd_per_chip": _f(4000, "third-party", EPOCH, "SemiAnalysis DGX H100 BOM via Epoch: $32,010 of non-GPU parts per 8 GPUs"),
     "capital_recovery_per_hour": _f(0.1 / (1 - 1.1**-4) / 8766, "inferred", "inferred: 4-year life at 10% cost of capital (annuity factor 0.3155/yr)"),
@@ -130,13 +140,72 @@ COEF: dict[str, Fact] = {
     "typical_compute_share": _f(0.35, "inferred", "inferred: serving-mix utilisation for 'typical' power: compute 35%, memory 80%, SRAM 50%, links 30%"),
 }
 
-#: the two fitted coefficients (jalapeno.design.reference.fit_coefficients on H100; tests re-fit and compare)
-FITTED = {"pj_per_fp8_flop_n5": 0.2437, "compute_mm2_per_fp8_tflops_n5": 0.3483}
-_FIT_SRC = "fitted: least squares on the training chip H100 SXM (published area and TDP; jalapeno.design.reference.fit_coefficients), held-out errors in docs/design.md"
-for _k, _v in FITTED.items():
-    COEF[_k] = _f(_v, "fitted", _FIT_SRC)
+#: architecture classes (docs/design.md): ``gpu`` -- SIMT: warps, register files, caches, tensor cores fed from
+#: registers (H100, B200, MI300X); ``systolic`` -- a programmable matrix-engine ASIC: systolic arrays with vector
+#: and scalar cores, a shared on-chip SRAM behind a network-on-chip and HBM/DRAM (TPU, MTIA, Trainium; Jalapeño
+#: per 3P coverage, "a systolic-array matrix engine (TPU-like)"); ``dataflow`` -- an SRAM-dataflow chip: simple
+#: functional units streaming operands from SRAM banks beside them, no caches or arbiters, weights held on-die
+#: (Groq LPU, Cerebras WSE)
+ARCH_CLASSES: tuple[str, ...] = ("gpu", "systolic", "dataflow")
+
+_SRAM_NODE = ("SRAM access energy is not scaled by node: Jouppi et al. ISCA 2021 Table 2 ({src}) has an 8 KB read at 10 pJ "
+              "(45 nm) vs 7.5 pJ (7 nm) -- 'semiconductor technology advances unequally'").format(src=TPUV4I)
+_LARGE = f"Jouppi et al. ISCA 2021 Table 2 ({TPUV4I}): a 1 MB SRAM 64-bit read at 7 nm = 14 pJ = 1.75 pJ/B"
+_BANK = f"Jouppi et al. ISCA 2021 Table 2 ({TPUV4I}): an 8 KB SRAM bank 64-bit read at 7 nm = 7.5 pJ = 0.94 pJ/B"
+
+#: per-class coefficients; the two ``fitted`` ones per class are set from :data:`FITTED` below
+ARCH: dict[str, dict[str, Fact]] = {
+    "gpu": {
+        "sram_tbps_per_mb": _f(round(17.2 / 256, 4), "third-party", AMD_MI300,
+                               "a GPU's on-die SRAM is mostly last-level cache behind a crossbar: AMD CDNA 3 Infinity Cache 17.2 TB/s peak over 256 MB"),
+        "sram_pj_per_byte": _f(1.75, "inferred", f"inferred: {_LARGE} (a cache access pays tags and the crossbar: the large-array figure); {_SRAM_NODE}"),
+    },
+    "systolic": {
+        "sram_tbps_per_mb": _f(round(2.7 / 256, 4), "third-party", MTIA_BLOG,
+                               "a shared on-chip SRAM behind the network-on-chip: Meta MTIA v2 2.7 TB/s over 256 MB (hardware-facts.md: unverified); "
+                               "the catalogue's inferred Jalapeño has 24 TB/s over 2 GB = 0.012"),
+        "sram_pj_per_byte": _f(1.75, "inferred", f"inferred: {_LARGE} (a large shared SRAM read across the NoC); {_SRAM_NODE}"),
+    },
+    "dataflow": {
+        "sram_tbps_per_mb": _f(0.3, "third-party", "https://techpowerup.com/news-tags/Processor?page=3",
+                               "SRAM banks beside the functional units: Groq LPU v1 80 TB/s over 230 MB = 0.35; Groq 3 LP30 150 TB/s over 500 MB = 0.30; "
+                               "Cerebras WSE-3 21 PB/s over 44 GB = 0.48 (hardware-facts.md): bandwidth grows with banks"),
+        "sram_pj_per_byte": _f(0.94, "inferred", f"inferred: {_BANK}; operands stream from the bank next to the unit (Groq's MEM slices "
+                               f"beside the MXM, {GROQ_ISCA}), no tags or crossbar; {_SRAM_NODE}"),
+    },
+}
+#: the fitted coefficients per class (jalapeno.design.reference.fit_coefficients on TRAIN; tests re-fit and compare;
+#: _TRAIN_CHIP repeats reference.TRAIN for the sources, a test checks they agree)
+FITTED: dict[str, dict[str, float]] = {
+    "gpu": {"pj_per_fp8_flop_n5": 0.1316, "compute_mm2_per_fp8_tflops_n5": 0.3028},
+    "systolic": {"pj_per_fp8_flop_n5": 0.0988, "compute_mm2_per_fp8_tflops_n5": 0.7073},
+    "dataflow": {"pj_per_fp8_flop_n5": 0.0497, "compute_mm2_per_fp8_tflops_n5": 0.1483},
+}
+_TRAIN_CHIP = {"gpu": "B200", "systolic": "MTIA v2", "dataflow": "Groq LPU v1"}
+for _a, _vals in FITTED.items():
+    for _k, _v in _vals.items():
+        ARCH[_a][_k] = _f(_v, "fitted", f"fitted: solved on the {_a} class's one training chip {_TRAIN_CHIP[_a]} (its published area and TDP; "
+                          "jalapeno.design.reference.fit_coefficients), the other chips held out (docs/design.md)")
 
 
 def c(name: str) -> float:
-    """A scalar coefficient's value."""
+    """A scalar (class-independent) coefficient's value."""
     return float(COEF[name].value or 0.0)
+
+
+def a(arch: str, name: str) -> float:
+    """An architecture-class coefficient's value."""
+    return float(ARCH[arch][name].value or 0.0)
+
+
+def digest() -> str:
+    """Hash of every coefficient value: part of each design id, so a resumed search never reuses a score made
+    with other coefficients (docs/design.md, 'Outputs')."""
+    import hashlib
+    import json
+
+    tables = {"coef": COEF, "wafer": WAFER_USD, "d0": DEFECTS_PER_CM2, "density": LOGIC_DENSITY_REL_N5,
+              "energy": ENERGY_REL_N5, "sram": SRAM_MM2_PER_MB, "phy": PHY_MM2, **{f"arch.{k}": v for k, v in ARCH.items()},
+              **{f"mem.{k}": v for k, v in MEMORY.items()}}
+    blob = json.dumps({t: {k: f.value for k, f in tab.items()} for t, tab in tables.items()}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:6]

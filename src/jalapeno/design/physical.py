@@ -3,15 +3,16 @@ and a :class:`~jalapeno.hardware.schema.ChipSpec` (``status: designed``) the sim
 
 Area (per chip, summed over its dies)::
 
-    compute = fp8_tflops · A_c / density(node)           A_c fitted (mm² per FP8 TFLOPS at N5)
+    compute = fp8_tflops · A_c(arch) / density(node)     A_c fitted per architecture class (mm² per FP8 TFLOPS at N5)
     sram    = sram_mb · sram_mm2_per_mb(node)
     phys    = stacks · PHY(memory) + scale_up_gbps / 100 · link_mm2 + uncore (per die)
     dies    = 1, or ceil(area / reticle) chiplets (+5% die-to-die each) when ``chiplets``; over the reticle
               without chiplets is an error naming the knob.
 
-Power at peak (the rated TDP) = leakage · area · e(node) + fp8 FLOP/s · E_flop · e(node) + SRAM B/s · E_sram ·
-e(node) + memory B/s · E_mem + 2 · link B/s · E_link, where e(node) is the node's energy relative to N5 and
-leakage and E_flop are fitted. Typical (serving-mix) power weights the dynamic terms (coefficient
+Power at peak (the rated TDP) = leakage · area + fp8 FLOP/s · E_flop(arch) · e(node) + SRAM B/s(arch) ·
+E_sram(arch) + memory B/s · E_mem + 2 · link B/s · E_link, where e(node) is the node's switching energy
+relative to N5 (logic only: SRAM access energy barely scales) and E_flop is fitted per architecture class
+(``arch``: ``gpu``, ``systolic`` or ``dataflow``). Typical (serving-mix) power weights the dynamic terms (coefficient
 ``typical_compute_share``). Unit cost = dies × wafer price / (dies per wafer × yield) + memory $/GB ·
 capacity + interposer $/mm² · (die area + stack footprints) + test & assembly; yield is Murphy's model on the
 non-repairable share of the die. Price per chip-hour = (cost × markup + system share) × capital recovery per
@@ -33,6 +34,7 @@ from jalapeno.hardware.schema import (
 )
 
 Node = Literal["n3", "n4", "n5", "n7", "n14"]
+Arch = Literal["gpu", "systolic", "dataflow"]
 MemoryKind = Literal["hbm3", "hbm3e", "hbm4", "lpddr5x"]
 WAFER_DIAMETER_MM = 300.0
 PUE = 1.2  # as jalapeno.economics.DEFAULT_PUE
@@ -44,6 +46,10 @@ class DesignKnobs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     key: str = Field(default="designed", pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    #: architecture class: ``gpu`` (SIMT), ``systolic`` (programmable matrix-engine ASIC, TPU/MTIA-like) or
+    #: ``dataflow`` (SRAM-dataflow, Groq/Cerebras-like); it picks the class's area per TFLOPS, energy per FLOP
+    #: and SRAM bandwidth/energy (coefficients.ARCH)
+    arch: Arch = "gpu"
     node: Node = "n3"
     #: dense FP8 TFLOPS (bf16 = half; fp4 = double when ``fp4``)
     fp8_tflops: float = 2500.0
@@ -132,9 +138,14 @@ def memory_totals(k: DesignKnobs) -> tuple[float, float]:
     return k.stacks * gb, k.stacks * tbps
 
 
+def sram_bandwidth_tbps(k: DesignKnobs) -> float:
+    """On-die SRAM bandwidth: the knob when given, else MB × the class's TB/s per MB (banks vs a cache)."""
+    return k.sram_tbps if k.sram_tbps is not None else k.sram_mb * K.a(k.arch, "sram_tbps_per_mb")
+
+
 def area_parts(k: DesignKnobs) -> tuple[float, float, float]:
     """(compute, SRAM, I/O + uncore) area in mm² of one chip before any chiplet split."""
-    compute = k.fp8_tflops * K.c("compute_mm2_per_fp8_tflops_n5") / _node(K.LOGIC_DENSITY_REL_N5, k.node)
+    compute = k.fp8_tflops * K.a(k.arch, "compute_mm2_per_fp8_tflops_n5") / _node(K.LOGIC_DENSITY_REL_N5, k.node)
     sram = k.sram_mb * _node(K.SRAM_MM2_PER_MB, k.node)
     io = k.stacks * float(K.PHY_MM2[k.memory].value or 0) + k.scale_up_gbps / 100 * K.c("link_mm2_per_100gbps") \
         + K.c("uncore_mm2")
@@ -169,9 +180,9 @@ def power_terms(k: DesignKnobs, area: float, sram_tbps: float, mem_tbps: float) 
     """Peak power components in W (static, compute, sram, memory, links)."""
     e = _node(K.ENERGY_REL_N5, k.node)
     return {
-        "static": K.c("leak_w_per_mm2_n5") * area * e,
-        "compute": k.fp8_tflops * 1e12 * K.c("pj_per_fp8_flop_n5") * e * 1e-12,
-        "sram": sram_tbps * 1e12 * K.c("sram_pj_per_byte_n5") * e * 1e-12,
+        "static": K.c("leak_w_per_mm2") * area,
+        "compute": k.fp8_tflops * 1e12 * K.a(k.arch, "pj_per_fp8_flop_n5") * e * 1e-12,
+        "sram": sram_tbps * 1e12 * K.a(k.arch, "sram_pj_per_byte") * 1e-12,
         "memory": mem_tbps * 1e12 * float(K.MEMORY[k.memory]["pj_per_byte"].value or 0) * 1e-12,
         "links": 2 * k.scale_up_gbps * 1e9 * K.c("link_pj_per_byte") * 1e-12,
     }
@@ -182,7 +193,7 @@ def evaluate(k: DesignKnobs) -> PhysicalDesign:
     compute, sram, io = area_parts(k)
     dies, area = split_dies(compute + sram + io, k.chiplets)
     die_area = area / dies
-    sram_tbps = k.sram_tbps if k.sram_tbps is not None else k.sram_mb * K.c("sram_tbps_per_mb")
+    sram_tbps = sram_bandwidth_tbps(k)
     mem_gb, mem_tbps = memory_totals(k)
     p = power_terms(k, area, sram_tbps, mem_tbps)
     peak = sum(p.values())
@@ -199,7 +210,7 @@ def evaluate(k: DesignKnobs) -> PhysicalDesign:
     return PhysicalDesign(
         area_mm2=area, dies=dies, die_area_mm2=die_area, area_compute_mm2=compute, area_sram_mm2=sram, area_io_mm2=io,
         sram_tbps=sram_tbps, mem_gb=mem_gb, mem_tbps=mem_tbps, static_w=p["static"], peak_w=peak, typical_w=typical,
-        pj_per_fp8_flop=K.c("pj_per_fp8_flop_n5") * e, sram_pj_per_byte=K.c("sram_pj_per_byte_n5") * e,
+        pj_per_fp8_flop=K.a(k.arch, "pj_per_fp8_flop_n5") * e, sram_pj_per_byte=K.a(k.arch, "sram_pj_per_byte"),
         yield_=y, die_cost_usd=die_cost, unit_cost_usd=unit, usd_per_hour=hourly,
     )
 
@@ -223,7 +234,7 @@ def to_chipspec(k: DesignKnobs, phys: PhysicalDesign | None = None) -> ChipSpec:
     memory: list[MemoryLevel] = []
     if k.sram_mb > 0:
         memory.append(MemoryLevel(name="sram", kind="sram", capacity_gb=_d(k.sram_mb / 1000), resident=True,
-                                  bandwidth_tbps=_d(ph.sram_tbps, "from the banks: sram_tbps_per_mb x MB"), pin_weights=True))
+                                  bandwidth_tbps=_d(ph.sram_tbps, f"{k.arch}: sram_tbps knob, else sram_tbps_per_mb x MB"), pin_weights=True))
     if k.stacks > 0:
         kind = "dram" if k.memory == "lpddr5x" else "hbm"
         memory.append(MemoryLevel(name=kind if kind == "hbm" else "dram", kind=kind, capacity_gb=_d(ph.mem_gb),
@@ -235,7 +246,7 @@ def to_chipspec(k: DesignKnobs, phys: PhysicalDesign | None = None) -> ChipSpec:
                 for lv in memory}
     return ChipSpec(
         key=k.key, name=f"designed {k.key}", vendor="jalapeno design", status="designed",
-        description=(f"{k.node} {k.fp8_tflops:g} FP8 TFLOPS, {k.sram_mb:g} MB SRAM, {k.stacks} x {k.memory}, "
+        description=(f"{k.arch} {k.node} {k.fp8_tflops:g} FP8 TFLOPS, {k.sram_mb:g} MB SRAM, {k.stacks} x {k.memory}, "
                      f"{ph.area_mm2:,.0f} mm² on {ph.dies} die(s), {ph.peak_w:,.0f} W peak, ${ph.unit_cost_usd:,.0f}"),
         compute_tflops=compute,  # type: ignore[arg-type]
         memory=memory,

@@ -1,5 +1,6 @@
-"""Published chips as design knobs, with their published area, TDP and manufacturing cost: the training set of
-the three fitted coefficients (:data:`TRAIN`) and the held-out checks (everything else) of docs/design.md.
+"""Published chips as design knobs, with their published area, TDP and manufacturing cost: the training chip of
+each architecture class (:data:`TRAIN`, which the class's two fitted coefficients are fitted on) and the
+held-out checks (everything else) of docs/design.md.
 
 Facts from /work/shared/reference/hardware-facts.md unless a URL says otherwise; "n/p" = not published.
 """
@@ -8,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from jalapeno.design import coefficients as K
-from jalapeno.design.physical import DesignKnobs, PhysicalDesign, area_parts, evaluate, memory_totals, power_terms
+from jalapeno.design.physical import (
+    DesignKnobs, PhysicalDesign, area_parts, evaluate, memory_totals, power_terms, sram_bandwidth_tbps,
+)
 
 
 @dataclass(frozen=True)
@@ -42,60 +43,62 @@ PUBLISHED: tuple[Published, ...] = (
     Published("B200", _k(key="b200", node="n4", fp8_tflops=4500, sram_mb=126, memory="hbm3e", stacks=8, gb_per_stack=24,
                           tbps_per_stack=1.0, scale_up_gbps=900, chiplets=True),
               1600, 1000, 6400, f"2 x ~800 mm² TSMC 4NP, ~$6,400 ({K.SA_B200}); 1,000 W"),
-    Published("Groq LPU v1", _k(key="groq-lpu", node="n14", fp8_tflops=750, fp4=False, sram_mb=230, sram_tbps=80,
+    Published("Groq LPU v1", _k(key="groq-lpu", arch="dataflow", node="n14", fp8_tflops=750, fp4=False, sram_mb=230, sram_tbps=80,
                                  stacks=0, scale_up_gbps=240),
               725, 300, None,
-              "725 mm² (25 x 29 mm) GF 14 nm (Abts et al., 'Think Fast', ISCA 2020); ~300 W (3P); 750 INT8 TOPS as the FP8-class rate"),
-    Published("Cerebras WSE-3", _k(key="wse3", node="n5", fp8_tflops=125000, fp4=False, sram_mb=44000, sram_tbps=21000,
+              f"725 mm² (25 x 29 mm) 14 nm (Abts et al., 'Think Fast', ISCA 2020, {K.GROQ_ISCA}); ~300 W (3P); 750 INT8 TOPS (INT8-native MXM, FP16 at 1/4) as the FP8-class rate"),
+    Published("Cerebras WSE-3", _k(key="wse3", arch="dataflow", node="n5", fp8_tflops=125000, fp4=False, sram_mb=44000, sram_tbps=21000,
                                     stacks=0, scale_up_gbps=0, chiplets=True),
               46225, None, None,
               "46,225 mm² TSMC 5 nm, 44 GB SRAM at 21 PB/s; 125 PF sparse FP16 = 62.5 PF dense FP16 = 125 PF FP8-class; power: ~23 kW per CS-3 system (3P), chip n/p"),
-    Published("MTIA v2", _k(key="mtia-v2", node="n5", fp8_tflops=354, fp4=False, sram_mb=256, memory="lpddr5x", stacks=8,
-                             tbps_per_stack=0.0256, scale_up_gbps=0, chips_per_node=2),
-              421, 90, None, "421 mm² TSMC 5 nm, 90 W TDP, 256 MB SRAM, 128 GB LPDDR5 (~205 GB/s, unverified)"),
-    Published("Jalapeño (seed/3P)", _k(key="jalapeno", node="n3", fp8_tflops=2500, sram_mb=2000, sram_tbps=24, stacks=8,
+    Published("MTIA v2", _k(key="mtia-v2", arch="systolic", node="n5", fp8_tflops=354, fp4=False, sram_mb=256, sram_tbps=2.7,
+                             memory="lpddr5x", stacks=8, tbps_per_stack=0.0256, scale_up_gbps=0, chips_per_node=2),
+              421, 90, None, f"421 mm² TSMC 5 nm, 90 W TDP, 354 INT8/FP8 TOPS, 256 MB SRAM at 2.7 TB/s, 128 GB LPDDR5 at ~205 GB/s ({K.MTIA_BLOG}; bandwidths unverified in hardware-facts.md)"),
+    Published("TPU v4i", _k(key="tpu-v4i", arch="systolic", node="n7", fp8_tflops=276, fp4=False, sram_mb=151, memory="hbm3",
+                             stacks=1, gb_per_stack=8, tbps_per_stack=0.614, scale_up_gbps=100),
+              400, 175, None,
+              f"< 400 mm² TSMC 7 nm, 175 W TDP, 138 TFLOPS BF16 = 138 TOPS INT8 (4 MXUs of 128 x 128 at 1.05 GHz), no FP8: "
+              f"its array is built for BF16, so in the model's convention (BF16 = FP8 / 2, as every GPU and MTIA) it is a 276 FP8-class TFLOPS array; "
+              f"128 MiB CMEM + 16 MiB VMEM, 8 GB HBM2 at 614 GB/s (Jouppi et al., ISCA 2021, {K.TPUV4I}); ICI assumed 100 GB/s"),
+    Published("TPU v4", _k(key="tpu-v4", arch="systolic", node="n7", fp8_tflops=550, fp4=False, sram_mb=168, memory="hbm3",
+                            stacks=4, gb_per_stack=8, tbps_per_stack=0.3, scale_up_gbps=300),
+              600, 192, None,
+              f"< 600 mm² TSMC 7 nm, 192 W max power, 275 TFLOPS BF16 = INT8 (8 MXUs at 1.05 GHz; a 550 FP8-class TFLOPS array as TPU v4i), "
+              f"128 MiB CMEM + 32 MiB VMEM, 32 GB HBM2 at 1.2 TB/s, 6 ICI links (Jouppi et al., ISCA 2023, {K.TPUV4}; https://glennklockwood.com/garden/tpuv4)"),
+    Published("Jalapeño (seed/3P)", _k(key="jalapeno", arch="systolic", node="n3", fp8_tflops=2500, sram_mb=2000, sram_tbps=24, stacks=8,
                                         tbps_per_stack=0.875, scale_up_gbps=800),
               840, 700, None,
-              "~840 mm² N3 (3P), 700 W rated (seed); compute 2.5 PF FP8, SRAM 2 GB and HBM 7 TB/s are the catalogue's INFERRED values"),
+              "~840 mm² N3 (3P), 700 W rated (seed), a systolic-array matrix engine (3P); compute 2.5 PF FP8, SRAM 2 GB and HBM 7 TB/s are the catalogue's INFERRED values"),
 )
-#: the chips the three fitted coefficients are fitted on; every other row is held out
-TRAIN: tuple[str, ...] = ("H100 SXM",)
+#: the training chip of each architecture class (its two fitted coefficients); every other row is held out.
+#: gpu: B200, the generation a 2026 design competes with (an H100-trained GPU class overstates Blackwell's and
+#: CDNA 3's TDP by 34-55 %: docs/design.md says why no H100-only fit can reach B200); systolic: MTIA v2, an N5
+#: (the reference node) inference ASIC with FP8-class MACs and an official area and TDP; dataflow: Groq LPU v1,
+#: the one SRAM-dataflow chip with both area and TDP published (Cerebras publishes no chip power)
+TRAIN: dict[str, str] = {"gpu": "B200", "systolic": "MTIA v2", "dataflow": "Groq LPU v1"}
 #: published chips with none of area, TDP or price published (listed in docs/design.md, not checkable)
 NOT_PUBLISHED: tuple[str, ...] = ("TPU v5e", "TPU v6e")
 
 
-def fit_coefficients(rows: tuple[Published, ...] = PUBLISHED, train: tuple[str, ...] = TRAIN) -> dict[str, float]:
-    """Least-squares fit of the two ``fitted`` coefficients on the training chips: compute area per FP8 TFLOPS
-    (area equation, linear in it) and energy per FP8 FLOP (TDP equation, linear in it; leakage is sourced)."""
-    tr = [r for r in rows if r.name in train]
-    # area: published = c · tflops/density + (sram + io), before the chiplet overhead
-    a_x, a_y = [], []
-    for r in tr:
-        k = r.knobs
-        _, sram, io = area_parts(k)
-        unit = k.fp8_tflops / float(K.LOGIC_DENSITY_REL_N5[k.node].value or 1)  # mm² per unit of the coefficient
-        over = (1 + K.c("d2d_fraction")) if (r.area_mm2 or 0) > K.c("reticle_mm2") else 1.0
-        a_x.append(unit * over)
-        a_y.append((r.area_mm2 or 0) - (sram + io) * over)
-    c_area = float(np.dot(a_x, a_y) / np.dot(a_x, a_x))
+def fit_coefficients(rows: tuple[Published, ...] = PUBLISHED, train: dict[str, str] | None = None) -> dict[str, dict[str, float]]:
+    """Per architecture class, fit its two coefficients on its ONE training chip: compute area per FP8 TFLOPS
+    (area equation, linear in it) and energy per FP8 FLOP (TDP equation, linear in it; the rest is sourced)."""
+    by_name = {r.name: r for r in rows}
+    return {arch: _fit_one(by_name[name]) for arch, name in (train or TRAIN).items()}
+
+
+def _fit_one(r: Published) -> dict[str, float]:
+    k = r.knobs
+    _, sram, io = area_parts(k)
+    # area: published = c · tflops/density + (sram + io), times the die-to-die overhead when over the reticle
+    over = (1 + K.c("d2d_fraction")) if (r.area_mm2 or 0) > K.c("reticle_mm2") else 1.0
+    unit = k.fp8_tflops / float(K.LOGIC_DENSITY_REL_N5[k.node].value or 1) * over  # mm² per unit of the coefficient
+    c_area = ((r.area_mm2 or 0) - (sram + io) * over) / unit
     # power: published TDP = pJ · flops · e + known (static on the published area, sram, memory, links)
-    p_x, p_y = [], []
-    for r in tr:
-        k = r.knobs
-        e = float(K.ENERGY_REL_N5[k.node].value or 1)
-        known = power_terms(k, float(r.area_mm2 or 0), _sram_tbps(k), _mem_tbps(k))
-        p_x.append(k.fp8_tflops * e)
-        p_y.append((r.tdp_w or 0) - known["static"] - known["sram"] - known["memory"] - known["links"])
-    pj = float(np.dot(p_x, p_y) / np.dot(p_x, p_x))
+    e = float(K.ENERGY_REL_N5[k.node].value or 1)
+    known = power_terms(k, float(r.area_mm2 or 0), sram_bandwidth_tbps(k), memory_totals(k)[1])
+    pj = ((r.tdp_w or 0) - known["static"] - known["sram"] - known["memory"] - known["links"]) / (k.fp8_tflops * e)
     return {"pj_per_fp8_flop_n5": round(pj, 4), "compute_mm2_per_fp8_tflops_n5": round(c_area, 4)}
-
-
-def _sram_tbps(k: DesignKnobs) -> float:
-    return k.sram_tbps if k.sram_tbps is not None else k.sram_mb * K.c("sram_tbps_per_mb")
-
-
-def _mem_tbps(k: DesignKnobs) -> float:
-    return memory_totals(k)[1]
 
 
 def error_table(rows: tuple[Published, ...] = PUBLISHED) -> list[dict]:
@@ -104,7 +107,7 @@ def error_table(rows: tuple[Published, ...] = PUBLISHED) -> list[dict]:
     for r in rows:
         # evaluated as chiplets so a design over the reticle still reports its area (the error shows it)
         ph: PhysicalDesign = evaluate(r.knobs.model_copy(update={"chiplets": True}))
-        row: dict = {"chip": r.name, "set": "train" if r.name in TRAIN else "held-out"}
+        row: dict = {"chip": r.name, "arch": r.knobs.arch, "set": "train" if r.name in TRAIN.values() else "held-out"}
         for what, pub, pred in (("area_mm2", r.area_mm2, ph.area_mm2), ("tdp_w", r.tdp_w, ph.peak_w),
                                 ("cost_usd", r.cost_usd, ph.unit_cost_usd)):
             row[f"{what}_published"] = pub

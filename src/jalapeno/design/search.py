@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
+from jalapeno.design import coefficients as K
 from jalapeno.design.physical import DesignKnobs, PhysicalDesign, evaluate, to_chipspec
 from jalapeno.design.spec import INT_KNOBS, DesignSpec, DesignWorkload, knob_id
 from jalapeno.errors import CapacityError, ConfigError, JalapenoError
@@ -124,7 +125,7 @@ def _geo(vals: list[tuple[float, float]]) -> float:
 def score_design(knobs: dict[str, Any], spec_json: str, out_dir: str) -> dict:
     """Score one design (or read its earlier score); always returns a row, never raises for a bad design."""
     spec = DesignSpec.model_validate_json(spec_json)
-    did = f"{knob_id(knobs)}-{spec.digest()}"
+    did = f"{knob_id(knobs)}-{spec.digest()}-{K.digest()}"  # knobs, what scores them, the physical model
     ddir = Path(out_dir) / "designs" / did
     done = ddir / "score.json"
     if done.is_file():

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from jalapeno.errors import ConfigError, SpecError
 
 #: knobs that a grid or range may vary (the rest of DesignKnobs are fixed by ``fixed``)
-GRID_KNOBS = ("node", "fp8_tflops", "sram_mb", "memory", "stacks", "gb_per_stack", "scale_up_gbps", "domain", "chiplets")
+GRID_KNOBS = ("arch", "node", "fp8_tflops", "sram_mb", "memory", "stacks", "gb_per_stack", "scale_up_gbps", "domain", "chiplets")
 RANGE_KNOBS = ("fp8_tflops", "sram_mb", "stacks", "scale_up_gbps")
 INT_KNOBS = ("stacks",)
 

@@ -54,6 +54,9 @@ class ScheduledBatch:
     num_decodes: int = 0
     #: when set, the sum of the decode chunks' ``start`` (the scheduler may know it without summing)
     decode_start_sum: int | None = None
+    #: KV tokens brought back from the offload tier before this step (sequences readmitted after an offload):
+    #: the backend prices the transfer (:meth:`Backend.num_offload_blocks`)
+    loaded_tokens: int = 0
 
     @property
     def num_prefill_tokens(self) -> int:

@@ -6,6 +6,12 @@ share a prefix share its blocks (reference counted); freed blocks keep their has
 prompt with the same prefix revives them (nano-vllm / vLLM style).
 
 Simulation needs block *counts*, never ids: with ``track_ids=False`` only counters move (O(1) per call).
+
+An offload tier (``offload_blocks`` > 0: host DRAM or SSD, known here only as a capacity) takes a preempted
+sequence's computed KV instead of dropping it (:meth:`offload`); it comes back at readmission
+(:meth:`restore`), and the backend prices the transfer. It also keeps a finished sequence's KV under its
+``kv_key`` (:meth:`retain`, LMCache-style) for a later request with the same key whose prompt extends it
+(:meth:`match_retained`); retained entries are evicted oldest first when an offload needs their room.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ class BlockManager:
     its blocks; ``trim(seq, n)`` returns blocks beyond ``n`` tokens (speculative lookahead)."""
 
     def __init__(
-        self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False, track_ids: bool = True
+        self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False, track_ids: bool = True,
+        offload_blocks: int = 0,
     ) -> None:
         if block_size < 1:
             raise ConfigError(f"block_size must be >= 1 (got {block_size})")
@@ -47,6 +54,14 @@ class BlockManager:
             self.hash_to_block: dict[int, int] = {}
             #: per sequence: (full blocks already named, hash of the last one), so naming is incremental
             self._named: dict[int | str, tuple[int, int]] = {}
+        #: the offload tier's capacity and free blocks (0: no tier)
+        self.offload_blocks = max(0, int(offload_blocks))
+        self.offload_free = self.offload_blocks
+        self.num_offloads = 0  # sequences offloaded, over the engine's life
+        #: finished sequences' KV kept in the offload tier: kv_key -> tokens (oldest first)
+        self.retained: OrderedDict[object, int] = OrderedDict()
+        self.reused_tokens = 0  # prompt tokens served from retained KV, over the engine's life
+        self.loaded_tokens = 0  # KV tokens brought back from the offload tier, over the engine's life
         self.prefix_hits = 0  # tokens served from the prefix cache, over the engine's life
         self.prefix_queries = 0  # prompt tokens looked up
 
@@ -145,8 +160,74 @@ class BlockManager:
             self.free_ids[bid] = None
             self.num_free += 1
 
+    def offload(self, seq: Sequence) -> bool:
+        """Preemption with an offload tier: move ``seq``'s computed KV (``num_computed_tokens``) to the tier and
+        release its blocks here; its computed tokens are kept. False (nothing done) when the tier lacks room."""
+        n = seq.num_computed_tokens
+        need = -(-n // self.block_size)
+        if not n or not self._room(need):
+            return False
+        self.free(seq)
+        seq.num_computed_tokens = n
+        seq.offloaded_tokens = n
+        self.offload_free -= need
+        self.num_offloads += 1
+        return True
+
+    def _room(self, need: int) -> bool:
+        """Make ``need`` offload-tier blocks free, evicting retained KV oldest first. False if it cannot."""
+        bs = self.block_size
+        if need > self.offload_free + sum(-(-t // bs) for t in self.retained.values()):
+            return False
+        while need > self.offload_free:
+            _, t = self.retained.popitem(last=False)
+            self.offload_free += -(-t // bs)
+        return True
+
+    def retain(self, seq: Sequence) -> None:
+        """When ``seq`` finishes: keep its computed KV in the offload tier under ``seq.kv_key`` (replacing an
+        older entry of that key), if the tier has room without evicting offloaded sequences."""
+        key, n = seq.kv_key, seq.num_computed_tokens
+        if key is None or not self.offload_blocks or not n:
+            return
+        old = self.retained.pop(key, None)
+        if old:
+            self.offload_free += -(-old // self.block_size)
+        if self._room(-(-n // self.block_size)):
+            self.offload_free -= -(-n // self.block_size)
+            self.retained[key] = n
+
+    def match_retained(self, seq: Sequence) -> int:
+        """At admission: a waiting ``seq`` whose ``kv_key`` has retained KV takes it over as its own offloaded
+        prefix (at most ``prompt_len - 1`` tokens: one is left to compute). Returns the tokens reused."""
+        t = self.retained.pop(seq.kv_key, None) if seq.kv_key is not None else None
+        if not t:
+            return 0
+        n = min(t, seq.prompt_len - 1)
+        bs = self.block_size
+        self.offload_free += -(-t // bs) - -(-n // bs)
+        if n:
+            seq.num_computed_tokens = n
+            seq.offloaded_tokens = n
+            self.reused_tokens += n
+        return n
+
+    def restore(self, seq: Sequence) -> int:
+        """At readmission (``seq`` already holds blocks for its tokens here): release its offload-tier blocks.
+        Returns the KV tokens brought back (the backend prices their transfer)."""
+        n = seq.offloaded_tokens
+        if n:
+            self.offload_free += -(-n // self.block_size)
+            seq.offloaded_tokens = 0
+            self.loaded_tokens += n
+        return n
+
     def free(self, seq: Sequence) -> None:
-        """Release every block of ``seq`` (newest first, so a cached prefix's tail is evicted first)."""
+        """Release every block of ``seq`` (newest first, so a cached prefix's tail is evicted first), and its
+        offload-tier copy if it has one (a sequence aborted or finished while offloaded)."""
+        if seq.offloaded_tokens:
+            self.offload_free += -(-seq.offloaded_tokens // self.block_size)
+            seq.offloaded_tokens = 0
         if self.track_ids:
             for bid in reversed(seq.block_table):
                 self._release(bid)

@@ -63,6 +63,7 @@ class Engine:
             config.block_size,
             enable_prefix_caching=config.enable_prefix_caching,
             track_ids=not backend.capabilities.length_only,
+            offload_blocks=backend.num_offload_blocks(config.block_size),
         )
         # no sequence may outgrow the KV cache (else, alone and preempted, it could never be readmitted):
         # like vLLM, cap max_model_len at the cache's capacity (less the speculative look-ahead)
@@ -96,8 +97,11 @@ class Engine:
         request_id: int | str | None = None,
         arrival_s: float | None = None,
         user_data: object = None,
+        kv_key: object = None,
     ) -> Sequence:
-        """Queue a request (token ids for real backends, or only ``prompt_len`` for simulation)."""
+        """Queue a request (token ids for real backends, or only ``prompt_len`` for simulation). ``kv_key``:
+        the request's prompt extends that of the last finished request with the same key, whose KV the offload
+        tier may still hold (prefix reuse across requests; length-only sequences have no ids to hash)."""
         seq = Sequence(
             prompt_token_ids,
             sampling,
@@ -106,6 +110,7 @@ class Engine:
             arrival_s=self.clock.now() if arrival_s is None else arrival_s,
             user_data=user_data,
         )
+        seq.kv_key = kv_key
         self.add_sequence(seq)
         return seq
 

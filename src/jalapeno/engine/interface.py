@@ -130,6 +130,12 @@ class Backend(ABC):
     def execute(self, batch: ScheduledBatch) -> StepResult:
         """Run one step (or ``batch.num_steps`` decode steps) and report tokens, time and energy."""
 
+    def num_offload_blocks(self, block_size: int) -> int:
+        """KV blocks a lower tier (host DRAM, SSD) can hold for preempted sequences; the block manager then
+        offloads a victim's blocks there instead of dropping them, and ``execute`` prices bringing them back
+        (:attr:`ScheduledBatch.loaded_tokens`). 0 (the default): no offload tier, preemption recomputes."""
+        return 0
+
     def free_sequence(self, seq: "Sequence") -> None:  # noqa: B027 - optional hook
         """Called when a sequence finishes or is preempted (e.g. to drop per-sequence backend state)."""
 

@@ -9,6 +9,9 @@ Each step, under a token budget (``max_num_batched_tokens``) and a sequence cap 
 
 When a sequence cannot get the KV blocks it needs, the newest running sequence is preempted by recompute:
 its blocks are freed and it goes back to the *front* of the waiting queue (it prefills prompt + output again).
+With an offload tier (the block manager's ``offload_blocks``) that has room, the victim's computed KV moves
+there instead and comes back when it is readmitted (the batch's ``loaded_tokens``, priced by the backend):
+no recompute.
 
 Multi-step: when every chunk of a step samples (decodes, and prompts whose last chunk this is) and nothing
 can change the batch for K steps — no completion (bounded with ``1 + k`` tokens per step), no admission
@@ -60,6 +63,7 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self._num_decodes = 0  # decode chunks at the head of the batch being built
+        self._loaded = 0  # KV tokens brought back from the offload tier for the batch being built
         #: the lockstep decode group (the head of ``running``), when sequences can join one: counting block
         #: manager, one token per step. The engine fills it; None makes every step walk the whole batch.
         self.group: DecodeGroup | None = None
@@ -80,6 +84,8 @@ class Scheduler:
         """Mark ``seq`` finished and release its blocks (the caller removes it from ``running``)."""
         seq.status = SeqStatus.FINISHED
         seq.finish_reason = reason
+        if seq.kv_key is not None and self.bm.offload_blocks:
+            self.bm.retain(seq)
         self.bm.free(seq)
         if self.on_free is not None:
             self.on_free(seq)
@@ -108,8 +114,9 @@ class Scheduler:
             running.pop()
         else:
             running.remove(seq)
-        self.bm.free(seq)
-        seq.num_computed_tokens = 0
+        if not (self.bm.offload_free and self.bm.offload(seq)):
+            self.bm.free(seq)
+            seq.num_computed_tokens = 0
         seq.num_preemptions += 1
         seq.status = SeqStatus.WAITING
         self.waiting.appendleft(seq)
@@ -128,6 +135,7 @@ class Scheduler:
         cfg = self.config
         per = 1 + cfg.num_speculative_tokens
         self._num_decodes = 0
+        self._loaded = 0
         max_len = cfg.max_model_len if cfg.max_model_len is not None else 1 << 62
         # 1. running decodes, oldest first (the config guarantees the budget covers them all); k_left: fewest
         # steps any scheduled sequence can take before finishing (the multi-step bound)
@@ -157,7 +165,8 @@ class Scheduler:
         start_sum = None
         if grouped:
             start_sum = self.group.start_sum() + sum(c.start for c in chunks[grouped:nd])  # type: ignore[union-attr]
-        return ScheduledBatch(chunks, num_steps=steps, num_decodes=nd, decode_start_sum=start_sum)
+        return ScheduledBatch(chunks, num_steps=steps, num_decodes=nd, decode_start_sum=start_sum,
+                              loaded_tokens=self._loaded)
 
     def _schedule_group(self, k_left: int) -> tuple[list[SeqChunk], bool, int, int]:
         """The lockstep group's members (the head of ``running``) as a block: only those that cross into a new
@@ -272,6 +281,8 @@ class Scheduler:
             seq = waiting[0]
             if seq.num_blocks == 0 and seq.num_computed_tokens == 0:
                 bm.match_prefix(seq)
+                if bm.retained:
+                    bm.match_retained(seq)
             start = seq.num_computed_tokens
             left = seq.num_tokens - start
             n = min(left, budget)
@@ -280,6 +291,8 @@ class Scheduler:
             if not bm.reserve(seq, start + n):
                 break  # free blocks only shrink until something finishes
             waiting.popleft()
+            if seq.offloaded_tokens:
+                self._loaded += bm.restore(seq)
             seq.status = SeqStatus.RUNNING
             running.append(seq)
             chunks.append(SeqChunk(seq, start, n, start + n >= seq.num_tokens))

@@ -93,6 +93,8 @@ class Sequence:
         "max_tokens",
         "decode_chunk",
         "group",
+        "offloaded_tokens",
+        "kv_key",
     )
 
     def __init__(
@@ -134,6 +136,11 @@ class Sequence:
         self.last_token_s: float | None = None
         self.finish_s: float | None = None
         self.num_preemptions = 0
+        #: KV tokens parked in the block manager's offload tier while preempted (brought back at readmission)
+        self.offloaded_tokens = 0
+        #: names the KV this sequence shares with other requests through the offload tier (a chain's calls:
+        #: each call's prompt extends the previous call's prompt + output); None = none
+        self.kv_key: object = None
         self.user_data = user_data
 
     # ---------------------------------------------------------------------------------------------

@@ -64,6 +64,33 @@ class MemoryLevel(_Strict):
     #: True when software pins always-read weights here when not all weights fit (Jalapeño's "pinned active
     #: layer parameters"); the cost model's default for ``sram_pinning``. Meaningful on a resident SRAM level.
     pin_weights: bool = False
+    #: True when software can place KV-cache blocks here (a KV tier: Jalapeño's "explicitly positioning KV
+    #: Cache", TPU 8i's added SRAM). Used only when a run asks for it (``--kv-sram-gb``); SRAM-only chips
+    #: (Groq, Cerebras) keep their KV in SRAM anyway.
+    kv_resident: bool = False
+
+
+class HostMemory(_Strict):
+    """The host memory one chip can offload KV blocks to, and the link between them (per chip, per direction):
+    PCIe to a CPU socket's DRAM, or NVLink-C2C to a Grace CPU's LPDDR5X."""
+
+    capacity_gb: Fact  # host DRAM per chip
+    bandwidth_gbps: Fact  # chip <-> host, per direction
+    link: str = ""  # e.g. "PCIe Gen5 x16", "NVLink-C2C"
+
+
+class ChipFeatures(_Strict):
+    """Hardware features the cost model can switch off (``--chip-features off``) to study what they buy.
+    Each is what the seeds describe for Jalapeño; a chip without a feature pays what its calibrated overheads
+    already hold."""
+
+    #: accept/reject of speculative tokens in silicon ("hardware-level token validation loops"): no host
+    #: round trip per verify step
+    spec_verify_unit: bool = False
+    #: KV page tables walked by an on-chip MMU ("zero CPU clock cycles" per KV page access): no host work per
+    #: KV block per step
+    kv_page_table: bool = False
+    source: str = ""
 
 
 class NetworkLink(_Strict):
@@ -224,6 +251,9 @@ class ChipSpec(_Strict):
     scale_out: NetworkLink | None = None
     power: Power
     price: Price | None = None
+    #: host DRAM and the chip<->host link, where KV blocks can be offloaded (``--kv-offload host:GB``)
+    host: HostMemory | None = None
+    features: ChipFeatures = Field(default_factory=ChipFeatures)
     efficiency: Efficiency = Field(default_factory=Efficiency)
     #: how ``efficiency``'s serving parameters were obtained (the confidence label of every answer)
     calibration: Calibration = Field(default_factory=Calibration)
@@ -258,6 +288,12 @@ class ChipSpec(_Strict):
         """The largest off-chip level (HBM/DRAM), or None for SRAM-only chips (Groq, Cerebras)."""
         off = [lv for lv in self.memory if lv.kind != "sram" and lv.capacity_gb.value]
         return max(off, key=lambda lv: float(lv.capacity_gb)) if off else None
+
+    @property
+    def kv_sram(self) -> MemoryLevel | None:
+        """The largest on-chip SRAM level that can hold KV blocks (``kv_resident``), if any."""
+        s = [lv for lv in self.memory if lv.kind == "sram" and lv.kv_resident and lv.capacity_gb.value]
+        return max(s, key=lambda lv: float(lv.capacity_gb)) if s else None
 
     @property
     def sram(self) -> MemoryLevel | None:

@@ -3,11 +3,12 @@
 from jalapeno.hardware.schema import Efficiency
 from jalapeno.perf.model import CostModel, advance_decode
 from jalapeno.perf.shape import StepShape
-from jalapeno.perf.types import MemoryPlan, OpCost, Parallelism, Precision, StepBreakdown, StepCost
+from jalapeno.perf.types import KVTier, MemoryPlan, OpCost, Parallelism, Precision, StepBreakdown, StepCost
 
 __all__ = [
     "CostModel",
     "Efficiency",
+    "KVTier",
     "MemoryPlan",
     "OpCost",
     "Parallelism",

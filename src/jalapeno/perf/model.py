@@ -24,7 +24,7 @@ from jalapeno.perf.ops import (
     linear_state_bytes_per_layer, vec,
 )
 from jalapeno.perf.shape import StepShape
-from jalapeno.perf.types import MemoryPlan, OpCost, Parallelism, Precision, StepBreakdown, StepCost
+from jalapeno.perf.types import KVTier, MemoryPlan, OpCost, Parallelism, Precision, StepBreakdown, StepCost
 
 #: the feature columns of a decode step's context sums (plain, windowed, and both per decode token)
 _CTX_COLS = [IDX["C"], IDX["Cw"], IDX["Cr"], IDX["Cwr"]]
@@ -45,6 +45,19 @@ FALLBACK_PJ_PER_FLOP_NO_TDP = 0.5
 FALLBACK_IDLE_FRACTION = 0.2
 #: sequences whose linear-attention state ``memory_plan`` reserves by default (the engine's max_num_seqs default)
 DEFAULT_STATE_SEQS = 256
+#: achievable fraction of a chip<->host link when KV blocks come back from the offload tier (measured: PCIe Gen5
+#: x16 H2D 55.4 of 63 GB/s = 88% on an H200 node; NVLink-C2C ~80% unidirectional; hardware-facts reference)
+OFFLOAD_LINK_EFFICIENCY = 0.85
+#: host time per KV block a step's block tables reference, on a chip *without* an on-chip KV page table
+#: (``ChipFeatures.kv_page_table`` switched off): the runtime writes/copies each block-table entry and the
+#: attention kernel indirects through it. Inferred: ~2 ns per entry (a 128K-token sequence of 16-token blocks
+#: = 8,192 entries = 16 us per step); the block size is the engine's default
+PAGING_NS_PER_BLOCK = 2.0
+PAGING_BLOCK_TOKENS = 16
+#: host round trip per speculative verify step on a chip *without* a verify unit (``spec_verify_unit`` off):
+#: one rejection-sampling kernel launch (~5 us) and the device-to-host sync of accepted lengths before the next
+#: step can be scheduled (~15 us). Inferred
+VERIFY_HOST_US = 20.0
 
 
 def advance_decode(shape: StepShape, steps: int, window: int | None = None) -> StepShape:
@@ -97,6 +110,12 @@ class CostModel:
     ``None`` (default) takes the chip's resident SRAM level's ``pin_weights`` (False elsewhere: the
     all-or-nothing rule). Raises :class:`ConfigError` for an invalid sharding and
     :class:`CapacityError` when the weights do not fit.
+
+    KV tiers (docs/cost-model.md): ``kv_sram_gb`` GB per chip of a ``kv_resident`` SRAM level hold KV (decode
+    reads of the context they hold are priced at SRAM bandwidth; capacity adds up); ``kv_offload`` is a
+    :class:`KVTier` below the chip (host DRAM, SSD) the engine may offload KV to (``kv_offload_tokens``,
+    :meth:`kv_load_time_s`). ``chip_features=False`` switches the chip's :class:`ChipFeatures` off (their host
+    work is added back). All three leave results unchanged at their defaults.
     """
 
     def __init__(
@@ -108,8 +127,17 @@ class CostModel:
         efficiency: Efficiency | None = None,
         *,
         sram_pinning: bool | None = None,
+        kv_sram_gb: float = 0.0,
+        kv_offload: KVTier | None = None,
+        chip_features: bool = True,
     ) -> None:
         self.model, self.chip, self.parallel, self.precision = model, chip, parallel, precision
+        if kv_sram_gb < 0:
+            raise ConfigError(f"--kv-sram-gb must be >= 0 GB per chip (got {kv_sram_gb})")
+        #: KV bytes per chip placed in on-chip SRAM (the fastest KV tier; 0 = the KV cache lives in main memory)
+        self.kv_sram_bytes = kv_sram_gb * 1e9
+        self.kv_offload = kv_offload
+        self.chip_features = chip_features
         self.eff = efficiency if efficiency is not None else chip.efficiency
         if sram_pinning is None:
             sram_pinning = bool(chip.sram is not None and chip.sram.pin_weights)
@@ -147,6 +175,18 @@ class CostModel:
         self._dims = attention_dims(model, p.tp, p.dp_attention)
         self._stages = self._stage_layers(ops)
         self._place(ops)
+        self.kv_bytes_per_chip_token = self._kv_bytes_per_chip_token()
+        holders = p.tp if p.dp_attention else 1
+        #: replica KV tokens whose KV fits the SRAM tier (0 without ``kv_sram_gb``)
+        self.kv_sram_tokens = int(self.kv_sram_bytes // self.kv_bytes_per_chip_token) * holders \
+            if self.kv_sram_bytes else 0
+        self.kv_offload_tokens = int(kv_offload.capacity_gb * 1e9 // self.kv_bytes_per_chip_token) * holders \
+            if kv_offload is not None else 0
+        feats = chip.features
+        #: what switching the chip's features off costs (0 when it has none, or they are on)
+        self._verify_s = VERIFY_HOST_US * 1e-6 if feats.spec_verify_unit and not chip_features else 0.0
+        self._paging_s_per_token = PAGING_NS_PER_BLOCK * 1e-9 / PAGING_BLOCK_TOKENS \
+            if feats.kv_page_table and not chip_features else 0.0
         self._compile(ops)
         self.expert_slots = p.expert_slots(model.num_experts)
         self._routing = Routing.of(model.num_experts, model.experts_per_token, p.ep, self.expert_slots)
@@ -287,6 +327,9 @@ class CostModel:
         self.weight_bytes_per_chip = max(stored)
         main, sram = chip.main_memory, chip.sram
         sram_cap = float(sram.capacity_gb) * 1e9 * SRAM_UTILIZATION if sram else 0.0
+        kvs = self._kv_sram_level(main)
+        if kvs is not None and kvs is sram:
+            sram_cap -= self.kv_sram_bytes  # the KV tier's share is not for weights
         pinned = [False] * len(ops)
         if sram is not None and self.weight_bytes_per_chip <= sram_cap:
             pinned = [o.stored > 0 for o in ops]
@@ -325,6 +368,41 @@ class CostModel:
         assert kv_level is not None and a_level is not None
         self.levels = {"W": main if main is not None else sram, "WS": sram if sram is not None else main,
                        "KV": kv_level, "A": a_level}
+        if kvs is not None:
+            self.levels["KVS"] = kvs
+
+    def _kv_sram_level(self, main):
+        """The SRAM level holding ``kv_sram_bytes`` of KV per chip (None when the run places none there)."""
+        if not self.kv_sram_bytes:
+            return None
+        chip = self.chip
+        if main is None:
+            raise ConfigError(f"{chip.key} keeps its KV cache in SRAM already (it has no off-chip memory); "
+                              "drop --kv-sram-gb")
+        lv = chip.kv_sram
+        if lv is None:
+            raise ConfigError(f"{chip.key} has no SRAM level that software can place KV blocks in (kv_resident in "
+                              "its hardware file); drop --kv-sram-gb, or mark the level kv_resident: true")
+        cap = float(lv.capacity_gb)
+        if self.kv_sram_bytes > cap * 1e9 * SRAM_UTILIZATION:
+            raise ConfigError(f"--kv-sram-gb {self.kv_sram_bytes / 1e9:g} exceeds the {cap:g} GB of {chip.key}'s "
+                              f"{lv.name}; use at most {cap:g}")
+        return lv
+
+    def _kv_bytes_per_chip_token(self) -> float:
+        """KV bytes one token occupies on one chip of the fullest pipeline stage (all its KV layers)."""
+        m = self.model
+        per_layer = kv_bytes_per_token_per_layer(m, self._dims, self.kv_bytes_per_element)
+        return per_layer * max(sum(not m.is_linear_layer(i) for i in r) for r in self._stages)
+
+    def kv_load_time_s(self, tokens: int) -> float:
+        """Seconds to bring ``tokens`` KV tokens (of one replica) back from the offload tier: bytes per chip over
+        the tier's bandwidth (``OFFLOAD_LINK_EFFICIENCY`` of it); the replica's chips load their shares at once."""
+        t = self.kv_offload
+        if t is None or not tokens:
+            return 0.0
+        per_chip = tokens / (self.parallel.tp if self.parallel.dp_attention else 1)
+        return per_chip * self.kv_bytes_per_chip_token / (t.bandwidth_gbps * 1e9 * OFFLOAD_LINK_EFFICIENCY)
 
     # ------------------------------------------------------------------ compile to matrices
     def _rate(self, dtype: str) -> float:
@@ -368,6 +446,8 @@ class CostModel:
         m = self.model
         self._overhead = overhead_vector(eff, m.num_layers, self._moe_layers(),
                                          m.num_experts / self.parallel.ep if m.num_experts else 0.0)
+        if self._paging_s_per_token:  # host paging: every context block of the step's block tables
+            self._overhead = self._overhead + vec(C=self._paging_s_per_token, K=self._paging_s_per_token)
         lin = sum(self._net_time, np.zeros(NF)) + self._overhead
         pj_net = self.chip.energy.pj_per_network_byte or FALLBACK_PJ_PER_NET_BYTE
         e_work = np.zeros(NF)
@@ -382,6 +462,12 @@ class CostModel:
             fl = fl + o.flops * o.mult
         self._n = len(work)
         self._M = np.vstack([tc, tm, lin, e_work, fl, by])
+        if self.kv_sram_tokens:  # two more columns: decode KV read from the SRAM tier instead of main memory
+            ext = self._sram_tier_columns(work, ops)
+            self._M = np.hstack([self._M, ext])
+            tc = np.hstack([tc, np.zeros((len(work), 2))])
+            tm = np.hstack([tm, ext[len(work) : 2 * len(work)]])
+            self._M_ext = np.ascontiguousarray(ext)
         self._M_ctx = np.ascontiguousarray(self._M[:, _CTX_COLS])  # rows' slopes in the context features
         self._tc, self._tm = tc, tm
         tdp = float(self.chip.power.tdp_w)
@@ -389,6 +475,41 @@ class CostModel:
         self.idle_w = idle if idle is not None else FALLBACK_IDLE_FRACTION * tdp
         self.tdp_w = tdp if tdp > 0 else math.inf  # the cap; unknown TDP = no cap
         self._pj_net = pj_net
+
+    def _sram_tier_columns(self, work: list[OpSpec], ops: list[OpSpec]) -> np.ndarray:
+        """Coefficients of the two SRAM-tier features (``Cs``: decode context tokens whose KV sits in SRAM,
+        ``Cws``: the same share of the windowed sum) for every matrix row: each moves its KV bytes from the
+        main-memory level to the SRAM level, so memory time changes by 1/bw_sram - 1/bw_main per byte and
+        energy by pJ_sram - pJ_main; FLOPs and total bytes do not change."""
+        n = len(work)
+        d_inv = 1.0 / self._bw("KVS") - 1.0 / self._bw("KV")
+        d_pj = (self._pj_byte("KVS") - self._pj_byte("KV")) * 1e-12
+        iC, iCw = IDX["C"], IDX["Cw"]
+
+        def cols(by: dict) -> np.ndarray:
+            kv = by.get("KV")
+            return np.zeros(2) if kv is None else np.array([kv[iC], kv[iCw]])
+
+        ext = np.zeros((2 * n + 4, 2))
+        for j, o in enumerate(work):
+            ext[n + j] = cols(o.bytes if o.time_bytes is None else o.time_bytes) * d_inv
+        ext[2 * n + 1] = sum((cols(o.bytes) * o.mult for o in ops), np.zeros(2)) * d_pj
+        return ext
+
+    def _tier_x(self, shape: StepShape) -> tuple[float, float]:
+        """The SRAM-tier features of a step: decode context tokens in SRAM (blocks fill the fastest tier
+        first, so min(C, S) of the batch's C context tokens) and the windowed sum's same share."""
+        c = shape.decode_ctx_sum
+        if not c:
+            return 0.0, 0.0
+        cs = min(c, self.kv_sram_tokens)
+        return float(cs), shape.decode_ctx_sum_window * (cs / c)
+
+    def _feat(self, shape: StepShape) -> list[float]:
+        x = features(shape, self._routing)
+        if self.kv_sram_tokens:
+            x.extend(self._tier_x(shape))
+        return x
 
     def _moe_layers(self) -> int:
         m = self.model
@@ -415,15 +536,17 @@ class CostModel:
         return self.levels["WS" if self.weights_in_sram else "W"].name
 
     def _x(self, shape: StepShape) -> np.ndarray:
-        return np.array(features(shape, self._routing), dtype=np.float64)
+        return np.array(self._feat(shape), dtype=np.float64)
 
     def step(self, shape: StepShape) -> StepCost:
         """Time (s), energy (J), FLOPs and bytes of one step of one replica (an empty step costs nothing)."""
         if not (shape.prefill_tokens or shape.decode_tokens):
             return StepCost(0.0, 0.0)
-        y = self._M.dot(np.array(features(shape, self._routing), dtype=np.float64)).tolist()
+        y = self._M.dot(np.array(self._feat(shape), dtype=np.float64)).tolist()
         n = self._n
         t = sum([c if c > m else m for c, m in zip(y[:n], y[n : 2 * n])]) + y[2 * n]
+        if self._verify_s and shape.decode_tokens > shape.decode_seqs:
+            t += self._verify_s
         nc = self.chips_per_replica
         e = min(y[2 * n + 1] + self.idle_w * t * nc, self.tdp_w * t * nc)
         return StepCost(t, e, y[2 * n + 2], y[2 * n + 3])
@@ -456,8 +579,14 @@ class CostModel:
             dcw = float(shape.decode_below_window)
             if shape.decode_ctx_sum_window + km * dcw > d * self.model.attention_window:
                 return None  # the window cap binds inside the run
-        y0 = self._M.dot(np.array(features(shape, self._routing), dtype=np.float64)).tolist()
-        g = self._M_ctx.dot(np.array((d, dcw, d * r, dcw * r))).tolist()
+        y0 = self._M.dot(np.array(self._feat(shape), dtype=np.float64)).tolist()
+        gv = self._M_ctx.dot(np.array((d, dcw, d * r, dcw * r)))
+        if self.kv_sram_tokens:
+            slopes = self._tier_slopes(shape, km, dcw)
+            if slopes is None:
+                return None
+            gv = gv + self._M_ext.dot(np.array(slopes))
+        g = gv.tolist()
         n = self._n
         a_t, b_t = y0[2 * n], g[2 * n]
         for j in range(n):
@@ -474,8 +603,21 @@ class CostModel:
         nc = self.chips_per_replica
         i = np.arange(k, dtype=np.float64)
         t = a_t + b_t * i
+        if self._verify_s and shape.decode_tokens > shape.decode_seqs:
+            t = t + self._verify_s
         e = np.minimum(y0[2 * n + 1] + g[2 * n + 1] * i + self.idle_w * t * nc, self.tdp_w * t * nc)
         return t, e
+
+    def _tier_slopes(self, shape: StepShape, km: int, dcw: float) -> tuple[float, float] | None:
+        """Per-step growth of the SRAM-tier features over ``km`` more decode steps, when they stay affine: the
+        whole context stays in SRAM (they grow with C and Cw), or SRAM was full already and C = Cw (they stay
+        at S). None otherwise (the matrix path evaluates every step)."""
+        c0, d, s_tok = shape.decode_ctx_sum, shape.decode_seqs, self.kv_sram_tokens
+        if c0 + km * d <= s_tok:
+            return float(d), dcw
+        if c0 >= s_tok and shape.decode_ctx_sum_window == c0 and not self.model.attention_window:
+            return 0.0, 0.0
+        return None
 
     def _decode_steps_matrix(self, shape: StepShape, k: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`decode_steps` step by step: one feature row per step, one matrix product."""
@@ -497,9 +639,15 @@ class CostModel:
             X[:, _CTX_COLS] = c[:, None]
         else:
             X[:, IDX["C"]], X[:, IDX["Cw"]], X[:, IDX["Cr"]], X[:, IDX["Cwr"]] = c, cw, c * r, cw * r
+        if self.kv_sram_tokens:  # the SRAM tier's share of each step's context (see _tier_x)
+            cs = np.minimum(c, float(self.kv_sram_tokens))
+            X[:, NF] = cs
+            X[:, NF + 1] = np.asarray(cw, dtype=np.float64) * np.where(c > 0, cs / np.maximum(c, 1.0), 0.0)
         Y = X @ self._M.T
         n = self._n
         t = np.maximum(Y[:, :n], Y[:, n : 2 * n]).sum(axis=1) + Y[:, 2 * n]
+        if self._verify_s and shape.decode_tokens > shape.decode_seqs:
+            t = t + self._verify_s
         nc = self.chips_per_replica
         e = np.minimum(Y[:, 2 * n + 1] + self.idle_w * t * nc, self.tdp_w * t * nc)
         return t, e
@@ -510,18 +658,26 @@ class CostModel:
         rows: list[tuple] = []
         for j, o in enumerate(self._work):
             tc, tm = float(self._tc[j] @ x), float(self._tm[j] @ x)
-            fl = float(o.flops @ x) * o.mult
+            fl = float(o.flops @ x[:NF]) * o.mult
             by: dict[str, float] = {}
             for s, c in o.bytes.items():
                 name = self.levels[s].name
-                by[name] = by.get(name, 0.0) + float(c @ x) * o.mult
+                by[name] = by.get(name, 0.0) + float(c[:NF] @ x[:NF]) * o.mult
+            if self.kv_sram_tokens and "KV" in o.bytes:  # the SRAM tier's share of the decode KV read
+                kv = o.bytes["KV"]
+                moved = float(kv[IDX["C"]] * x[NF] + kv[IDX["Cw"]] * x[NF + 1]) * o.mult
+                main_name, sram_name = self.levels["KV"].name, self.levels["KVS"].name
+                by[main_name] = by.get(main_name, 0.0) - moved
+                by[sram_name] = by.get(sram_name, 0.0) + moved
             bound = "compute" if tc >= tm else "memory"
             dtype = o.dtype or self.compute_dtypes["attn_math"]
             rows.append((o.name, fl, by, 0.0, max(tc, tm), bound, dtype, o.layers))
         for o, v in zip(self._net, self._net_time):
-            nb, nt = float(o.net_bytes @ x) * o.mult, float(v @ x)
+            nb, nt = float(o.net_bytes @ x[:NF]) * o.mult, float(v @ x[:NF])
             rows.append((o.name, 0.0, {}, nb, nt, "network", "", o.layers))
-        ovh = float(self._overhead @ x)
+        ovh = float(self._overhead @ x[:NF])
+        if self._verify_s and shape.decode_tokens > shape.decode_seqs:
+            ovh += self._verify_s
         if ovh:
             rows.append(("overhead", 0.0, {}, 0.0, ovh, "overhead", "", self.model.num_layers))
         rows = [r for r in rows if r[4] > 0 or r[1] > 0]
@@ -576,6 +732,9 @@ class CostModel:
 
         on_level = {self.levels["W"].name: self.main_weight_bytes_per_chip}
         on_level[self.levels["WS"].name] = on_level.get(self.levels["WS"].name, 0.0) + self.sram_weight_bytes_per_chip
+        if self.kv_sram_bytes:  # the SRAM KV tier's share is taken before activations
+            kvs = self.levels["KVS"].name
+            on_level[kvs] = on_level.get(kvs, 0.0) + self.kv_sram_bytes
         free = usable(lv_kv) - on_level.get(lv_kv.name, 0.0)
         if lv_a is lv_kv or on_level.get(lv_a.name, 0.0) + reserve > usable(lv_a):
             free -= reserve  # activations live with the KV cache, or spill to it when SRAM is full
@@ -595,8 +754,14 @@ class CostModel:
                 f"{p.chips_per_replica}x{self.chip.key}, {p.describe()}); try more chips, a smaller weight dtype "
                 f"or a smaller token budget per step (--max-num-batched-tokens, now {max_batch_tokens})"
             )
-        tokens = int(free // per_chip_token) * (tp if p.dp_attention else 1)
+        tokens = int(free // per_chip_token) * (tp if p.dp_attention else 1) + self.kv_sram_tokens
         notes = []
+        if self.kv_sram_tokens:
+            notes.append(f"{self.kv_sram_bytes / 1e9:g} GB of KV per chip in {self.levels['KVS'].name} "
+                         f"({self.kv_sram_tokens:,} tokens), the rest in {lv_kv.name}")
+        if self.kv_offload is not None:
+            notes.append(f"KV offload tier {self.kv_offload.name}: {self.kv_offload.capacity_gb:g} GB per chip "
+                         f"({self.kv_offload_tokens:,} tokens) at {self.kv_offload.bandwidth_gbps:g} GB/s")
         if self.weights_in_sram:
             notes.append(f"weights resident in {lv_w.name}")
         elif self.sram_weight_bytes_per_chip:
@@ -609,4 +774,5 @@ class CostModel:
             weights_in_sram=self.weights_in_sram, sram_weight_bytes_per_chip=self.sram_weight_bytes_per_chip,
             notes=tuple(notes), state_bytes_per_sequence=state_seq * (1 if p.dp_attention else tp),
             state_reserve_bytes_per_chip=state_reserve, state_sequences=max_seqs if state_reserve else 0,
+            kv_sram_tokens=self.kv_sram_tokens, kv_offload_tokens=self.kv_offload_tokens,
         )

@@ -210,3 +210,38 @@ class MemoryPlan:
     #: per chip, set aside from the KV pool for ``state_sequences`` sequences' states
     state_reserve_bytes_per_chip: float = 0.0
     state_sequences: int = 0
+    #: of ``kv_capacity_tokens``, the tokens whose KV sits in on-chip SRAM (``--kv-sram-gb``; the fastest tier)
+    kv_sram_tokens: int = 0
+    #: KV tokens one replica can park in its offload tier (host DRAM / SSD), outside ``kv_capacity_tokens``
+    kv_offload_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class KVTier:
+    """A KV offload tier below the chip's memory: host DRAM over the chip's host link, or an SSD / remote
+    pool. Per chip: ``capacity_gb`` it may hold, ``bandwidth_gbps`` to bring blocks back (per direction)."""
+
+    name: str  # "host" | "ssd"
+    capacity_gb: float
+    bandwidth_gbps: float
+
+    @classmethod
+    def parse(cls, text: str, host_gbps: float | None = None) -> "KVTier":
+        """``host:GB[:GBPS]`` or ``ssd:GB:GBPS`` (per chip). ``host`` without GBPS takes ``host_gbps`` (the chip's
+        host link, ``ChipSpec.host``)."""
+        parts = [p.strip() for p in str(text).split(":")]
+        hint = "give --kv-offload host:GB[:GBPS] or ssd:GB:GBPS (per chip), e.g. host:200"
+        if parts[0] not in ("host", "ssd") or len(parts) not in (2, 3):
+            raise ConfigError(f"--kv-offload {text!r}: {hint}")
+        try:
+            nums = [float(x) for x in parts[1:]]
+        except ValueError:
+            raise ConfigError(f"--kv-offload {text!r}: GB and GB/s must be numbers; {hint}") from None
+        gb = nums[0]
+        gbps = nums[1] if len(nums) == 2 else (host_gbps if parts[0] == "host" else None)
+        if gbps is None:
+            raise ConfigError(f"--kv-offload {text!r}: no bandwidth known for this tier (the chip's hardware file has "
+                              f"no host section); {hint}")
+        if not gb > 0 or not gbps > 0:
+            raise ConfigError(f"--kv-offload {text!r}: capacity and bandwidth must be > 0; {hint}")
+        return cls(parts[0], gb, gbps)

@@ -139,6 +139,10 @@ class SimBackend(Backend):
     def num_kv_blocks(self, block_size: int) -> int:
         return int(self.memory_plan().kv_capacity_tokens) // block_size
 
+    def num_offload_blocks(self, block_size: int) -> int:
+        """Blocks of the cost model's KV offload tier (``CostModel(kv_offload=...)``), 0 without one."""
+        return int(getattr(self.cm, "kv_offload_tokens", 0)) // block_size
+
     def free_sequence(self, seq) -> None:
         self._acc.pop(seq.seq_id, None)
 
@@ -277,6 +281,12 @@ class SimBackend(Backend):
         if extra is not None:
             durs = durs + extra[0]
             ens = ens + extra[1]
+        if batch.loaded_tokens:  # KV brought back from the offload tier before the first step can run
+            t_load = self.cm.kv_load_time_s(batch.loaded_tokens)  # type: ignore[attr-defined]
+            durs = durs.copy()
+            durs[0] += t_load
+            ens = ens.copy()
+            ens[0] += t_load * self.idle_power_w  # the chips wait on the host link
         run = steps
         dl = durs.tolist()
         if steps > 1 and batch.stop_at_s is not None:

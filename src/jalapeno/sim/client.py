@@ -199,8 +199,10 @@ class Client:
 class EngineTarget:
     """One engine as a client target."""
 
-    def __init__(self, engine) -> None:  # engine: jalapeno.engine.Engine
+    def __init__(self, engine, chains: bool = False) -> None:  # engine: jalapeno.engine.Engine
         self.engine = engine
+        #: the workload chains calls: each call's prompt extends the previous one's (prefix reuse by chain)
+        self.chains = chains
 
     def now(self) -> float:
         return self.engine.clock.now()
@@ -231,6 +233,7 @@ class EngineTarget:
             sampling=SamplingParams(max_tokens=call.max_tokens, ignore_eos=True),
             arrival_s=call.arrive_s,
             user_data=call,
+            kv_key=call.chain if self.chains else None,
         )
 
     def advance(self, horizon: float | None) -> list[Sequence]:
@@ -272,4 +275,4 @@ def drive(target: Target, wl: Workload) -> SimResult:
 def run_workload(target: "Engine | Target", wl: Workload) -> SimResult:
     """Drive ``wl`` (a :class:`jalapeno.workload.Workload`) to completion on ``target``'s clock: one
     :class:`~jalapeno.engine.Engine`, or a :class:`~jalapeno.sim.cluster.Cluster` of them."""
-    return drive(target if isinstance(target, Target) else EngineTarget(target), wl)
+    return drive(target if isinstance(target, Target) else EngineTarget(target, wl.chain_calls > 1), wl)

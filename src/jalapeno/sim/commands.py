@@ -25,7 +25,8 @@ _SUMMARY = (
     ("median_itl_ms", "median ITL (ms)", "{:.2f}"),
     ("median_e2el_ms", "median E2E latency (ms)", "{:,.0f}"),
     ("mean_chain_e2el_ms", "mean chain E2E latency (ms)", "{:,.0f}"),
-    ("avg_power_w", "average power, all chips (W, predicted)", "{:,.0f}"),
+    ("avg_power_w_per_chip", "average power per chip (W, predicted)", "{:,.0f}"),
+    ("avg_power_w_deployment", "average power, all chips (W, predicted)", "{:,.0f}"),
     ("output_tokens_per_joule", "output tokens per joule (predicted)", "{:.3f}"),
     ("hourly_cost_usd", "cost of the chips ($/hour)", "{:,.2f}"),
     ("usd_per_mtok", "$ per million output tokens", "{:,.3f}"),
@@ -95,6 +96,14 @@ def _economics(sc, m: dict) -> dict:
     }
 
 
+def _on_off(text: str) -> bool:
+    from jalapeno.errors import ConfigError
+
+    if text not in ("on", "off"):
+        raise ConfigError(f"--chip-features {text!r} must be on or off")
+    return text == "on"
+
+
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
     def simulate(
@@ -146,6 +155,9 @@ def register(app: typer.Typer) -> None:
         hardware_dir: Annotated[Optional[list[Path]], typer.Option("--hardware-dir", help="Extra chip YAML directory.")] = None,
         framework: Annotated[Optional[str], typer.Option(help="Serving framework profile: vllm | sglang | trt-llm (its per-request latency; default: the chip's generic one).")] = None,
         power_cap_w: Annotated[Optional[float], typer.Option("--power-cap-w", help="Cap each chip's power (W): clocks lowered until the modelled power fits (DVFS; docs/design.md).")] = None,
+        kv_sram_gb: Annotated[float, typer.Option("--kv-sram-gb", help="KV tier: GB of each chip's SRAM that holds KV blocks (chips whose SRAM is kv_resident: jalapeno, tpu-8i); decode reads them at SRAM bandwidth.")] = 0.0,
+        kv_offload: Annotated[Optional[str], typer.Option("--kv-offload", help="KV offload tier for preempted sequences (instead of recompute): host:GB[:GBPS] (the chip's host link by default) or ssd:GB:GBPS, per chip.")] = None,
+        chip_features: Annotated[str, typer.Option("--chip-features", help="The chip's hardware features (spec-verify unit, on-chip KV page table): on | off (study what they buy).")] = "on",
         scenarios: Annotated[Optional[Path], typer.Option(help="CSV of scenarios (columns named like these flags).")] = None,
         output: Annotated[Optional[Path], typer.Option(help="With --scenarios: results CSV.")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the metrics JSON.")] = False,
@@ -184,7 +196,8 @@ def register(app: typer.Typer) -> None:
             seed=seed, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             block_size=block_size, trace=str(trace) if trace else None,
             hardware_dir=[str(d) for d in hardware_dir or []], framework=framework,
-            power_cap_w=power_cap_w,
+            power_cap_w=power_cap_w, kv_sram_gb=kv_sram_gb, kv_offload=kv_offload,
+            chip_features=_on_off(chip_features),
         )
         m = run_scenario(sc)
         m.update(_economics(sc, m))

@@ -41,14 +41,20 @@ def cost_model_for(
     hardware_dir: Iterable[str] | None = None,
     sram_pinning: bool | None = None,
     power_cap_w: float | None = None,
+    kv_sram_gb: float = 0.0,
+    kv_offload: str | None = None,
+    chip_features: bool = True,
 ) -> "CostModel":
     """The cost model of one replica: catalogue ``model`` (or a :class:`ModelArch`) on ``tp·pp`` chips of
     ``hardware`` (a catalogue key, or a :class:`ChipSpec`). ``efficiency`` replaces the chip's efficiency
     block; ``framework`` (``vllm | sglang | trt-llm``) then applies that serving framework's request latency;
-    ``power_cap_w`` caps each chip (clocks lowered until the modelled power fits: ``hardware.power_cap``)."""
+    ``power_cap_w`` caps each chip (clocks lowered until the modelled power fits: ``hardware.power_cap``).
+    KV tiers: ``kv_sram_gb`` of each chip's SRAM holds KV (the fastest tier); ``kv_offload`` (``host:GB[:GBPS]``
+    or ``ssd:GB:GBPS``) adds an offload tier preempted sequences' KV moves to. ``chip_features=False`` switches
+    the chip's hardware features off (``ChipFeatures``: verify unit, on-chip KV page table)."""
     from jalapeno.hardware import get_chip
     from jalapeno.models import load_model
-    from jalapeno.perf import CostModel, Parallelism, Precision
+    from jalapeno.perf import CostModel, KVTier, Parallelism, Precision
 
     arch = load_model(model) if isinstance(model, str) else model
     if isinstance(hardware, str):
@@ -72,6 +78,10 @@ def cost_model_for(
         Precision(weights=precision, kv=kv),
         efficiency=efficiency,
         sram_pinning=sram_pinning,
+        kv_sram_gb=kv_sram_gb,
+        kv_offload=KVTier.parse(kv_offload, float(chip.host.bandwidth_gbps) if chip.host else None)
+        if kv_offload else None,
+        chip_features=chip_features,
     )
 
 

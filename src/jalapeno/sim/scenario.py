@@ -125,6 +125,12 @@ class Scenario:
     framework: str | None = None
     #: power cap in watts: clocks lowered until the modelled power fits (jalapeno.hardware.power_cap); None = rated
     power_cap_w: float | None = None
+    #: GB of each chip's SRAM that holds KV blocks (the fastest KV tier; 0 = KV in main memory)
+    kv_sram_gb: float = 0.0
+    #: KV offload tier for preempted sequences: host:GB[:GBPS] or ssd:GB:GBPS per chip (None = recompute)
+    kv_offload: str | None = None
+    #: the chips' hardware features (verify unit, on-chip KV page table) on, or off to study what they buy
+    chip_features: bool = True
 
     @property
     def disaggregated(self) -> bool:
@@ -246,7 +252,8 @@ def _cost_model(sc: Scenario, arch, hardware: str, tp: int, ep: int, dp_attentio
                 pp: int | None = None, precision: str | None = None, efficiency=None):
     return cost_model_for(arch, hardware, tp=tp, ep=ep, pp=sc.pp if pp is None else pp, dp_attention=dp_attention,
                           precision=precision or sc.precision, kv=sc.kv_dtype, framework=sc.framework,
-                          hardware_dir=sc.hardware_dir, power_cap_w=sc.power_cap_w, efficiency=efficiency)
+                          hardware_dir=sc.hardware_dir, power_cap_w=sc.power_cap_w, efficiency=efficiency,
+                          kv_sram_gb=sc.kv_sram_gb, kv_offload=sc.kv_offload, chip_features=sc.chip_features)
 
 
 def _workload(sc: Scenario):
@@ -395,6 +402,11 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
         "kv_capacity_tokens_per_replica": kv_tokens,
         "energy_j": result.energy_j,
     }
+    if sc.kv_offload:
+        m["sim"]["kv_offloads"] = sum(e.block_manager.num_offloads for e in engines)
+        m["sim"]["kv_loaded_tokens"] = sum(e.block_manager.loaded_tokens for e in engines)
+        m["sim"]["kv_offload_capacity_tokens_per_replica"] = engines[-1].block_manager.offload_blocks * sc.block_size
+        m["sim"]["kv_reused_tokens"] = sum(e.block_manager.reused_tokens for e in engines)
     m["confidence"] = confidence(roles)
     return (m, result) if return_result else m
 

@@ -50,7 +50,7 @@ def simulate(t: Task) -> dict | None:
         model=t.model, series=t.series, layout=lay.label(), chips=cm.chips_per_replica, isl=t.isl, osl=t.osl,
         concurrency=t.concurrency, tput=m["output_throughput_per_chip"], inter=m["median_interactivity"],
         e2e_s=m["median_e2el_ms"] / 1000, ttft_ms=m["median_ttft_ms"], tpj=m["output_tokens_per_joule"],
-        watts=m["avg_power_w"] / cm.chips_per_replica, sram_gb=cm.sram_weight_bytes_per_chip / 1e9,
+        watts=m["avg_power_w_per_chip"], sram_gb=cm.sram_weight_bytes_per_chip / 1e9,
     )
 
 

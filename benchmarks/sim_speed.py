@@ -1,10 +1,15 @@
-"""Wall time of `jalapeno simulate` (the whole CLI process) on the two InferenceX-sized targets, on one core.
+"""Wall time of `jalapeno simulate` (the whole CLI process) on the InferenceX-sized targets, on one core, and of
+`jalapeno sweep` on InferenceX's 270-point grid, on two.
 
-    python benchmarks/sim_speed.py [--repeat 3] [--no-compile] [--only TEXT]
+    python benchmarks/sim_speed.py [--repeat 3] [--no-compile] [--only TEXT] [--growth]
 
 Targets (docs/engine.md, issue #4): DeepSeek-R1 FP8 on 8xH200 TP8 EP8, 1k/1k at concurrency 64 (640 requests)
 <= 0.5 s; 1k/8k at concurrency 256 (2,560 requests, ~21M simulated tokens) <= 2 s, on one core. Issue #17
-item 8: one rack-scale disaggregated GB200 point (concurrency 8,192, 81,920 requests) <= 10 s.
+item 8 / #19: one rack-scale disaggregated GB200 point (concurrency 8,192, 81,920 requests) <= 10 s; #19: any
+single point up to concurrency 1,024 <= 2 s (GPT-OSS-120B on 8xH200, 1k/8k, c1024: sliding-window attention)
+and the 270-point grid (examples/inferencex-grid.yaml) <= 30 s on 2 cores (a ``jalapeno sweep`` process with
+2 workers, not pinned; its CPU time includes the workers'). ``--growth`` prints the cost against concurrency
+and against requests (docs/performance.md).
 
 Each case runs as a fresh `sys.executable -m jalapeno.cli simulate ... --json` process pinned to one CPU
 (``os.sched_setaffinity`` in the child, where the OS has it) with OMP/OpenBLAS/MKL threads set to 1. Reports
@@ -23,6 +28,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,6 +46,10 @@ CASES = {
         "--concurrency 256",
         2.0,
     ),
+    "GPT-OSS-120B 8xH200 TP8 1k/8k c1024": (
+        "--model gpt-oss-120b --hardware h200 --tp 8 --isl 1024 --osl 8192 --concurrency 1024",
+        2.0,
+    ),
     # issue #17 item 8: an InferenceX GB200 NVL72 disaggregated point (4 prefill workers of 4 GPUs with
     # dp-attention, one 48-GPU wide-EP decode worker: 288 expert slots; KV over NVLink), 81,920 requests
     "R1 FP4 GB200 disagg 4x4P+48D c8192": (
@@ -49,6 +59,16 @@ CASES = {
         10.0,
     ),
 }
+
+#: name -> (sweep file, target wall s on 2 cores)
+SWEEPS = {"270-point grid (sweep, 2 workers)": ("examples/inferencex-grid.yaml", 30.0)}
+#: the growth curves: (label, flags) with {c} / {n} filled in
+GROWTH_C = ("GPT-OSS-120B 8xH200 1k/1k, c = {c} (10c requests)",
+            "--model gpt-oss-120b --hardware h200 --tp 8 --isl 1024 --osl 1024 --concurrency {c}",
+            (64, 256, 1024, 4096))
+GROWTH_N = ("GPT-OSS-120B 8xH200 1k/1k c1024, {n} requests",
+            "--model gpt-oss-120b --hardware h200 --tp 8 --isl 1024 --osl 1024 --concurrency 1024 --num-prompts {n}",
+            (2048, 10240, 40960))
 
 #: thread pools a numerical library might start; one core means one thread
 ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")}
@@ -62,11 +82,11 @@ def _pin(cpu: int):
     return pin
 
 
-def timed(argv: list[str], cpu: int) -> tuple[float, float, str]:
+def timed(argv: list[str], cpu: int | None) -> tuple[float, float, str]:
     env = {**os.environ, **ONE_THREAD}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    p = subprocess.run(argv, capture_output=True, text=True, env=env, preexec_fn=_pin(cpu))
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, preexec_fn=None if cpu is None else _pin(cpu))
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode:
@@ -81,6 +101,7 @@ def main() -> None:
     ap.add_argument("--cpu", type=int, default=None, help="CPU to pin the runs to (default: the last one allowed)")
     ap.add_argument("--no-compile", action="store_true", help="do not byte-compile the package first")
     ap.add_argument("--only", default="", help="run only the cases whose name contains this text")
+    ap.add_argument("--growth", action="store_true", help="also print time vs concurrency and vs requests")
     args = ap.parse_args()
     if not args.no_compile:
         import jalapeno
@@ -105,6 +126,23 @@ def main() -> None:
         toks = m["total_input_tokens"] + m["total_output_tokens"]
         ok = "ok" if wall <= target else "MISSED"
         print(f"{name:36s} {wall:8.2f} {cpu_s:8.2f} {target:7.1f} {m['sim']['steps']:9,d} {toks:11,d}  {ok}")
+    for name, (spec, target) in SWEEPS.items():
+        if args.only not in name:
+            continue
+        runs = []
+        for _ in range(args.repeat):
+            with tempfile.TemporaryDirectory() as out:
+                runs.append(timed([*cli, "sweep", spec, "--out", out, "--workers", "2", "--quiet"], None))
+        wall = min(r[0] for r in runs)
+        ok = "ok" if wall <= target else "MISSED"
+        print(f"{name:36s} {wall:8.2f} {min(r[1] for r in runs):8.2f} {target:7.1f}  {runs[0][2].strip()}  {ok}")
+    if args.growth:
+        for label, flags, values in (GROWTH_C, GROWTH_N):
+            for v in values:
+                argv = [*cli, "simulate", *flags.format(c=v, n=v).split(), "--json"]
+                wall, cpu_s, out = min(timed(argv, cpu) for _ in range(args.repeat))
+                m = json.loads(out)
+                print(f"{label.format(c=v, n=v):52s} {wall:8.2f} {cpu_s:8.2f} steps {m['sim']['steps']:9,d}")
     load1 = os.getloadavg()
     fmt = lambda la: ", ".join(f"{x:.1f}" for x in la)  # noqa: E731
     print(f"load average {fmt(load0)} before, {fmt(load1)} after, on {os.cpu_count()} cores "

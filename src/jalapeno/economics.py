@@ -186,9 +186,14 @@ def point_groups(point: Mapping, prices: Mapping[str, float] | None = None) -> l
     if point.get("mode") == "disaggregated":
         return [
             chip_group(str(point["prefill_hardware"]), int(point["prefill_workers"]) * int(point["prefill_tp"]), prices, cap),
-            chip_group(str(point["hardware"]), int(point["decode_workers"]) * int(point["tp"]), prices, cap),
+            chip_group(str(point["hardware"]), _decode_chips(point), prices, cap),
         ]
     return [chip_group(str(point["hardware"]), point_chips(dict(point)), prices, cap)]
+
+
+def _decode_chips(point: Mapping) -> int:
+    """Chips of a disaggregated point's decode pool: workers × tp × pp (pipeline stages, e.g. LPX racks)."""
+    return int(point["decode_workers"]) * int(point["tp"]) * int(point.get("pp") or 1)
 
 
 def parse_prices(items: Iterable[str]) -> dict[str, float]:
@@ -211,8 +216,8 @@ def parse_prices(items: Iterable[str]) -> dict[str, float]:
 
 def point_chips(point: dict) -> int:
     """Chips a point occupies: tp·pp·dp aggregated (tp·pp with DP attention, where dp splits attention inside
-    the tp group, as ``simulate`` counts); prefill_workers·prefill_tp + decode_workers·tp disaggregated."""
+    the tp group, as ``simulate`` counts); prefill_workers·prefill_tp + decode_workers·tp·pp disaggregated."""
     if point.get("mode") == "disaggregated":
-        return int(point["prefill_workers"]) * int(point["prefill_tp"]) + int(point["decode_workers"]) * int(point["tp"])
+        return int(point["prefill_workers"]) * int(point["prefill_tp"]) + _decode_chips(point)
     dp = 1 if point.get("dp_attention") else int(point.get("dp") or 1)
     return int(point["tp"]) * int(point.get("pp") or 1) * dp

@@ -214,3 +214,63 @@ def test_multi_step_length_is_the_largest_that_fits(extra_blocks):
         assert sum(s.num_blocks for s in seqs) == held + (free - bm.num_free)
         for s, st in zip(seqs, starts):
             assert s.num_blocks >= -(-(st + batch.num_steps) // bs)
+
+
+@pytest.mark.parametrize("window", [40, 300, 5000])
+def test_sliding_window_shapes_equal_the_walk(window):
+    # a sliding-window model: the group gives its members' windowed context sums without a walk; every step's
+    # shape (first and next step) equals the per-sequence walk's, and both equal a brute-force count
+    from types import SimpleNamespace
+
+    def go(lockstep):
+        e = engine(lockstep=lockstep, kv_tokens=120 * 16)
+        b = e.backend
+        b.cm.model = SimpleNamespace(sliding_window=window, num_layers=4)
+        b.window = window
+        shapes = []
+        orig = b._shapes
+
+        def record(batch, multi):
+            first, nxt = orig(batch, multi)
+            dec = batch.chunks[: batch.num_decodes]
+            ctx = [c.start + c.num_tokens for c in dec]
+            assert first.decode_ctx_sum_window == sum(min(x, window) for x in ctx)
+            assert first.decode_below_window == sum(x < window for x in ctx)
+            shapes.append((first, nxt))
+            return first, nxt
+
+        b._shapes = record
+        r = run_workload(e, inferencex_workload(300, 400, concurrency=40, num_prompts=120, seed=4))
+        return shapes, outcomes(r), e.scheduler.num_preemptions
+
+    off, on = go(False), go(True)
+    assert on == off
+    assert on[2] > 0  # preemptions inside the group too
+    assert any(s[1] is not None for s in on[0])  # multi-step batches that prefill first: the next-step sums
+
+
+def test_window_sums_follow_joins_steps_and_releases():
+    import random
+
+    from jalapeno.engine.lockstep import DecodeGroup
+    from jalapeno.engine.sequence import Sequence
+
+    rng = random.Random(3)
+    g = DecodeGroup(16)
+    live = []
+    for step in range(300):
+        if rng.random() < 0.5:
+            s = Sequence(None, SamplingParams(max_tokens=10_000), prompt_len=rng.randrange(1, 200))
+            s.num_output_tokens = 1
+            s.num_computed_tokens = s.prompt_len
+            s.num_blocks = -(-s.prompt_len // 16)
+            s.last_token_s = g.t_last
+            g.join(s, 10_000)
+            live.append(s)
+        if live and rng.random() < 0.2:
+            g.release(live.pop(rng.randrange(len(live))))
+        g.ahead = 1
+        g.advance(1, g.t_last)
+        for w, shift in ((150, 1), (150, 2)) if step < 299 else ((260, 1), (260, 2)):  # then a rebuilt index
+            ctx = [s.num_computed_tokens + shift for s in live]
+            assert g.window_sums(w, shift) == (sum(min(c, w) for c in ctx), sum(c < w for c in ctx))

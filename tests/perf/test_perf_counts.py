@@ -245,7 +245,7 @@ def test_pipeline_sums_stages_and_hands_off():
     "topology,n,max_hops,expected",
     [("switch", 8, None, 1), ("ring", 8, None, 4), ("chain", 5, None, 3), ("torus3d", 64, None, 6),
      ("torus3d", 8, None, 3), ("torus2d", 16, None, 4), ("mesh", 8, None, 4), ("torus3d", 4096, 7, 7),
-     ("boardfly", 1024, 7, 6), ("switch", 1, None, 0)],
+     ("boardfly", 1024, None, 7), ("boardfly", 32, None, 3), ("torus3d", 1024, None, 16), ("switch", 1, None, 0)],
 )
 def test_topology_hops(topology, n, max_hops, expected):
     from jalapeno.hardware.schema import NetworkLink

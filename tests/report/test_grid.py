@@ -21,10 +21,13 @@ def test_auto_layouts_dense_and_moe():
     moe = ArchDims(num_heads=64, num_kv_heads=8, num_experts=128, num_layers=36)
     got = [(l.tp, l.ep, l.dp_attention) for l in auto_layouts(moe, 4)]
     assert got == [(1, 1, False), (2, 1, False), (2, 2, False), (2, 2, True), (4, 1, False), (4, 4, False), (4, 4, True)]
-    # 40 heads do not split 16 ways; 6 experts do not split 4 ways
+    # 40 heads do not split 16 ways; 6 experts over ep=4 are padded to 8 slots (2 redundant), ep=8 is too wide
     odd = ArchDims(num_heads=40, num_kv_heads=8, num_experts=6, num_layers=4)
     assert all(l.tp != 16 or l.dp_attention for l in auto_layouts(odd, 16))
-    assert layout_problem(odd, 4, ep=4) == "not divisible: 6 experts over ep=4"
+    assert layout_problem(odd, 4, ep=4) is None
+    assert layout_problem(odd, 8, ep=8) == "not divisible: ep=8 exceeds the 6 experts"
+    # e = 2 divides 6; the padded wide-EP layout ep=4 (8 slots) is offered with DP attention
+    assert (4, 4, True) in [(l.tp, l.ep, l.dp_attention) for l in auto_layouts(odd, 4)]
     assert layout_problem(odd, 16) == "not divisible: 40 attention heads over tp=16"
     assert layout_problem(odd, 4, ep=3) == "not divisible: ep=3 must divide tp=4"
 
@@ -103,3 +106,49 @@ def test_examples_parse_and_the_embedded_quick_sweep_matches_the_example():
     assert {"jalapeno", "gb200", "gb300"} <= set(study.hardware)
     assert {(w.isl, w.osl) for w in study.workloads} == {(1024, 1024), (1024, 8192), (8192, 1024)}
     assert len(expand(quick)) == 36
+
+
+def test_wide_ep_nvl72_layout_is_offered():
+    """DeepSeek-R1's 256 experts over EP 72 on an NVL72 (288 slots, 32 redundant): the grid keeps the layout and
+    the sweep's point runner simulates it with 288 // 72 = 4 slots per GPU."""
+    text = ("models: [deepseek-r1]\nhardware: [gb200]\nprecisions: [fp4]\n"
+            "parallelism: [{tp: 72, ep: 72, dp_attention: true}]\n"
+            "workloads: [{isl: 1024, osl: 128}]\nconcurrencies: [64]\n")
+    spec, _ = parse_sweep(text)
+    (pt,) = expand(spec)
+    assert pt["skip_reason"] is None and (pt["tp"], pt["ep"], pt["dp_attention"]) == (72, 72, True)
+    from jalapeno.sim.factory import cost_model_for
+
+    cm = cost_model_for("deepseek-r1", "gb200", tp=72, ep=72, dp_attention=True, precision="fp4")
+    assert cm.expert_slots == 288
+
+
+def test_disaggregated_decode_pool_with_pipeline_stages_on_lpx():
+    """Rubin prefill (its own FP4 weights) + a 10-rack LPX decode pool (TP128 EP128 PP20, FP8): the point carries
+    the decode pool's pp and each pool's precision, its chips and $/hour count every stage, and the point runs."""
+    from jalapeno.economics import point_chips, point_groups
+    from jalapeno.report.pool import point_scenario
+
+    text = ("models: [deepseek-r1]\nhardware: [groq-lp30]\nprecisions: [fp8]\n"
+            "disaggregated:\n  - {prefill: {hardware: vera-rubin, workers: 1, tp: 8, precision: fp4}, "
+            "decode: {workers: 1, tp: 128, ep: 128, pp: 20}}\n"
+            "max_num_batched_tokens: 1024\nworkloads: [{isl: 1024, osl: 128}]\nconcurrencies: [8]\n")
+    spec, _ = parse_sweep(text)
+    (pt,) = [p for p in expand(spec) if p["mode"] == "disaggregated"]
+    assert pt["skip_reason"] is None and (pt["tp"], pt["ep"], pt["pp"]) == (128, 128, 20)
+    assert point_chips(pt) == 8 + 2560 and [g.count for g in point_groups(pt)] == [8, 2560]
+    sc = point_scenario(pt)
+    assert sc.pool("decode").chips_per_worker == 2560
+    assert (sc.pool("prefill").precision, sc.pool("decode").precision) == ("fp4", "fp8")  # per pool
+    assert point_id(pt) != point_id({**pt, "prefill_weights": None})
+    assert point_id({**pt, "prefill_weights": None}) == point_id({k: v for k, v in pt.items() if k != "prefill_weights"})
+    from jalapeno.report.pool import run_point
+
+    m = run_point({**pt, "num_prompts": 16})
+    assert m["completed"] == 16 and m["num_chips"] == 2568
+
+
+def test_pool_precision_typo_names_the_line():
+    text = BASE + "disaggregated:\n  - {prefill: {workers: 1, tp: 8, precision: fp3}, decode: {workers: 1, tp: 8}}\n"
+    with pytest.raises(SpecError, match=r"<sweep>:7: disaggregated\[0\]\.prefill\.precision: precision 'fp3' is not one of"):
+        parse_sweep(text)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence as Seq
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jalapeno.engine.lockstep import DecodeGroup
     from jalapeno.engine.sequence import Sequence
 
 
@@ -54,6 +55,10 @@ class ScheduledBatch:
     num_decodes: int = 0
     #: when set, the sum of the decode chunks' ``start`` (the scheduler may know it without summing)
     decode_start_sum: int | None = None
+    #: simulation: ``chunks[:num_grouped]`` are the decode chunks of this lockstep ``group``'s members, whose
+    #: context sums it can give without a walk (:meth:`DecodeGroup.window_sums`)
+    num_grouped: int = 0
+    group: "DecodeGroup | None" = None
     #: KV tokens brought back from the offload tier before this step (sequences readmitted after an offload):
     #: the backend prices the transfer (:meth:`Backend.num_offload_blocks`)
     loaded_tokens: int = 0

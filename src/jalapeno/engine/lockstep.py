@@ -79,6 +79,9 @@ class DecodeGroup:
         self._finish: dict[Sequence, int] = {}  # member → the step count at which it finishes
         self._ends: list[tuple[int, int, Sequence]] = []  # heap of (finish step, join number, member)
         self._joins = itertools.count()
+        self._window: _WindowIndex | None = None  # built by the first window_sums call
+        #: members whose last token comes before ``max_tokens`` (``max_model_len`` caps them)
+        self.capped: set[Sequence] = set()
 
     def __len__(self) -> int:
         return len(self.members)
@@ -101,6 +104,10 @@ class DecodeGroup:
         self.members[seq] = LockstepChunk(seq, 0, 1, True)
         self._phase[comp % self.block_size][seq] = None
         self._comp_sum += comp
+        if self._window is not None:
+            self._window.add(seq, comp, steps)
+        if limit < seq.max_tokens:
+            self.capped.add(seq)
         end = steps + limit - out
         self._finish[seq] = end
         heapq.heappush(self._ends, (end, next(self._joins), seq))
@@ -112,7 +119,10 @@ class DecodeGroup:
         del self.members[seq]
         del self._phase[offset % self.block_size][seq]
         del self._finish[seq]
+        self.capped.discard(seq)
         self._comp_sum -= offset
+        if self._window is not None:
+            self._window.remove(seq)
         seq.__class__ = Sequence
         seq.group = None
         seq.num_output_tokens, seq.num_computed_tokens, seq.num_blocks, seq.last_token_s = out, comp, blocks, self.t_last
@@ -130,6 +140,17 @@ class DecodeGroup:
     def start_sum(self) -> int:
         """Σ members' computed tokens (their decode chunks' ``start``)."""
         return self._comp_sum + len(self.members) * self.steps
+
+    def window_sums(self, window: int, shift: int = 1) -> tuple[int, int]:
+        """Over members with context ``c = computed + shift`` (``shift`` 1: this step's decode, 2: the next):
+        ``(Σ min(c, window), how many have c < window)``, without visiting every member (the index of members
+        still below the window is built at the first call and kept up to date as members join and leave)."""
+        idx = self._window
+        if idx is None or idx.window != window:
+            idx = self._window = _WindowIndex(window)
+            for seq in self.members:
+                idx.add(seq, _COMP.__get__(seq), self.steps)
+        return idx.sums(len(self.members), self.steps, shift)
 
     def steps_left(self) -> int:
         """Fewest steps any member can take before it finishes (finishing at that step is allowed)."""
@@ -185,3 +206,46 @@ class DecodeGroup:
                 self.release(seq)
                 done.append(seq)
         return done
+
+
+class _WindowIndex:
+    """The members of a group whose decode context (stored offset ``o`` + ``steps`` + 1) is still below a
+    sliding window, for :meth:`DecodeGroup.window_sums`. Contexts only grow, so a member leaves the set once
+    (the largest offsets first: a max-heap) and never comes back while it stays in the group."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self.below: dict[Sequence, int] = {}  # member -> its offset
+        self.count: dict[int, int] = {}  # offset -> members below with it
+        self.offset_sum = 0
+        self._heap: list[tuple[int, int, Sequence]] = []  # (-offset, tie, member); stale entries skipped
+        self._tie = itertools.count()
+
+    def add(self, seq: Sequence, offset: int, steps: int) -> None:
+        if offset + steps + 1 < self.window:
+            self.below[seq] = offset
+            self.count[offset] = self.count.get(offset, 0) + 1
+            self.offset_sum += offset
+            heapq.heappush(self._heap, (-offset, next(self._tie), seq))
+
+    def remove(self, seq: Sequence) -> None:
+        offset = self.below.pop(seq, None)
+        if offset is not None:
+            self.count[offset] -= 1
+            self.offset_sum -= offset
+
+    def sums(self, members: int, steps: int, shift: int) -> tuple[int, int]:
+        w, below, heap = self.window, self.below, self._heap
+        limit = w - steps - 1  # offsets >= limit have reached the window at shift 1
+        while heap and -heap[0][0] >= limit:
+            neg, _, seq = heapq.heappop(heap)
+            if below.get(seq) == -neg:
+                self.remove(seq)
+        n = len(below)
+        total = self.offset_sum + n * (steps + shift)
+        for off in range(w - steps - shift, limit):  # shift > 1: those that reach the window one step later
+            c = self.count.get(off, 0)
+            if c:
+                n -= c
+                total -= c * (off + steps + shift - w)
+        return total + (members - len(below)) * w, n

@@ -166,7 +166,8 @@ class Scheduler:
         if grouped:
             start_sum = self.group.start_sum() + sum(c.start for c in chunks[grouped:nd])  # type: ignore[union-attr]
         return ScheduledBatch(chunks, num_steps=steps, num_decodes=nd, decode_start_sum=start_sum,
-                              loaded_tokens=self._loaded)
+                              loaded_tokens=self._loaded, num_grouped=grouped,
+                              group=self.group if grouped else None)
 
     def _schedule_group(self, k_left: int) -> tuple[list[SeqChunk], bool, int, int]:
         """The lockstep group's members (the head of ``running``) as a block: only those that cross into a new

@@ -24,7 +24,8 @@ Status = Literal[
 ComputeDtype = Literal["bf16", "fp16", "fp8", "fp4", "int8", "int4", "fp32"]
 COMPUTE_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4", "int8", "int4", "fp32")
 
-Topology = Literal["switch", "torus2d", "torus3d", "boardfly", "mesh", "ring", "chain", "fully-connected", "none"]
+Topology = Literal["switch", "torus2d", "torus3d", "boardfly", "dragonfly", "mesh", "ring", "chain", "fully-connected",
+                   "none"]
 
 
 class _Strict(BaseModel):
@@ -103,6 +104,20 @@ class NetworkLink(_Strict):
     domain_size: int = Field(default=0, ge=0)
     #: worst-case hop count across a full domain, where the topology defines one (BoardFly 7 vs 3D torus 16)
     max_hops: int | None = Field(default=None, ge=0)
+    #: dragonfly / boardfly: chips per board (fully connected) and per group (boards fully connected); groups
+    #: are fully connected. None: BoardFly's 4 and 32 (TPU 8i)
+    board_size: int | None = Field(default=None, ge=1)
+    group_size: int | None = Field(default=None, ge=1)
+
+
+class CollectiveEngine(_Strict):
+    """Hardware that runs collectives off the compute cores (TPU 8i's Collectives Acceleration Engine): the
+    layers' collectives proceed while the cores compute, in decode steps too."""
+
+    #: fraction of a layer collective's bandwidth time hidden under compute (every token, decode included)
+    overlap: Fact
+    #: fraction of its latency term left (the engine skips the cores' own synchronisation and data movement)
+    latency_factor: Fact
 
 
 class Power(_Strict):
@@ -249,6 +264,8 @@ class ChipSpec(_Strict):
     memory: list[MemoryLevel] = Field(min_length=1)
     scale_up: NetworkLink
     scale_out: NetworkLink | None = None
+    #: on-chip collective offload (None: collectives run on the compute cores and add to the step)
+    collective_engine: CollectiveEngine | None = None
     power: Power
     price: Price | None = None
     #: host DRAM and the chip<->host link, where KV blocks can be offloaded (``--kv-offload host:GB``)

@@ -518,15 +518,21 @@ class CostModel:
     def _overlapped(self, o: OpSpec) -> np.ndarray:
         """``o``'s time coefficients with ``prefill_collective_overlap`` applied: a layer collective's per-token
         term ``T`` is split into its decode part (``Td``, exposed) and its prefill part (``Tp``, scaled by
-        ``1 - overlap``: that share runs under the GEMMs of the same prefill). Latency terms stay exposed."""
+        ``1 - overlap``: that share runs under the GEMMs of the same prefill). Latency terms stay exposed.
+        A chip's ``collective_engine`` hides ``overlap`` of every token's term (decode too) and keeps
+        ``latency_factor`` of the latency."""
         ov = self.eff.prefill_collective_overlap
-        if not ov or o.name not in OVERLAPPABLE:
+        cae = self.chip.collective_engine
+        if o.name not in OVERLAPPABLE or not (ov or cae):
             return o.net_time
         v = o.net_time.copy()
         c = v[IDX["T"]]
         v[IDX["T"]] = 0.0
-        v[IDX["Td"]] += c
-        v[IDX["Tp"]] += c * (1.0 - ov)
+        hide = float(cae.overlap) if cae else 0.0
+        v[IDX["Td"]] += c * (1.0 - hide)
+        v[IDX["Tp"]] += c * (1.0 - max(ov, hide))
+        if cae:
+            v[IDX["one"]] *= float(cae.latency_factor)
         return v
 
     # ------------------------------------------------------------------ public API

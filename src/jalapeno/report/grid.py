@@ -48,6 +48,10 @@ POINT_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "framework": None,  # serving-framework profile (jalapeno.perf.frameworks); None = the chip's generic one
     "power_cap_w": None,  # per-chip power cap in W (jalapeno.hardware.power_cap); None = rated power
+    "max_num_batched_tokens": None,  # the engine's token budget per step; None = the simulator's default
+    "prefill_weights": None,  # disaggregated: a pool's own weight precision; None = ``weights``
+    "decode_weights": None,
+    "early_stop": None,  # opt-in statistical early stop's tolerance (jalapeno.sim.early_stop); None = exact
 }
 POINT_KEYS: tuple[str, ...] = tuple(POINT_DEFAULTS)
 
@@ -64,7 +68,8 @@ def point_id(point: dict) -> str:
     """Stable 16-hex-digit hash of a point's inputs (resume key). Independent of dict order and of keys that
     are not inputs (metrics, errors)."""
     inputs = {k: point.get(k, POINT_DEFAULTS[k]) for k in POINT_KEYS}
-    for late in ("framework", "power_cap_w"):  # added later: unset keeps the ids of earlier results (resume)
+    for late in ("framework", "power_cap_w", "max_num_batched_tokens", "prefill_weights", "decode_weights",
+                 "early_stop"):  # added later: unset keeps the ids of earlier results (resume)
         if inputs[late] is None:
             del inputs[late]
     blob = json.dumps({"schema": POINT_SCHEMA, **inputs}, sort_keys=True, separators=(",", ":"))
@@ -77,6 +82,9 @@ def describe_layout(point: dict) -> str:
         ph = point.get("prefill_hardware")
         pre = f"P{point['prefill_workers']}×tp{point['prefill_tp']}" + (f"({ph})" if ph and ph != point["hardware"] else "")
         dec = f"D{point['decode_workers']}×tp{point['tp']}" + (f" ep{point['ep']}" if point["ep"] > 1 else "")
+        dec += (f" pp{point['pp']}" if int(point.get("pp") or 1) > 1 else "") + (" dpa" if point.get("dp_attention") else "")
+        pre += f" {point['prefill_weights']}" if point.get("prefill_weights") else ""
+        dec += f" {point['decode_weights']}" if point.get("decode_weights") else ""
         return f"{pre} {dec}"
     s = f"tp{point['tp']}"
     for k in ("ep", "pp", "dp"):
@@ -112,8 +120,8 @@ def layout_problem(dims: ArchDims, tp: int, ep: int = 1, pp: int = 1, dp_attenti
         return f"not divisible: {dims.num_heads} attention heads over tp={tp}"
     if ep > 1 and dims.num_experts == 0:
         return f"not divisible: ep={ep} on a dense model (no experts)"
-    if ep > 1 and dims.num_experts % ep:
-        return f"not divisible: {dims.num_experts} experts over ep={ep}"
+    if ep > dims.num_experts > 0:
+        return f"not divisible: ep={ep} exceeds the {dims.num_experts} experts"
     if dp_attention and tp == 1:
         return "dp_attention needs tp > 1"
     if pp > dims.num_layers:
@@ -124,7 +132,9 @@ def layout_problem(dims: ArchDims, tp: int, ep: int = 1, pp: int = 1, dp_attenti
 def auto_layouts(dims: ArchDims, max_chips: int) -> list[Layout]:
     """Every TP / EP / DP-attention layout on a power-of-two number of chips up to ``max_chips`` that shards the
     model: dense models ``tp=n``; MoE models ``tp=n`` with ``ep`` = 1 or e, and ``tp=n ep=e`` with DP attention,
-    where e is the largest power of two <= n that divides the expert count (e = n up to the expert count).
+    where e is the largest power of two <= n that divides the expert count (e = n up to the expert count); when
+    that e is below min(n, experts), also ``tp=n ep=min(n, experts)`` with DP attention: the experts padded to
+    ``ceil(E/ep)·ep`` slots with redundant copies (``Parallelism.expert_slots``), as wide-EP deployments run.
     (Pipeline parallelism is left to explicit layouts: it does not lower latency on one node.)"""
     out: list[Layout] = []
     n = 1
@@ -135,6 +145,9 @@ def auto_layouts(dims: ArchDims, max_chips: int) -> list[Layout]:
             e *= 2
         if e > 1:
             cands += [Layout(tp=n, ep=e), Layout(tp=n, ep=e, dp_attention=True)]
+        wide = min(n, dims.num_experts)
+        if dims.num_experts and wide > max(e, 1) and n % wide == 0:
+            cands.append(Layout(tp=n, ep=wide, dp_attention=True))
         out += [c for c in cands if layout_problem(dims, c.tp, c.ep, c.pp, c.dp_attention) is None]
         n *= 2
     return out
@@ -197,8 +210,13 @@ def _disagg_points(d: DisaggLayout, chip: str, dims: ArchDims) -> list[tuple[dic
         "decode_workers": d.decode.workers,
         "tp": d.decode.tp,
         "ep": d.decode.ep,
+        "pp": d.decode.pp,  # the decode pool's layout lives in the aggregated columns (tp, ep, pp, dp_attention)
+        "dp_attention": d.decode.dp_attention,
+        "prefill_weights": d.prefill.precision,
+        "decode_weights": d.decode.precision,
     }
-    reason = layout_problem(dims, d.prefill.tp) or layout_problem(dims, d.decode.tp, d.decode.ep)
+    reason = layout_problem(dims, d.prefill.tp) or layout_problem(dims, d.decode.tp, d.decode.ep, d.decode.pp,
+                                                                   d.decode.dp_attention)
     return [(keys, reason)]
 
 
@@ -259,11 +277,15 @@ def expand(spec: SweepSpec, dims_fn: Callable[[str], ArchDims] | None = None) ->
                     seed=spec.seed,
                     framework=spec.framework,
                     power_cap_w=spec.power_cap_w,
+                    max_num_batched_tokens=spec.max_num_batched_tokens,
+                    early_stop=spec.early_stop,
                 )
                 if reason is None and fit_check:
                     if p["mode"] == "disaggregated":
-                        reason = weights_fit_problem(model, p["prefill_hardware"], prec.weights, p["prefill_tp"])
-                        reason = reason or weights_fit_problem(model, chip, prec.weights, p["tp"])
+                        reason = weights_fit_problem(model, p["prefill_hardware"], p["prefill_weights"] or prec.weights,
+                                                     p["prefill_tp"])
+                        reason = reason or weights_fit_problem(model, chip, p["decode_weights"] or prec.weights,
+                                                               p["tp"] * p["pp"])
                     else:
                         reason = weights_fit_problem(model, chip, prec.weights, p["tp"] * p["pp"])
                 p["skip_reason"] = reason

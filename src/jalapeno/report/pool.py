@@ -57,14 +57,20 @@ def point_scenario(point: dict):
         model=point["model"], precision=point.get("weights") or "native", kv_dtype=point.get("kv") or "bf16",
         isl=int(point["isl"]), osl=int(point["osl"]), concurrency=int(point["concurrency"]),
         num_prompts=point.get("num_prompts"), goodput=goodput, seed=int(point.get("seed") or 0),
-        framework=point.get("framework") or None, power_cap_w=_opt_float(point.get("power_cap_w")), **spec,
+        framework=point.get("framework") or None, power_cap_w=_opt_float(point.get("power_cap_w")),
+        early_stop=_opt_float(point.get("early_stop")), **spec,
     )
+    budget = _opt_float(point.get("max_num_batched_tokens"))  # None or NaN (parquet) = the simulator's default
+    if budget is not None:
+        common["max_num_batched_tokens"] = int(budget)
     if point.get("mode") == "disaggregated":
         return Scenario(
             hardware=point["hardware"], prefill_hardware=point["prefill_hardware"],
             prefill_workers=int(point["prefill_workers"]), prefill_tp=int(point["prefill_tp"]), prefill_ep=1,
             decode_hardware=point["hardware"], decode_workers=int(point["decode_workers"]),
-            decode_tp=int(point["tp"]), decode_ep=int(point["ep"]), **common,
+            decode_tp=int(point["tp"]), decode_ep=int(point["ep"]), decode_pp=int(point.get("pp") or 1),
+            decode_dp_attention=bool(point.get("dp_attention")), prefill_precision=point.get("prefill_weights") or None,
+            decode_precision=point.get("decode_weights") or None, **common,
         )
     return Scenario(
         hardware=point["hardware"], tp=int(point["tp"]), ep=int(point["ep"]), pp=int(point["pp"]),

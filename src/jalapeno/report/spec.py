@@ -19,6 +19,8 @@ file and the line it comes from: the YAML is also *composed* into a node tree so
     slo: {ttft_ms: 2000, tpot_ms: 50}   # for SLO attainment and the $/Mtok compliance factor
     framework: vllm            # optional serving-framework profile (vllm | sglang | trt-llm)
     power_cap_w: 550           # optional: cap every chip's power (DVFS clocks; docs/design.md)
+    max_num_batched_tokens: 1024   # optional: the engine's token budget per step (SRAM-only chips need less)
+    early_stop: 0.05           # optional: statistical early stop (docs/performance.md); default exact
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class PrefillPool(_Strict):
     hardware: str | None = None
     workers: int = Field(default=1, ge=1)
     tp: int = Field(default=1, ge=1)
+    #: weight precision of this pool (None = the point's ``precisions`` entry), e.g. fp4 prefill on Rubin
+    precision: str | None = None
 
 
 class DecodePool(_Strict):
@@ -60,6 +64,11 @@ class DecodePool(_Strict):
     workers: int = Field(default=1, ge=1)
     tp: int = Field(default=1, ge=1)
     ep: int = Field(default=1, ge=1)
+    #: pipeline stages of one decode worker (e.g. several LPX racks); a worker spans tp·pp chips
+    pp: int = Field(default=1, ge=1)
+    dp_attention: bool = False
+    #: weight precision of this pool (None = the point's ``precisions`` entry), e.g. fp8 on LP30 (no FP4)
+    precision: str | None = None
 
 
 class DisaggLayout(_Strict):
@@ -116,6 +125,12 @@ class SweepSpec(_Strict):
     framework: str | None = None
     #: power cap per chip in watts for every point (clocks lowered to fit; jalapeno.hardware.power_cap)
     power_cap_w: float | None = Field(default=None, gt=0)
+    #: the engine's token budget per step (None = the simulator's 8192); SRAM-only chips (LPX) need less, since
+    #: the activations of a full budget take most of an LP30's 500 MB
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    #: opt-in statistical early stop for every point: relative tolerance of the latency CIs (e.g. 0.05;
+    #: jalapeno.sim.early_stop); None = InferenceX-exact
+    early_stop: float | None = Field(default=None, gt=0, lt=1)
 
     @field_validator("parallelism")
     @classmethod
@@ -298,6 +313,11 @@ def check_spec_names(spec: SweepSpec, src: SpecSource) -> None:
             get_framework(spec.framework)
         except ConfigError as exc:
             raise src.error(("framework",), str(exc)) from None
+    for i, d in enumerate(spec.disaggregated):
+        for role, pool in (("prefill", d.prefill), ("decode", d.decode)):
+            if pool.precision is not None and pool.precision not in WEIGHT_PRECISIONS:
+                raise src.error(("disaggregated", i, role, "precision"),
+                                f"precision {pool.precision!r} is not one of {', '.join(WEIGHT_PRECISIONS)}")
     for i, p in enumerate(spec.precision_list()):
         if p.weights not in WEIGHT_PRECISIONS:
             raise src.error(("precisions", i), f"weights {p.weights!r} is not one of {', '.join(WEIGHT_PRECISIONS)}")

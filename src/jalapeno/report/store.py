@@ -23,9 +23,10 @@ from jalapeno.report.grid import POINT_KEYS
 RESULTS = "results.parquet"
 #: types of columns that may be null in every row (pyarrow would otherwise infer the "null" type)
 _STRING = {"status", "error", "error_kind", "economics_note", "confidence", "confidence_status", "model", "hardware",
-           "mode", "prefill_hardware", "weights", "kv", "spec_method", "point_id"}
+           "mode", "prefill_hardware", "weights", "kv", "spec_method", "point_id", "prefill_weights",
+           "decode_weights"}
 _INT = {"prefill_workers", "prefill_tp", "decode_workers", "num_prompts", "tp", "ep", "pp", "dp", "isl", "osl",
-        "concurrency", "spec_tokens", "seed", "num_chips"}
+        "concurrency", "spec_tokens", "seed", "num_chips", "max_num_batched_tokens"}
 FIRST_COLUMNS = ("point_id", "status", "error", "error_kind", *POINT_KEYS)
 
 

@@ -171,6 +171,15 @@ class SimBackend(Backend):
             decode_ctx = (sum(map(_start, chunks[:nd])) if starts is None else starts) + decode_tokens
             next_ctx = decode_ctx + nd
             chunks = chunks[nd:]
+        elif window and batch.group is not None:  # the lockstep group's members: their sums without a walk
+            g = batch.num_grouped
+            decode_seqs, decode_tokens = g, g * per
+            decode_ctx = batch.group.start_sum() + decode_tokens
+            decode_ctx_window, decode_below = batch.group.window_sums(window, per)
+            if multi:
+                next_ctx = decode_ctx + g
+                next_ctx_window, next_below = batch.group.window_sums(window, per + 1)
+            chunks = chunks[g:]
         for c in chunks:
             seq = c.seq
             n = c.num_tokens

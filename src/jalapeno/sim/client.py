@@ -27,6 +27,7 @@ from jalapeno.workload import Workload
 
 if TYPE_CHECKING:
     from jalapeno.engine.engine import Engine
+    from jalapeno.sim.early_stop import EarlyStop
 
 
 @dataclass
@@ -250,10 +251,13 @@ class EngineTarget:
         return self.engine.energy_j, self.engine.num_steps, v, c
 
 
-def drive(target: Target, wl: Workload) -> SimResult:
-    """Run ``wl`` against ``target`` until every call has finished."""
+def drive(target: Target, wl: Workload, early_stop: "EarlyStop | None" = None) -> SimResult:
+    """Run ``wl`` against ``target`` until every call has finished (``early_stop``: until the latency
+    statistics converged and the calls in flight then finished; see :mod:`jalapeno.sim.early_stop`)."""
     per_token = getattr(target, "request_latency_per_token_s", None)
     client = Client(wl, target.request_latency_s(), per_token() if per_token else 0.0)
+    if early_stop is not None:
+        early_stop.start(wl.concurrency if wl.closed_loop else (wl.max_concurrency or 1), wl.num_chains * wl.chain_calls)
     last_finish = 0.0
     while not client.done:
         for call in client.release(target.now()):
@@ -267,12 +271,21 @@ def drive(target: Target, wl: Workload) -> SimResult:
         for seq in target.advance(client.next_time()):
             client.on_finish(seq)
             last_finish = max(last_finish, seq.finish_s or 0.0)
+            if early_stop is not None:
+                o = client.outcomes[-1]
+                if early_stop.observe(o.ttft_s, o.e2el_s, o.output_tokens, seq.finish_s or 0.0):
+                    client.n = client.next_chain  # converged: send no new chain, let those in flight finish
     energy, steps, v, c = target.result_parts()
     chains = np.asarray(client.chain_e2el) if wl.chain_calls > 1 else None
-    return SimResult(client.outcomes, last_finish, energy, v, c, chains, steps)
+    res = SimResult(client.outcomes, last_finish, energy, v, c, chains, steps)
+    if early_stop is not None:
+        res.extra["early_stop"] = early_stop.report(len(client.outcomes))
+        res = early_stop.extrapolate(res)
+    return res
 
 
-def run_workload(target: "Engine | Target", wl: Workload) -> SimResult:
+def run_workload(target: "Engine | Target", wl: Workload, early_stop: "EarlyStop | None" = None) -> SimResult:
     """Drive ``wl`` (a :class:`jalapeno.workload.Workload`) to completion on ``target``'s clock: one
-    :class:`~jalapeno.engine.Engine`, or a :class:`~jalapeno.sim.cluster.Cluster` of them."""
-    return drive(target if isinstance(target, Target) else EngineTarget(target, wl.chain_calls > 1), wl)
+    :class:`~jalapeno.engine.Engine`, or a :class:`~jalapeno.sim.cluster.Cluster` of them (``early_stop``: the
+    opt-in statistical early stop)."""
+    return drive(target if isinstance(target, Target) else EngineTarget(target, wl.chain_calls > 1), wl, early_stop)

@@ -53,18 +53,29 @@ class KVLink:
 
 
 def _bound(e: Engine) -> float:
-    """Earliest time ``e`` could finish a request (a lower bound), from its current state."""
+    """Earliest time ``e`` could finish a request (a lower bound), from its current state. The lockstep group's
+    members (the head of ``running``: decoding, no look-ahead held) are counted as a block, not one by one."""
     now = e.clock.now()
     s = e.scheduler
     if not s.running and not s.waiting:
         return float("inf")
     d = e.last_decode_step_s
-    if s.waiting or d <= 0 or any(q.num_output_tokens == 0 or q.num_computed_tokens < q.num_tokens - 1 for q in s.running):
+    if s.waiting or d <= 0:
+        return now
+    g = s.group
+    m = len(g) if g is not None and g.ahead == 0 and not g.capped else 0
+    rest = s.running[m:] if m else s.running
+    if any(q.num_output_tokens == 0 or q.num_computed_tokens < q.num_tokens - 1 for q in rest):
         return now
     per = 1 + e.config.num_speculative_tokens
-    steps = min((q.sampling.max_tokens - q.num_output_tokens - 1) // per + 1 for q in s.running)
+    steps = min(((q.sampling.max_tokens - q.num_output_tokens - 1) // per + 1 for q in rest), default=1 << 62)
+    if m:
+        steps = min(steps, g.steps_left())  # members: max_tokens - their output (per == 1, none capped)
     bm = e.block_manager
-    if sum(bm.blocks_needed(q, q.num_computed_tokens + steps * per) for q in s.running) > bm.num_free:
+    need = sum(bm.blocks_needed(q, q.num_computed_tokens + steps * per) for q in rest)
+    if m:
+        need += g.blocks_for(steps * per)
+    if need > bm.num_free:
         return now  # it may preempt (and then run shorter steps) before that
     return now + (steps - 1) * d
 

@@ -61,6 +61,11 @@ def _print_summary(sc, m: dict) -> None:
         t.add_row(label, fmt.format(v))
     s = m.get("sim", {})
     t.add_row("simulated steps / preemptions", f"{s.get('steps', 0):,} / {s.get('preemptions', 0):,}")
+    es = m.get("early_stop")
+    if es:
+        t.add_row("early stop", (f"stopped after {es['requests']:,} of {es['requests_planned']:,} requests"
+                                 if es["stopped_early"] else "ran every request (not converged)")
+                  + f", tolerance {es['tolerance']:g}")
     conf = m.get("confidence")
     if conf:
         t.add_row("confidence", conf["label"])
@@ -82,10 +87,8 @@ def _economics(sc, m: dict) -> dict:
 
     kw = dict(power_cap_w=sc.power_cap_w, hardware_dir=sc.hardware_dir or None)
     if sc.disaggregated:
-        groups = [
-            chip_group(sc.prefill_hardware or sc.hardware, (sc.prefill_workers or 1) * (sc.prefill_tp or sc.tp), **kw),
-            chip_group(sc.decode_hardware or sc.hardware, (sc.decode_workers or 1) * (sc.decode_tp or sc.tp), **kw),
-        ]
+        pools = [sc.pool("prefill"), sc.pool("decode")]  # every chip of a worker: tp·pp (pipeline stages too)
+        groups = [chip_group(q.hardware, q.workers * q.chips_per_worker, **kw) for q in pools]
     else:
         groups = [chip_group(sc.hardware, int(m["num_chips"]), **kw)]
     eco = economics(m, groups)
@@ -148,6 +151,7 @@ def register(app: typer.Typer) -> None:
         chain_calls: Annotated[int, typer.Option(help="Agentic chains: dependent calls per request.")] = 1,
         goodput: Annotated[Optional[list[str]], typer.Option(help="SLO, repeatable: --goodput ttft:200 --goodput tpot:50.")] = None,
         seed: Annotated[int, typer.Option(help="Workload seed.")] = 0,
+        early_stop: Annotated[Optional[float], typer.Option("--early-stop", help="Opt-in statistical early stop: stop sending requests once the 95% batch-means CIs of median/p99 TTFT and TPOT are within this relative tolerance (e.g. 0.05); the JSON's early_stop block reports it. Default: InferenceX-exact.")] = None,
         max_num_seqs: Annotated[Optional[int], typer.Option(help="Engine: most running sequences (default max(1024, concurrency)).")] = None,
         max_num_batched_tokens: Annotated[int, typer.Option(help="Engine: token budget per step.")] = 8192,
         block_size: Annotated[int, typer.Option(help="Engine: KV block size (tokens).")] = 16,
@@ -197,7 +201,7 @@ def register(app: typer.Typer) -> None:
             block_size=block_size, trace=str(trace) if trace else None,
             hardware_dir=[str(d) for d in hardware_dir or []], framework=framework,
             power_cap_w=power_cap_w, kv_sram_gb=kv_sram_gb, kv_offload=kv_offload,
-            chip_features=_on_off(chip_features),
+            chip_features=_on_off(chip_features), early_stop=early_stop,
         )
         m = run_scenario(sc)
         m.update(_economics(sc, m))

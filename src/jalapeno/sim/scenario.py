@@ -115,6 +115,9 @@ class Scenario:
     chain_calls: int = 1
     goodput: list[str] = field(default_factory=list)
     seed: int = 0
+    #: statistical early stop (opt-in): the relative tolerance of the latency statistics' 95 % CIs
+    #: (jalapeno.sim.early_stop); None = InferenceX-exact, every prompt sent
+    early_stop: float | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int = 8192
     block_size: int = 16
@@ -350,6 +353,11 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
     wl = _workload(sc)
     _check_context(wl, int(arch.max_position_embeddings), arch.name)
     slo = SLO.parse(sc.goodput) if sc.goodput else None
+    stop = None
+    if sc.early_stop is not None:
+        from jalapeno.sim.early_stop import EarlyStop
+
+        stop = EarlyStop(float(sc.early_stop))
 
     def speculation_for(cm):
         if not sc.spec_decode:
@@ -371,7 +379,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
         replicas = 1 if sc.dp_attention else sc.dp
         engines = build_sim_engines(cm, replicas, speculation=speculation_for(cm), limits=limits, in_flight=in_flight)
         target = engines[0] if replicas == 1 else Cluster(engines)
-        result = run_workload(target, wl)
+        result = run_workload(target, wl, stop)
         num_chips = cm.chips_per_replica * replicas
         output_chips = None
         kv_tokens = engines[0].block_manager.num_blocks * sc.block_size
@@ -385,7 +393,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
         dec = build_sim_engines(cm_d, n_d, speculation=speculation_for(cm_d), limits=limits, in_flight=in_flight)
         link = _kv_link(cm_p, cm_d, n_p, n_d)
         target = Cluster(pre, dec, link)
-        result = run_workload(target, wl)
+        result = run_workload(target, wl, stop)
         output_chips = n_d * cm_d.chips_per_replica
         num_chips = n_p * cm_p.chips_per_replica + output_chips
         engines = pre + dec
@@ -402,6 +410,8 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
         "kv_capacity_tokens_per_replica": kv_tokens,
         "energy_j": result.energy_j,
     }
+    if "early_stop" in result.extra:
+        m["early_stop"] = result.extra["early_stop"]
     if sc.kv_offload:
         m["sim"]["kv_offloads"] = sum(e.block_manager.num_offloads for e in engines)
         m["sim"]["kv_loaded_tokens"] = sum(e.block_manager.loaded_tokens for e in engines)

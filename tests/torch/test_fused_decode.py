@@ -65,9 +65,9 @@ def test_fused_step_matches_pytorch_path_and_transformers(family, threads, tiny_
     prompt = torch.randint(0, 128, (23,), generator=torch.Generator().manual_seed(5)).tolist()  # 6 blocks
     calls = _counting(monkeypatch)
     fused = _decode_logits(backend, prompt, fused=True, threads=threads)
-    assert len(calls) == 1  # the decode step (not the prefill) ran the kernel
+    assert len(calls) == 2  # the 22-token prefill (one row per token) and the decode step ran the kernel
     ref = _decode_logits(backend, prompt, fused=False, threads=threads)
-    assert len(calls) == 1
+    assert len(calls) == 2
     torch.testing.assert_close(fused, ref, atol=2e-5, rtol=2e-5)
     with torch.no_grad():
         hf_logits = hf(torch.tensor([prompt])).logits[0, -1:]
@@ -95,7 +95,7 @@ def test_batched_decode_step_matches_pytorch_path_and_transformers(family, tiny_
             runner.forward([SeqSlice(0, len(p) - 1, t)], p[:-1], [len(p) - 2])
         slices = [SeqSlice(len(p) - 1, 1, t) for p, t in zip(prompts, tables)]
         out[fused] = runner.forward(slices, [p[-1] for p in prompts], list(range(len(prompts))))
-    assert len(calls) == 1
+    assert len(calls) == len(prompts) + 1  # the prefills (several tokens, one sequence) and the decode step
     torch.testing.assert_close(out[True], out[False], atol=2e-5, rtol=2e-5)
     for i, p in enumerate(prompts):
         with torch.no_grad():
@@ -111,14 +111,15 @@ def test_batched_decode_step_matches_pytorch_path_and_transformers(family, tiny_
 
 def test_decode_batches_above_the_cap_take_the_pytorch_path(tiny_model, monkeypatch):
     _, path = tiny_model("llama")
-    backend = TorchBackend(path, num_blocks=64)
+    backend = TorchBackend(path, num_blocks=fd.MAX_BATCH + 8)
     backend.num_kv_blocks(4)
     calls = _counting(monkeypatch)
     n = fd.MAX_BATCH + 1
     slices = [SeqSlice(0, 1, [i]) for i in range(n)]
-    backend.runner.forward(slices, list(range(n)), list(range(n)))
+    ids = [i % 100 for i in range(n)]
+    backend.runner.forward(slices, ids, list(range(n)))
     assert not calls
-    backend.runner.forward(slices[: fd.MAX_BATCH], list(range(fd.MAX_BATCH)), list(range(fd.MAX_BATCH)))
+    backend.runner.forward(slices[: fd.MAX_BATCH], ids[: fd.MAX_BATCH], list(range(fd.MAX_BATCH)))
     assert len(calls) == 1
 
 
@@ -146,12 +147,15 @@ def test_decode_policy_takes_only_pure_cpu_decode_steps():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert policy.wants_fused(cpu, 8, 1) and policy.wants_fused(cpu, 1, 1)
     assert not policy.wants_fused(cpu, 9, 1)  # past the crossover
-    assert not policy.wants_fused(cpu, 8, 2)  # a prefill or mixed step
+    assert policy.wants_fused(cpu, 8, 2)  # a verification or short prefill step: one kernel row per token
+    assert not policy.wants_fused(cpu, 9, 3)
     assert not policy.wants_fused(cuda, 1, 1)
     assert not PYTORCH_ONLY.wants_fused(cpu, 1, 1)
     assert DecodePolicy().fused_max_batch == fd.MAX_BATCH  # the measured default
     with pytest.raises(JalapenoError, match="fused_max_batch"):
         DecodePolicy(fused_max_batch=-1)
+    with pytest.raises(JalapenoError, match="panel_min_rows"):
+        DecodePolicy(panel_min_rows=0)
 
 
 def test_odd_dimensions(tmp_path, monkeypatch):
@@ -202,8 +206,74 @@ def test_single_sequence_generation_uses_kernel_and_matches_transformers(family,
     prompt = [3, 17, 99, 4, 56, 8, 21]
     cfg = EngineConfig(block_size=4, max_num_batched_tokens=64, max_num_seqs=1)
     (out,) = generate_tokens(backend, [prompt], SamplingParams(max_tokens=24, temperature=0.0), cfg)
-    assert len(calls) == 23  # every decode step after the prefill
+    assert len(calls) == 24  # the 7-token prefill and every decode step after it
     assert out == hf_greedy(hf, prompt, 24)
+
+
+def _scattered_prompts(n: int, seed: int) -> tuple[list[list[int]], list[list[int]]]:
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, 128, (int(k),), generator=g).tolist() for k in torch.randint(3, 20, (n,), generator=g)]
+    perm = torch.randperm(8 * n, generator=g).tolist()
+    return prompts, [perm[8 * i : 8 * i + 8] for i in range(n)]
+
+
+@pytest.mark.parametrize("family", DENSE)
+@pytest.mark.parametrize("rows", [21, 40])
+def test_panel_and_dot_product_gemms_agree(family, rows, tiny_model):
+    """A decode step of ``rows`` sequences (21: one panel of 16 and a rest of 5 with 8-wide vectors; 40: two
+    panels and a rest of 8) through the kernel's outer-product panel GEMMs and through its dot-product tiles:
+    the same logits, equal to the PyTorch path and to transformers."""
+    hf, path = tiny_model(family)
+    backend = TorchBackend(path, num_blocks=8 * rows)
+    backend.num_kv_blocks(4)
+    runner = backend.runner
+    prompts, tables = _scattered_prompts(rows, rows)
+    out = {}
+    for name, policy in (("panels", DecodePolicy(fused_max_batch=64, panel_min_rows=1)),
+                         ("dot", DecodePolicy(fused_max_batch=64, panel_min_rows=1000)), ("torch", PYTORCH_ONLY)):
+        runner.policy = policy
+        for p, t in zip(prompts, tables):
+            runner.forward([SeqSlice(0, len(p) - 1, t)], p[:-1], [len(p) - 2])
+        slices = [SeqSlice(len(p) - 1, 1, t) for p, t in zip(prompts, tables)]
+        out[name] = runner.forward(slices, [p[-1] for p in prompts], list(range(rows)))
+    torch.testing.assert_close(out["panels"], out["dot"], atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(out["panels"], out["torch"], atol=2e-5, rtol=2e-5)
+    for i in (0, 7, rows - 1):
+        with torch.no_grad():
+            ref = hf(torch.tensor([prompts[i]])).logits[0, -1]
+        torch.testing.assert_close(out["panels"][i], ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", DENSE)
+@pytest.mark.parametrize("panel_min", [1, 1000])
+def test_verification_step_matches_transformers(family, panel_min, tiny_model, monkeypatch):
+    """A speculative verification step: 5 sequences feed 5 tokens each (25 kernel rows, each attending to its
+    sequence's earlier rows of the same step), logits for every position; a subset of rows asked for."""
+    hf, path = tiny_model(family)
+    backend = TorchBackend(path, num_blocks=40)
+    backend.num_kv_blocks(4)
+    runner = backend.runner
+    prompts, tables = _scattered_prompts(5, 11)
+    calls = _counting(monkeypatch)
+    out = {}
+    for fused in (True, False):
+        runner.policy = DecodePolicy(fused_max_batch=32, panel_min_rows=panel_min) if fused else PYTORCH_ONLY
+        slices, fed = [], []
+        for p, t in zip(prompts, tables):
+            runner.forward([SeqSlice(0, len(p) - 5, t)], p[:-5], [len(p) - 6])
+            slices.append(SeqSlice(len(p) - 5, 5, t))
+            fed += p[-5:]
+        out[fused] = runner.forward(slices, fed, list(range(25)))
+    assert len(calls) == 6  # five prefills and the verification step
+    torch.testing.assert_close(out[True], out[False], atol=2e-5, rtol=2e-5)
+    for i, p in enumerate(prompts):
+        with torch.no_grad():
+            ref = hf(torch.tensor([p])).logits[0, -5:]
+        torch.testing.assert_close(out[True][5 * i : 5 * i + 5], ref, atol=1e-4, rtol=1e-4)
+    runner.policy = DecodePolicy(fused_max_batch=32, panel_min_rows=panel_min)
+    sub = runner.forward(slices, fed, [24, 3, 10])
+    torch.testing.assert_close(sub, out[False][[24, 3, 10]], atol=2e-5, rtol=2e-5)
+    assert runner.forward(slices, fed, []).shape == (0, sub.shape[1])  # a chunk short of its prompt's end
 
 
 @pytest.mark.parametrize("family", ["gpt_oss", "mixtral", "qwen3_moe", "deepseek_v3"])

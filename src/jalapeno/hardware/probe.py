@@ -54,6 +54,22 @@ def choose_fused_max_batch(fused_s: Mapping[int, float], torch_s: Mapping[int, f
     return max((b for b in common if fused_s[b] < torch_s[b]), default=0)
 
 
+def choose_panel_min_rows(panels_s: Mapping[int, float], dot_s: Mapping[int, float]) -> int | None:
+    """The fused kernel's switch from its dot-product tiles to its outer-product panel GEMMs: the smallest
+    measured batch from which the panel step beat the dot-tile step at every larger measured batch (one past the
+    largest when it never did; None when no batch was measured both ways). Inputs: seconds per decode step by
+    batch with each GEMM kind on this machine."""
+    common = sorted(set(panels_s) & set(dot_s))
+    if not common:
+        return None
+    best = common[-1] + 1
+    for b in reversed(common):
+        if panels_s[b] >= dot_s[b]:
+            break
+        best = b
+    return best
+
+
 def choose_threads(bandwidth_by_threads: Mapping[int, float], tolerance: float = 0.03) -> int:
     """The fewest threads whose measured bandwidth is within ``tolerance`` of the best (decode is bandwidth
     bound; extra threads past saturation only add wake-ups on a shared machine)."""
@@ -70,6 +86,7 @@ class ExecutionChoices:
     fused_max_batch: int
     threads: int
     source: str
+    panel_min_rows: int | None = None  # None: not measured (a probe from before the panel kernels)
 
 
 def measured_execution(spec: ChipSpec) -> ExecutionChoices | None:
@@ -77,7 +94,9 @@ def measured_execution(spec: ChipSpec) -> ExecutionChoices | None:
     ex = spec.execution
     if ex is None or ex.fused_max_batch.value is None or ex.threads.value is None:
         return None
-    return ExecutionChoices(int(ex.fused_max_batch.value), int(ex.threads.value), ex.fused_max_batch.source)
+    panel = ex.panel_min_rows.value if ex.panel_min_rows is not None else None
+    return ExecutionChoices(int(ex.fused_max_batch.value), int(ex.threads.value), ex.fused_max_batch.source,
+                            None if panel is None else int(panel))
 
 
 def local_execution(probe_dir: Path | None = None) -> ExecutionChoices | None:
@@ -106,10 +125,11 @@ def apply_measured_choices(target: PolicyTarget, device: Any, probe_dir: Path | 
     if choices is None:
         return (f"execution choices: defaults (fused crossover {DecodePolicy().fused_max_batch}, "
                 f"{torch.get_num_threads()} threads); run `jalapeno hardware probe` to measure this machine's")
-    target.set_decode_policy(DecodePolicy(fused_max_batch=choices.fused_max_batch))
+    panel = choices.panel_min_rows if choices.panel_min_rows is not None else DecodePolicy().panel_min_rows
+    target.set_decode_policy(DecodePolicy(fused_max_batch=choices.fused_max_batch, panel_min_rows=panel))
     torch.set_num_threads(choices.threads)
     return (f"execution choices measured on this machine: fused crossover {choices.fused_max_batch}, "
-            f"{choices.threads} threads ({choices.source})")
+            f"panel GEMMs from {panel} rows, {choices.threads} threads ({choices.source})")
 
 
 # ---- measurements --------------------------------------------------------------------------------------------
@@ -132,6 +152,7 @@ class ProbeResult:
     seq_overhead_us: float | None = None
     fused_step_s: dict[int, float] = field(default_factory=dict)
     torch_step_s: dict[int, float] = field(default_factory=dict)
+    dot_step_s: dict[int, float] = field(default_factory=dict)  # fused kernel with its dot-product tiles only
     power_w: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -362,7 +383,11 @@ def measure_overheads(res: ProbeResult, quick: bool) -> None:
 
 
 def crossover_batches(quick: bool) -> list[int]:
-    return [1, 4, 16] if quick else [1, 4, 8, 16, 24, 32, 48, 64]
+    return [1, 4, 16] if quick else [1, 4, 8, 16, 24, 32, 48, 64, 96, 128]
+
+
+def panel_batches(quick: bool) -> list[int]:
+    return [1, 4, 16] if quick else [1, 4, 8, 16, 32]
 
 
 def measure_crossover(res: ProbeResult, quick: bool, budget_s: float) -> None:
@@ -389,7 +414,11 @@ def measure_crossover(res: ProbeResult, quick: bool, budget_s: float) -> None:
     for b in batches:
         slices = [SeqSlice(ctx, 1, list(range(i * per_seq, (i + 1) * per_seq))) for i in range(b)]
         ids, rows = [1] * b, list(range(b))
-        for policy, out in ((DecodePolicy(fused_max_batch=b), res.fused_step_s), (PYTORCH_ONLY, res.torch_step_s)):
+        paths = [(DecodePolicy(fused_max_batch=b, panel_min_rows=1), res.fused_step_s),
+                 (PYTORCH_ONLY, res.torch_step_s)]
+        if b in panel_batches(quick):  # where the GEMM kinds trade places: the kernel with dot tiles only
+            paths.append((DecodePolicy(fused_max_batch=b, panel_min_rows=b + 1), res.dot_step_s))
+        for policy, out in paths:
             runner.policy = policy
             out[b] = _best_time(lambda: runner.forward(slices, ids, rows), budget_s, lambda: None)
 
@@ -441,11 +470,16 @@ def chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
         "notes": [*_measurement_notes(res), *res.notes],
     }
     if res.fused_step_s and res.torch_step_s:
-        cap = choose_fused_max_batch(res.fused_step_s, res.torch_step_s)
+        kernel = {b: min(t, res.dot_step_s.get(b, t)) for b, t in res.fused_step_s.items()}  # its better GEMMs
+        cap = choose_fused_max_batch(kernel, res.torch_step_s)
         threads = choose_threads(res.copy_gbps) if res.copy_gbps else 1
         out["execution"] = {
             "fused_max_batch": _fact(cap, source, "largest measured decode batch where the fused kernel beat PyTorch"),
             "threads": _fact(threads, source, "fewest threads within 3% of the best copy bandwidth")}
+        panel = choose_panel_min_rows(res.fused_step_s, res.dot_step_s)
+        if panel is not None:
+            out["execution"]["panel_min_rows"] = _fact(
+                panel, source, "smallest measured decode batch from which the kernel's panel GEMMs beat its dot tiles")
     return out
 
 
@@ -461,6 +495,9 @@ def _measurement_notes(res: ProbeResult) -> list[str]:
     if res.fused_step_s:
         lines.append("decode step ms fused/pytorch by batch: " + ", ".join(
             f"{b}: {res.fused_step_s[b] * 1e3:.2f}/{res.torch_step_s[b] * 1e3:.2f}" for b in sorted(res.fused_step_s)))
+    if res.dot_step_s:
+        lines.append("decode step ms fused panels/dot tiles by batch: " + ", ".join(
+            f"{b}: {res.fused_step_s[b] * 1e3:.2f}/{res.dot_step_s[b] * 1e3:.2f}" for b in sorted(res.dot_step_s)))
     lines.append(f"load average at probe time: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cpus)")
     return lines
 

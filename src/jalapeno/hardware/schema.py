@@ -242,11 +242,13 @@ class Calibration(_Strict):
 
 class Execution(_Strict):
     """How the torch backend should run on this machine, chosen from measurements (``jalapeno hardware probe``
-    writes it for the local chip): the fused CPU decode kernel's crossover (most sequences of a decode step it
-    takes; 0 = off) and the intra-op thread count."""
+    writes it for the local chip): the fused CPU decode kernel's crossover (most tokens of a step it takes;
+    0 = off), the fewest rows from which its panel GEMMs beat its dot-product tiles (absent in probes from
+    before them), and the intra-op thread count."""
 
     fused_max_batch: Fact
     threads: Fact
+    panel_min_rows: Fact | None = None
 
 
 class Price(_Strict):

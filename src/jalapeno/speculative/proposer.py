@@ -33,7 +33,7 @@ class SpeculativeConfig:
     ngram_max: int = 3
     ngram_min: int = 1
     min_acceptance: float = 0.1
-    probe_tokens: int = 24
+    probe_tokens: int = 8
 
     def __post_init__(self) -> None:
         if self.method not in SPECULATIVE_METHODS:

@@ -55,10 +55,10 @@ class TorchBackend(Backend):
     verified in the same forward pass as the other chunks, by exact rejection sampling (docs/speculative.md).
     ``quantize`` ("fp8" | "mxfp4") quantizes the float linear layers at load time (docs/quantization.md);
     block-scaled checkpoints (DeepSeek FP8, GPT-OSS MXFP4) stay quantized without it.
-    ``weight_layout``: "batched" (default) stores float CPU weights row-major; decode steps of dense GQA models
-    then run the fused C kernel (:mod:`jalapeno.backends.torch.fused_decode`, 2-3x the PyTorch ops at 1-8
-    sequences) up to ``decode_policy``'s crossover (:class:`~jalapeno.backends.torch.runner.DecodePolicy`,
-    default 32 sequences). "single" stores the tall ones input-major: ~25% faster one-sequence decode through
+    ``weight_layout``: "batched" (default) stores float CPU weights row-major; steps of dense GQA models then
+    run the fused C kernel (:mod:`jalapeno.backends.torch.fused_decode`, 2-3x the PyTorch ops at 1-8
+    sequences, ~2x at 32-64) up to ``decode_policy``'s crossover in tokens per step
+    (:class:`~jalapeno.backends.torch.runner.DecodePolicy`, default 128). "single" stores the tall ones input-major: ~25% faster one-sequence decode through
     PyTorch ops, for models the kernel does not cover, and slower batches (:mod:`jalapeno.backends.torch.linear`).
     With ``loaded=``, the shared model is re-laid out in place.
     """

@@ -10,11 +10,12 @@ It is an optimisation of :meth:`CausalLM.forward` and nothing else: same weights
 ``batched`` row-major layout), same paged KV cache, same block table, same outputs to float32 rounding
 (tests/torch/test_fused_decode.py compares it with the PyTorch path and with ``transformers``). The model
 runner (:mod:`jalapeno.backends.torch.runner`) decides which path a step takes and holds the plan: its
-:class:`~jalapeno.backends.torch.runner.DecodePolicy` picks pure decode steps on CPU (every sequence feeding
-one token, at most its crossover of them, :data:`MAX_BATCH` by default), and :func:`plan_for` accepts the
-model only when everything matches what the kernel implements: float32, every layer a plain dense GQA block
-without sliding window or sinks, float weights fused and row-major. Anything else (prefill and mixed steps
-included), or a machine without a C compiler, runs the PyTorch path. The model modules never import this file.
+:class:`~jalapeno.backends.torch.runner.DecodePolicy` picks CPU steps of at most its crossover in tokens
+(:data:`MAX_BATCH` by default: decode steps, speculative verifications and short prefill chunks alike, one
+kernel row per token, :func:`step_rows`), and :func:`plan_for` accepts the model only when everything matches
+what the kernel implements: float32, every layer a plain dense GQA block without sliding window or sinks,
+float weights fused and row-major. Anything else (longer prefills included), or a machine without a C
+compiler, runs the PyTorch path. The model modules never import this file.
 """
 
 from __future__ import annotations
@@ -192,8 +193,9 @@ def plan_for(
     lib, _ = load_kernel("cpu_decode")
     fn = lib.jal_decode_step
     fn.restype = ctypes.c_int
+    i64p = ctypes.POINTER(ctypes.c_int64)
     fn.argtypes = [ctypes.POINTER(_Model), ctypes.c_int64, _f, _f, _f, ctypes.POINTER(ctypes.c_int32),
-                   ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), _f, ctypes.c_int]
+                   ctypes.c_int64, i64p, i64p, ctypes.c_int64, _f, ctypes.c_int, ctypes.c_int64]
     arr = (_Layer * len(layers))()
     for i, (layer, ts) in enumerate(zip(layers, per_layer)):
         attn = layer.self_attn
@@ -205,34 +207,54 @@ def plan_for(
     return DecodePlan(cm, arr, weights, signature, fn, head.shape[0], hidden, block_size)
 
 
-#: default crossover: most sequences one fused step takes (the runner's DecodePolicy may set another). Its
-#: GEMM reads each weight row once and multiplies it by every sequence's row while it sits in L1:
-#: bandwidth-bound steps (few sequences) gain most, 2.3-3x at 1-8 sequences on the 2-core AVX2 VM; from ~8
-#: sequences the step is compute-bound, and at ~48 MKL/oneDNN's blocked GEMMs are as fast, so larger decode
-#: batches take the PyTorch path (docs/performance.md)
-MAX_BATCH = 32
+#: default crossover: most tokens (kernel rows) one fused step takes, for a machine never probed (the runner's
+#: DecodePolicy takes the measured one, `jalapeno hardware probe`). Below PANEL_MIN_ROWS rows its GEMMs read each
+#: weight row once for every row of the step (bandwidth-bound steps: 2.3-3x PyTorch at 1-8 sequences on the
+#: 2-core AVX2 VM); from there, outer-product micro-kernels over activation panels run the compute-bound steps
+#: (one thread, CPU time, load ~16: 1.65x the dot-product tiles and 2.1x PyTorch at 32 rows, 1.9x at 64,
+#: 1.15x at a 256-token prefill, 0.68x at 512), so prefills of 512 tokens keep MKL (docs/performance.md)
+MAX_BATCH = 128
+
+
+#: default fewest rows (tokens) of a step that run the kernel's outer-product micro-kernels over activation
+#: panels instead of its dot-product tiles (the runner's DecodePolicy may set another)
+PANEL_MIN_ROWS = 8
+
+
+def step_rows(meta: StepMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per fed token: its sequence's block table row and its context length (position + 1), the kernel's view
+    of a step. A pure decode step is the metadata's own tables; a step feeding several tokens of a sequence (a
+    speculative verification, a prefill chunk) repeats the sequence's table once per token."""
+    if meta.max_q == 1:
+        return meta.block_tables.contiguous(), meta.context_lens.contiguous()
+    qlens = torch.tensor(meta.query_lens, dtype=torch.int64)
+    tables = meta.block_tables.repeat_interleave(qlens, dim=0).contiguous()
+    return tables, (meta.positions + 1).contiguous()
 
 
 def fused_decode_step(
     plan: DecodePlan, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: StepMetadata,
-    logits_index: torch.Tensor, threads: int,
+    logits_index: torch.Tensor, threads: int, panel_min: int = PANEL_MIN_ROWS,
 ) -> torch.Tensor:
-    """Run the step for the embedded tokens ``x [B, H]`` (one per sequence, in ``meta``'s order); returns
-    float32 logits ``[len(logits_index), vocab]`` for the rows in ``logits_index``."""
+    """Run the step for the embedded tokens ``x [T, H]`` (``meta``'s fed tokens, in order: one per sequence for
+    a decode step, or several consecutive ones per sequence); returns float32 logits
+    ``[len(logits_index), vocab]`` for the token rows in ``logits_index`` (the LM head runs for those only)."""
     b = x.shape[0]
     h = x.contiguous().clone()
     cos = cos.reshape(b, -1).contiguous()
     sin = sin.reshape(b, -1).contiguous()
-    tables = meta.block_tables.contiguous()
-    ctx = meta.context_lens.contiguous()
-    logits = torch.empty(b, plan.vocab, dtype=torch.float32)
+    tables, ctx = step_rows(meta)
+    n_out = logits_index.numel()  # 0: a prefill chunk that does not reach its prompt's end
+    every = n_out == b and (b == 1 or bool((logits_index == torch.arange(b)).all()))
+    rows = None if every or n_out == 0 else logits_index.to(torch.int64).contiguous()
+    logits = torch.empty(n_out, plan.vocab, dtype=torch.float32)
+    i64p = ctypes.POINTER(ctypes.c_int64)
     rc = plan.fn(
         ctypes.byref(plan.model), b, _ptr(h), _ptr(cos), _ptr(sin),
         ctypes.cast(tables.data_ptr(), ctypes.POINTER(ctypes.c_int32)), tables.shape[1],
-        ctypes.cast(ctx.data_ptr(), ctypes.POINTER(ctypes.c_int64)), _ptr(logits), threads,
+        ctypes.cast(ctx.data_ptr(), i64p), None if rows is None else ctypes.cast(rows.data_ptr(), i64p), n_out,
+        _ptr(logits), threads, panel_min,
     )
     if rc != 0:
         raise MemoryError("fused CPU decode step could not allocate its scratch buffers")
-    if logits_index.numel() == b and (b == 1 or bool((logits_index == torch.arange(b)).all())):
-        return logits
-    return logits.index_select(0, logits_index)
+    return logits

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 import torch
 
 from jalapeno.backends.torch.attention import SeqSlice, StepMetadata
-from jalapeno.backends.torch.fused_decode import MAX_BATCH, DecodePlan, fused_decode_step, plan_for
+from jalapeno.backends.torch.fused_decode import (
+    MAX_BATCH,
+    PANEL_MIN_ROWS,
+    DecodePlan,
+    fused_decode_step,
+    plan_for,
+)
 from jalapeno.backends.torch.linear import gemv_thread_count, gemv_threads
 from jalapeno.backends.torch.models.layers import CausalLM
 from jalapeno.errors import ConfigError
@@ -32,23 +38,31 @@ log = logging.getLogger(__name__)
 class DecodePolicy:
     """Which steps the fused CPU decode kernel may take; every other step runs the model's PyTorch forward.
 
-    ``fused_max_batch`` is the crossover: the most sequences of a pure decode step (each feeding one token)
-    the kernel takes; 0 switches it off. The default is the crossover measured on the 2-core AVX2 VM
+    ``fused_max_batch`` is the crossover: the most tokens of a step (sequences of a decode step, or all the
+    positions of a verification / prefill step) the kernel takes; 0 switches it off. ``panel_min_rows``: from
+    that many tokens the kernel's GEMMs run its outer-product panel micro-kernels (compute-bound steps) instead
+    of its dot-product tiles (bandwidth-bound ones). The default is the crossover measured on the 2-core AVX2 VM
     (:data:`~jalapeno.backends.torch.fused_decode.MAX_BATCH`, docs/performance.md); pass a measured one for
     another machine. Whether the model qualifies is not the policy's business (the plan checks that).
     """
 
     fused_max_batch: int = MAX_BATCH
+    #: fewest tokens of a step that take the kernel's outer-product panel micro-kernels (compute-bound steps)
+    panel_min_rows: int = PANEL_MIN_ROWS
 
     def __post_init__(self) -> None:
         if self.fused_max_batch < 0:
             raise ConfigError(
                 f"fused_max_batch must be >= 0 (0 switches the fused kernel off), got {self.fused_max_batch}"
             )
+        if self.panel_min_rows < 1:
+            raise ConfigError(f"panel_min_rows must be >= 1, got {self.panel_min_rows}")
 
     def wants_fused(self, device: torch.device, num_tokens: int, max_q: int) -> bool:
-        """A pure decode step (every sequence feeds one token) on CPU of at most ``fused_max_batch`` tokens."""
-        return device.type == "cpu" and max_q == 1 and 0 < num_tokens <= self.fused_max_batch
+        """A step on CPU feeding at most ``fused_max_batch`` tokens: a decode step of that many sequences, or
+        one with several tokens per sequence (speculative verification, a short prefill chunk), which the kernel
+        runs as one row per token."""
+        return device.type == "cpu" and 0 < num_tokens <= self.fused_max_batch
 
 
 #: the PyTorch path for every step (tests and benchmarks compare it with the kernel)
@@ -135,7 +149,7 @@ class ModelRunner:
             if plan is not None:
                 x, cos, sin = self.model.embed(input_ids, meta.positions)
                 threads = max(gemv_thread_count(), torch.get_num_threads())
-                return fused_decode_step(plan, x, cos, sin, meta, logits_index, threads)
+                return fused_decode_step(plan, x, cos, sin, meta, logits_index, threads, self.policy.panel_min_rows)
         return self.model(input_ids, meta, self.kv_cache, logits_index)
 
     def _decode_plan(self) -> DecodePlan | None:

@@ -136,3 +136,24 @@ def test_hardware_local_without_a_probe_says_how_to_get_one(tmp_path: Path, monk
         main(["simulate", "-m", "smollm2-135m", "-H", "local", "--isl", "64", "--osl", "8", "--concurrency", "1"])
     assert exc.value.code == 2
     assert "run `jalapeno hardware probe`" in capsys.readouterr().err
+
+
+def test_memory_fraction_is_what_a_batch1_decode_step_achieved(tmp_path: Path) -> None:
+    """memory_default = weight bytes / (step - layers x layer overhead) / best read bandwidth (hand count), written
+    into the chip YAML; no measured step keeps the fraction at 1; a step faster than the bandwidth caps it at 1."""
+    from jalapeno.hardware.catalog import load_catalog
+
+    res = pr.ProbeResult("cpu", "hand-made", 16.0, read_gbps={1: 10.0, 2: 20.0}, copy_gbps={1: 9.0, 2: 18.0},
+                         matmul_tflops={"fp32": {"prefill-512": 0.1}})
+    res.step_overhead_us, res.layer_overhead_us = 300.0, 50.0
+    assert pr.decode_memory_efficiency(res) is None
+    res.fused_step_s, res.torch_step_s = {1: 0.0103}, {1: 0.02}
+    res.decode_bytes, res.decode_layers = 120e6, 6
+    # 120 MB in 10.3 ms - 6 x 50 us = 10.0 ms -> 12 GB/s of the best 20 GB/s read = 0.6
+    assert pr.decode_memory_efficiency(res) == pytest.approx(0.6)
+    path = pr.write_chip(res, tmp_path, "local", "hand-made for tests")
+    chip = load_catalog([tmp_path]).resolve("local")
+    assert chip.efficiency.memory_default == pytest.approx(0.6)
+    res.fused_step_s = {1: 0.0011}  # faster than the read bandwidth allows: capped at 1
+    assert pr.decode_memory_efficiency(res) == 1.0
+    assert path.is_file()

@@ -176,3 +176,14 @@ def test_json_and_table_carry_the_confidence_label(capsys):
     out = capsys.readouterr().out
     assert e.value.code == 0
     assert "confidence" in out and "uncalibrated" in out and "warning: tpu-v6e is uncalibrated" in " ".join(out.split())
+
+
+def test_fp32_weights_and_kv_are_accepted_and_priced_at_four_bytes(capsys) -> None:
+    """`simulate --precision fp32 --kv-dtype fp32` (what the CPU engine runs; the cost model had it, the CLI
+    refused it): a batch-1 decode of a dense model is weight-bandwidth bound, so twice the bytes per weight
+    roughly doubles TPOT against bf16 (overheads and the bf16 KV keep it a little under 2)."""
+    args = ("--model", "llama-3.1-8b", "--hardware", "h100", "--isl", "256", "--osl", "64", "--num-prompts", "4",
+            "--concurrency", "1")
+    bf16 = run_json(capsys, *args)
+    fp32 = run_json(capsys, *args, "--precision", "fp32", "--kv-dtype", "fp32")
+    assert 1.6 < fp32["median_tpot_ms"] / bf16["median_tpot_ms"] < 2.05

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from jalapeno.errors import ConfigError
+from jalapeno.perf.types import KV_PRECISIONS, WEIGHT_PRECISIONS
 from jalapeno.sim.backend import Speculation
 from jalapeno.sim.client import run_workload
 from jalapeno.sim.cluster import Cluster, KVLink
 from jalapeno.sim.factory import DEFAULT_MIN_NUM_SEQS, SimLimits, build_sim_engines, cost_model_for
 
-PRECISIONS = ("native", "bf16", "fp8", "fp4", "mxfp4", "int4")
+PRECISIONS = WEIGHT_PRECISIONS  # the cost model's list (fp32: what the CPU engine runs)
 #: per-pool scenario fields: ``prefill_<x>`` / ``decode_<x>`` (setting any makes the run disaggregated)
 POOL_FIELDS = ("hardware", "workers", "tp", "ep", "pp", "chips_per_worker", "dp_attention", "precision")
 
@@ -228,8 +229,8 @@ def _validate(sc: Scenario) -> None:
             f"--dp), which run over its tp={sc.tp} chips; give --dp {sc.tp} (or --dp 1), or set --tp {sc.dp}")
     if sc.disaggregated and sc.dp > 1 and not sc.dp_attention:
         raise ConfigError(f"--dp {sc.dp} does not apply to a disaggregated run; give --prefill-workers / --decode-workers")
-    if sc.kv_dtype not in ("bf16", "fp8"):
-        raise ConfigError(f"--kv-dtype {sc.kv_dtype!r} must be bf16 or fp8")
+    if sc.kv_dtype not in KV_PRECISIONS:
+        raise ConfigError(f"--kv-dtype {sc.kv_dtype!r} must be one of {', '.join(KV_PRECISIONS)}")
     if sc.concurrency is None and sc.request_rate is None and sc.trace is None:
         raise ConfigError("give --concurrency N (closed loop) or --request-rate R (open loop)")
     if sc.request_rate is not None and not sc.request_rate > 0:

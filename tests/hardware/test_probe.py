@@ -157,3 +157,17 @@ def test_memory_fraction_is_what_a_batch1_decode_step_achieved(tmp_path: Path) -
     res.fused_step_s = {1: 0.0011}  # faster than the read bandwidth allows: capped at 1
     assert pr.decode_memory_efficiency(res) == 1.0
     assert path.is_file()
+
+
+def test_compute_fraction_is_what_a_prefill_step_achieved() -> None:
+    """compute_default = prefill FLOPs (hand count) / (step - layers x layer overhead) / fp32 matmul peak."""
+    # 2 layers, hidden 64, vocab 100, 8 tokens, 50,000 weights of which 6,400 are the (tied) embedding:
+    # 2*8*(50,000-6,400) + 4*64*2*8*9/2 + 2*64*100 = 697,600 + 18,432 + 12,800
+    assert pr.prefill_flops(50_000, 6_400, 2, 64, 100, 8) == 697_600 + 18_432 + 12_800
+    res = pr.ProbeResult("cpu", "hand-made", 16.0, read_gbps={2: 20.0}, matmul_tflops={"fp32": {"prefill-512": 0.1}})
+    res.layer_overhead_us, res.decode_layers = 100.0, 6
+    assert pr.prefill_compute_efficiency(res) is None
+    res.prefill_flops, res.prefill_step_s = 14e9, 0.2006  # 14 GFLOP in 200 ms (after 0.6 ms of layer overhead)
+    assert pr.prefill_compute_efficiency(res) == pytest.approx(0.7)
+    chip = pr.chip_dict(res, "local", "hand-made")
+    assert chip["efficiency"]["compute_default"] == pytest.approx(0.7)

@@ -157,6 +157,9 @@ class ProbeResult:
     #: and that model's layer count: with ``fused_step_s[1]`` they give the achieved fraction of the read bandwidth
     decode_bytes: float | None = None
     decode_layers: int = 0
+    #: one prefill step of the crossover model: its FLOPs and best time (the compute-bound step the engine runs)
+    prefill_flops: float | None = None
+    prefill_step_s: float | None = None
     power_w: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -428,6 +431,37 @@ def measure_crossover(res: ProbeResult, quick: bool, budget_s: float) -> None:
         for policy, out in paths:
             runner.policy = policy
             out[b] = _best_time(lambda: runner.forward(slices, ids, rows), budget_s, lambda: None)
+    measure_prefill(res, runner, loaded, layers, budget_s)
+
+
+#: prompt tokens of the probe's prefill step (the shape of the matmul peak, ``prefill-512``)
+PREFILL_TOKENS = 512
+
+
+def prefill_flops(params: float, embed_params: float, layers: int, hidden: int, vocab: int, tokens: int) -> float:
+    """FLOPs of one causal prefill of ``tokens`` from an empty cache: 2 per weight per token through every
+    matrix but the embedding, QK^T and PV over the causal triangle (2 x 2 x hidden x T(T+1)/2 per layer), and the
+    LM head for the last row only."""
+    dense = 2.0 * tokens * (params - embed_params)
+    attention = 4.0 * hidden * layers * tokens * (tokens + 1) / 2
+    return dense + attention + 2.0 * hidden * vocab
+
+
+def measure_prefill(res: ProbeResult, runner: Any, loaded: Any, layers: int, budget_s: float) -> None:
+    """Best time of one PREFILL_TOKENS-token prefill step through the runner (the engine's own choice of path)."""
+    from jalapeno.backends.torch.attention import SeqSlice
+    from jalapeno.backends.torch.runner import DecodePolicy
+
+    t = PREFILL_TOKENS
+    blocks = -(-t // 16)
+    if runner.num_blocks < blocks:
+        return
+    runner.policy = DecodePolicy()
+    hidden, vocab = int(loaded.cfg.hidden_size), int(loaded.cfg.vocab_size)
+    params = float(sum(p.numel() for p in loaded.model.parameters()))  # tied embedding counted once
+    res.prefill_flops = prefill_flops(params, float(hidden * vocab), layers, hidden, vocab, t)
+    sl = [SeqSlice(0, t, list(range(blocks)))]
+    res.prefill_step_s = _best_time(lambda: runner.forward(sl, [1] * t, [t - 1]), budget_s, lambda: None)
 
 
 
@@ -461,9 +495,14 @@ def chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
                        "bandwidth_tbps": _fact(res.cache_read_gbps / 1e3, source, "read of a buffer half the L2")})
     none = {"value": None, "status": "unknown", "source": "a single local device: no chip-to-chip network"}
     mem_eff = decode_memory_efficiency(res)
+    comp_eff = prefill_compute_efficiency(res)
     eff: dict[str, Any] = {
-        "compute_default": 1.0, "memory_default": round(mem_eff, 3) if mem_eff else 1.0,
-        "source": f"{source}: compute peaks are achieved matmul rates (fraction 1); " + (
+        "compute_default": round(comp_eff, 3) if comp_eff else 1.0,
+        "memory_default": round(mem_eff, 3) if mem_eff else 1.0,
+        "source": f"{source}: " + (
+            f"compute_default = the fraction of the fp32 matmul peak a {PREFILL_TOKENS}-token prefill step achieved "
+            f"({res.prefill_flops / 1e9:.1f} GFLOP in {res.prefill_step_s * 1e3:.1f} ms, less its layers' overhead); "
+            if comp_eff else "compute fraction 1 (no prefill step measured); ") + (
             f"memory_default = the fraction of the read bandwidth a batch-1 fused decode step achieved "
             f"({res.decode_bytes / 1e6:.0f} MB of weights in {res.fused_step_s[1] * 1e3:.2f} ms, less its layers' "
             f"overhead)" if mem_eff else "memory fraction 1 (no fused decode step measured)")}
@@ -507,6 +546,19 @@ def decode_memory_efficiency(res: ProbeResult) -> float | None:
     fixed = res.decode_layers * (res.layer_overhead_us or 0.0) * 1e-6
     t = step - fixed if step - fixed > 0.25 * step else step
     return min(1.0, res.decode_bytes / t / bw)
+
+
+def prefill_compute_efficiency(res: ProbeResult) -> float | None:
+    """Achieved fraction of the fp32 matmul peak in a real prefill step: FLOPs / (step time - layers x layer
+    overhead) / peak, capped at 1 (the peak is a bare 512xKxK matmul; a step adds attention, norms, activations
+    and the memory traffic between them). None when not measured."""
+    peak = res.matmul_tflops.get("fp32", {}).get("prefill-512")
+    step = res.prefill_step_s
+    if not step or not res.prefill_flops or not peak:
+        return None
+    fixed = res.decode_layers * (res.layer_overhead_us or 0.0) * 1e-6
+    t = step - fixed if step - fixed > 0.25 * step else step
+    return min(1.0, res.prefill_flops / t / (peak * 1e12))
 
 
 def _measurement_notes(res: ProbeResult) -> list[str]:

@@ -91,9 +91,15 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--hardware", default="local", help="the simulated chip (default: the probed local chip)")
     ap.add_argument("--prompts-per-slot", type=int, default=3, help="requests = this x concurrency (min 4)")
+    ap.add_argument("--concurrency", default=None, help="comma list overriding the grid's concurrencies")
+    ap.add_argument("--isl", default=None, help="comma list overriding the grid's input lengths")
+    ap.add_argument("--osl", default=None, help="comma list overriding the grid's output lengths")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    grid = QUICK if args.quick else GRID
+    grid = dict(QUICK if args.quick else GRID)
+    for key in ("concurrency", "isl", "osl"):
+        if getattr(args, key):
+            grid[key] = [int(v) for v in getattr(args, key).split(",")]
     port = free_port()
     server = start_server(args.device, port, max(grid["concurrency"]))
     points = []

@@ -171,3 +171,20 @@ def test_compute_fraction_is_what_a_prefill_step_achieved() -> None:
     assert pr.prefill_compute_efficiency(res) == pytest.approx(0.7)
     chip = pr.chip_dict(res, "local", "hand-made")
     assert chip["efficiency"]["compute_default"] == pytest.approx(0.7)
+
+
+def test_prefill_step_is_measured_through_the_runner() -> None:
+    """The probe's prefill step runs the real runner on a random Llama and counts its FLOPs from the model."""
+    pytest.importorskip("torch")
+    import torch
+
+    from jalapeno.backends.torch.runner import ModelRunner
+
+    loaded = pr.random_llama(1, 64, 96, 128, "cpu")
+    runner = ModelRunner(loaded.model, 40, 16, "cpu", torch.float32)
+    res = pr.ProbeResult("cpu", "hand-made", 16.0)
+    pr.measure_prefill(res, runner, loaded, 1, 0.01)
+    params = sum(p.numel() for p in loaded.model.parameters())
+    t = pr.PREFILL_TOKENS
+    assert res.prefill_flops == pr.prefill_flops(params, 64 * 128, 1, 64, 128, t)
+    assert res.prefill_step_s is not None and res.prefill_step_s > 0

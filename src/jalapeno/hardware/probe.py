@@ -457,7 +457,7 @@ def measure_prefill(res: ProbeResult, runner: Any, loaded: Any, layers: int, bud
     if runner.num_blocks < blocks:
         return
     runner.policy = DecodePolicy()
-    hidden, vocab = int(loaded.cfg.hidden_size), int(loaded.cfg.vocab_size)
+    hidden, vocab = int(loaded.config.hidden_size), int(loaded.config.vocab_size)
     params = float(sum(p.numel() for p in loaded.model.parameters()))  # tied embedding counted once
     res.prefill_flops = prefill_flops(params, float(hidden * vocab), layers, hidden, vocab, t)
     sl = [SeqSlice(0, t, list(range(blocks)))]

@@ -534,6 +534,13 @@ def chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
     return out
 
 
+def _net_of_layer_overhead(res: ProbeResult, step: float) -> float:
+    """``step`` less the crossover model's per-layer engine overhead (which the simulator prices separately); the
+    whole step when that overhead would be most of it (a noisy overhead probe)."""
+    fixed = res.decode_layers * (res.layer_overhead_us or 0.0) * 1e-6
+    return step - fixed if step - fixed > 0.25 * step else step
+
+
 def decode_memory_efficiency(res: ProbeResult) -> float | None:
     """Achieved fraction of the best read bandwidth in a batch-1 fused decode step: the step streams its weights
     once (``decode_bytes``), so bytes / (step time - layers x layer overhead) / read bandwidth, capped at 1. The
@@ -543,8 +550,7 @@ def decode_memory_efficiency(res: ProbeResult) -> float | None:
     bw = max(res.read_gbps.values(), default=0.0) * 1e9
     if not step or not res.decode_bytes or bw <= 0:
         return None
-    fixed = res.decode_layers * (res.layer_overhead_us or 0.0) * 1e-6
-    t = step - fixed if step - fixed > 0.25 * step else step
+    t = _net_of_layer_overhead(res, step)
     return min(1.0, res.decode_bytes / t / bw)
 
 
@@ -556,8 +562,7 @@ def prefill_compute_efficiency(res: ProbeResult) -> float | None:
     step = res.prefill_step_s
     if not step or not res.prefill_flops or not peak:
         return None
-    fixed = res.decode_layers * (res.layer_overhead_us or 0.0) * 1e-6
-    t = step - fixed if step - fixed > 0.25 * step else step
+    t = _net_of_layer_overhead(res, step)
     return min(1.0, res.prefill_flops / t / (peak * 1e12))
 
 

@@ -20,7 +20,6 @@ from jalapeno.sim.client import run_workload
 from jalapeno.sim.cluster import Cluster, KVLink
 from jalapeno.sim.factory import DEFAULT_MIN_NUM_SEQS, SimLimits, build_sim_engines, cost_model_for
 
-PRECISIONS = WEIGHT_PRECISIONS  # the cost model's list (fp32: what the CPU engine runs)
 #: per-pool scenario fields: ``prefill_<x>`` / ``decode_<x>`` (setting any makes the run disaggregated)
 POOL_FIELDS = ("hardware", "workers", "tp", "ep", "pp", "chips_per_worker", "dp_attention", "precision")
 
@@ -221,8 +220,8 @@ def _validate(sc: Scenario) -> None:
         _pos(n, getattr(sc, n))
     for n in ("precision", "prefill_precision", "decode_precision"):
         v = getattr(sc, n)
-        if v is not None and v not in PRECISIONS:
-            raise ConfigError(f"--{n.replace('_', '-')} {v!r} must be one of {', '.join(PRECISIONS)}")
+        if v is not None and v not in WEIGHT_PRECISIONS:
+            raise ConfigError(f"--{n.replace('_', '-')} {v!r} must be one of {', '.join(WEIGHT_PRECISIONS)}")
     if sc.dp_attention and sc.dp > 1 and sc.dp != sc.tp:
         raise ConfigError(
             f"--dp {sc.dp} with --dp-attention: dp counts the attention replicas inside one engine (SGLang's "

@@ -23,12 +23,23 @@ class EngineConfig:
     #: longest sequence (prompt + output); None = unlimited
     max_model_len: int | None = None
     num_kv_blocks: int | None = None
+    #: serving-stack scheduling policy (``jalapeno.perf.frameworks.SchedulingPolicy``; defaults = vLLM V1):
+    #: a step that prefills runs no decodes (SGLang without ``--enable-mixed-chunk``: decode pauses)
+    separate_prefill: bool = False
+    #: prompt tokens in one prefill-only step (SGLang ``--max-prefill-tokens`` / ``--chunked-prefill-size``);
+    #: None = ``max_num_batched_tokens``. Only with ``separate_prefill``.
+    max_prefill_tokens: int | None = None
+    #: new requests are received only every this many decode steps, and right after a step that prefilled
+    #: (SGLang ``--scheduler-recv-interval``); 1 = every step
+    recv_interval: int = 1
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ConfigError("block_size, max_num_seqs and max_num_batched_tokens must all be >= 1")
         if self.num_speculative_tokens < 0:
             raise ConfigError(f"num_speculative_tokens must be >= 0 (got {self.num_speculative_tokens})")
+        if self.recv_interval < 1 or (self.max_prefill_tokens is not None and self.max_prefill_tokens < 1):
+            raise ConfigError("recv_interval and max_prefill_tokens must be >= 1")
         per_seq = 1 + self.num_speculative_tokens
         if self.max_num_batched_tokens < self.max_num_seqs * per_seq:
             raise ConfigError(

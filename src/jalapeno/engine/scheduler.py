@@ -13,6 +13,12 @@ With an offload tier (the block manager's ``offload_blocks``) that has room, the
 there instead and comes back when it is readmitted (the batch's ``loaded_tokens``, priced by the backend):
 no recompute.
 
+Serving-stack policies (``EngineConfig``, default off = the vLLM V1 policy above; a framework profile turns them
+on, ``jalapeno.perf.frameworks.SchedulingPolicy``): ``separate_prefill`` — a step that prefills carries no decodes
+(SGLang without mixed chunks: prefill batches run alone under ``max_prefill_tokens``, decode pauses);
+``recv_interval`` — new requests reach the waiting queue only every that many decode steps or right after a step
+that prefilled (SGLang ``--scheduler-recv-interval``), so they wait in an inbox meanwhile.
+
 Multi-step: when every chunk of a step samples (decodes, and prompts whose last chunk this is) and nothing
 can change the batch for K steps — no completion (bounded with ``1 + k`` tokens per step), no admission
 (nothing waits, or admission failed for lack of blocks or sequence slots, which persists while decoding),
@@ -60,6 +66,9 @@ class Scheduler:
         self.bm = block_manager
         self.on_free = on_free
         self.waiting: deque[Sequence] = deque()
+        #: arrivals not yet received (``recv_interval`` > 1 only)
+        self.inbox: deque[Sequence] = deque()
+        self._recv_count = config.recv_interval  # decode steps since the last receive (receive at once)
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self._num_decodes = 0  # decode chunks at the head of the batch being built
@@ -75,10 +84,10 @@ class Scheduler:
     # --- queue management ---------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
         seq.status = SeqStatus.WAITING
-        self.waiting.append(seq)
+        (self.inbox if self.config.recv_interval > 1 else self.waiting).append(seq)
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.inbox)
 
     def finish(self, seq: Sequence, reason: FinishReason) -> None:
         """Mark ``seq`` finished and release its blocks (the caller removes it from ``running``)."""
@@ -99,11 +108,12 @@ class Scheduler:
                 del self.running[i]
                 self.finish(s, "abort")
                 return s
-        for s in self.waiting:
-            if s.seq_id == seq_id:
-                self.waiting.remove(s)
-                self.finish(s, "abort")
-                return s
+        for queue in (self.waiting, self.inbox):
+            for s in queue:
+                if s.seq_id == seq_id:
+                    queue.remove(s)
+                    self.finish(s, "abort")
+                    return s
         return None
 
     def _preempt(self, seq: Sequence) -> None:
@@ -133,6 +143,12 @@ class Scheduler:
         decode :class:`SeqChunk` is reused from step to step (its ``start`` updated): a batch's chunks are
         valid until the next call."""
         cfg = self.config
+        if cfg.recv_interval > 1:
+            max_steps = self._receive(max_steps)
+        if cfg.separate_prefill:
+            batch = self._schedule_prefill_only()
+            if batch is not None:
+                return batch
         per = 1 + cfg.num_speculative_tokens
         self._num_decodes = 0
         self._loaded = 0
@@ -168,6 +184,39 @@ class Scheduler:
         return ScheduledBatch(chunks, num_steps=steps, num_decodes=nd, decode_start_sum=start_sum,
                               loaded_tokens=self._loaded, num_grouped=grouped,
                               group=self.group if grouped else None)
+
+    def _receive(self, max_steps: int) -> int:
+        """``recv_interval``: move the inbox to the waiting queue when ``recv_interval`` decode steps have passed
+        since the last receive (a step that prefilled counts as all of them) or nothing runs; returns
+        ``max_steps`` bounded so that a multi-step batch ends at the next receive."""
+        interval = self.config.recv_interval
+        if self._recv_count >= interval or not self.running:
+            self.waiting.extend(self.inbox)
+            self.inbox.clear()
+            self._recv_count = 0
+        return max(1, min(max_steps, interval - self._recv_count))
+
+    def _schedule_prefill_only(self) -> ScheduledBatch | None:
+        """``separate_prefill``: a batch of prefill chunks only (running prompts first, then admissions) under
+        ``max_prefill_tokens``; None when there is nothing to prefill (then the step decodes)."""
+        cfg = self.config
+        partial = [s for s in self.running if s.group is None and
+                   (not s.num_output_tokens or s.num_computed_tokens < s.prompt_len + s.num_output_tokens - 1)]
+        if not partial and not (self.waiting and len(self.running) < cfg.max_num_seqs):
+            return None
+        if self.group is not None and self.group.members:
+            self.group.dissolve()  # the decodes pause: every sequence goes through the per-sequence walk
+        self._num_decodes = 0
+        self._loaded = 0
+        chunks: list[SeqChunk] = []
+        preempted, budget = self._schedule_prefills(partial, chunks, cfg.max_prefill_tokens or cfg.max_num_batched_tokens)
+        if not preempted:
+            self._admit(chunks, budget)
+        if not chunks:
+            return None
+        self.num_grouped = 0
+        return ScheduledBatch(chunks, num_steps=1, num_decodes=0, decode_start_sum=None,
+                              loaded_tokens=self._loaded, num_grouped=0, group=None)
 
     def _schedule_group(self, k_left: int) -> tuple[list[SeqChunk], bool, int, int]:
         """The lockstep group's members (the head of ``running``) as a block: only those that cross into a new
@@ -460,6 +509,8 @@ class Scheduler:
             running.remove(seq)
         if fast and self.group is not None:
             self._regroup(batch.chunks, nd)
+        if self.config.recv_interval > 1:  # a step that prefilled ends the receive interval
+            self._recv_count += self.config.recv_interval if up.prefilled else timing.num_steps
         return up
 
     def _advance_group(self, members: int, timing: StepTiming, trim: bool, up: StepUpdate) -> int:

@@ -124,10 +124,15 @@ def _latency_ms(spec: SimSpec, eff: Efficiency, params: dict[str, float]) -> flo
     return float(params.get(f"fw.{fw}", eff.framework_overhead_ms.get(fw, get_framework(fw).request_overhead_ms)))
 
 
+#: run each point's serving-stack scheduling policy (``--no-scheduling``: every stack as vLLM-style mixed prefill)
+SCHEDULING = {"on": True}
+
+
 def _job(args) -> dict:
-    spec, eff, per, ms = args
+    spec, eff, per, ms, sched = args
     try:
-        return simulate(spec, eff, prompts_per_concurrency=per, frameworks=False, request_overhead_ms=ms)
+        return simulate(spec, eff, prompts_per_concurrency=per, frameworks=False, request_overhead_ms=ms,
+                        scheduling=sched)
     except Exception as exc:  # noqa: BLE001 - a failed point is reported, not fatal
         return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -141,7 +146,7 @@ def predict(specs: list[SimSpec], params: dict[str, float] | None, per: int, poo
     for s in specs:
         eff = efficiency_with(efficiency_of(s.chip), params)
         n = per if max_requests is None else max(1, min(per, max_requests // max(1, s.concurrency or 1)))
-        jobs.append((s, eff, n, _latency_ms(s, eff, params)))
+        jobs.append((s, eff, n, _latency_ms(s, eff, params), SCHEDULING["on"]))
     order = sorted(range(len(jobs)), key=lambda i: -(specs[i].concurrency or 1) * (specs[i].osl + specs[i].isl / 8))
     res = list(pool.map(_job, [jobs[i] for i in order], chunksize=1)) if pool else [_job(jobs[i]) for i in order]
     out: list[dict] = [{}] * len(jobs)
@@ -312,12 +317,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="fit: per-kernel cost (kernels counted from the architecture; no per-layer constants) or "
                          "the per-layer / per-MoE-layer constants (dense per-layer prior DENSE_LAYER_US)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--no-scheduling", action="store_true",
+                    help="price every serving stack with the engine's default (vLLM-style mixed prefill) scheduling, "
+                         "not its profile's policy and InferenceX launch flags (the before-#13-scheduling baseline)")
     ap.add_argument("--by-model", action="store_true", help="eval: also group by model/framework, concurrency, ISL")
     ap.add_argument("--dump", type=Path, help="eval: write every point's measured and predicted metrics (JSON lines)")
     ap.add_argument("--source", default="", help="write: the efficiency block's source text")
     ap.add_argument("--calibration", help="write: the calibration block (JSON)")
     ap.add_argument("--fit-source", default="", help="write: where the fit came from (each fitted value's Fact source)")
     a = ap.parse_args(argv)
+    SCHEDULING["on"] = not a.no_scheduling
     if a.mode == "write":  # put fitted values (--params) into the chip files named by --chip
         params: dict = {}
         for f in a.params or []:

@@ -90,12 +90,15 @@ def framework_profile(spec: SimSpec) -> str | None:
 
 def simulate(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int = 0,
              prompts_per_concurrency: int | None = None, frameworks: bool = True,
-             request_overhead_ms: float | None = None, kv_handoff_ms: float | None = None) -> dict[str, float]:
+             request_overhead_ms: float | None = None, kv_handoff_ms: float | None = None,
+             scheduling: bool = True) -> dict[str, float]:
     """Predicted metrics of ``spec`` (keys of :data:`jalapeno.calibration.points.METRICS`, SI units).
 
     ``frameworks``: InferenceX rows use their serving framework's request overhead (else the chip's generic
     one); ``request_overhead_ms`` overrides both (what ``--fit-frameworks`` searches); ``kv_handoff_ms``
-    overrides a disaggregated stack's handoff latency (disaggregated points only).
+    overrides a disaggregated stack's handoff latency (disaggregated points only). ``scheduling``: run the
+    point's serving-stack scheduling policy (:func:`jalapeno.calibration.launch.launch_policy`; False: the
+    engine scheduler's default, vLLM-style mixed prefill, for every stack).
     Raises :class:`~jalapeno.errors.CapacityError` when the model does not fit."""
     if getattr(spec, "disagg", None) is not None:  # both pools, per-pool layouts (calibration.disagg)
         from jalapeno.calibration.disagg import simulate_disagg
@@ -104,7 +107,7 @@ def simulate(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int =
                                frameworks=frameworks, request_overhead_ms=request_overhead_ms,
                                kv_handoff_ms=kv_handoff_ms)
     run = run_point(spec, efficiency, seed=seed, prompts_per_concurrency=prompts_per_concurrency,
-                    frameworks=frameworks, request_overhead_ms=request_overhead_ms)
+                    frameworks=frameworks, request_overhead_ms=request_overhead_ms, scheduling=scheduling)
     return run.predicted
 
 
@@ -123,7 +126,7 @@ class PointRun:
 
 def run_point(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int = 0,
               prompts_per_concurrency: int | None = None, frameworks: bool = True,
-              request_overhead_ms: float | None = None, backend_cls=None) -> PointRun:
+              request_overhead_ms: float | None = None, backend_cls=None, scheduling: bool = True) -> PointRun:
     """:func:`simulate` of an aggregated point, keeping what it ran (``backend_cls``: a
     :class:`~jalapeno.sim.backend.SimBackend` subclass that observes the steps, see
     :mod:`jalapeno.calibration.linearise`)."""
@@ -149,6 +152,13 @@ def run_point(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int 
     # the simulator's default limits (jalapeno.sim.factory.SimLimits): a token budget of 8192 per step (the
     # vLLM/SGLang/TRT-LLM chunked-prefill default on Hopper); never fewer sequence slots than ``conc``
     kw = {} if backend_cls is None else {"backend_cls": backend_cls}
+    if scheduling:  # the serving stack's prefill scheduling, as InferenceX launched it
+        from jalapeno.calibration.launch import launch_policy
+        from jalapeno.sim.factory import SimLimits
+
+        policy = launch_policy(spec)
+        if policy is not None:
+            kw["limits"] = SimLimits(scheduling=policy)
     engine = build_sim_engine(cm, speculation=spec_dec, in_flight=conc, **kw)
     attach = getattr(engine.backend, "attach_clock", None)
     if attach is not None:  # an observing backend reads step start times off the engine's clock

@@ -19,6 +19,7 @@ from jalapeno.sim.backend import CostModelLike, SimBackend, Speculation
 if TYPE_CHECKING:
     from jalapeno.hardware.schema import ChipSpec, Efficiency
     from jalapeno.models.arch import ModelArch
+    from jalapeno.perf.frameworks import SchedulingPolicy
     from jalapeno.perf.model import CostModel
 
 #: sequences a simulated engine may run at once when the caller names no limit: at least this many, and at
@@ -96,6 +97,9 @@ class SimLimits:
     max_num_batched_tokens: int = 8192
     block_size: int = 16
     max_model_len: int | None = None
+    #: the serving stack's scheduling policy (``jalapeno.perf.frameworks.SchedulingPolicy``); None = the engine
+    #: scheduler's default (vLLM V1: prefill chunks mixed into decode steps)
+    scheduling: "SchedulingPolicy | None" = None
 
     def engine_config(self, in_flight: int | None = None, spec_tokens: int = 0) -> EngineConfig:
         """The :class:`EngineConfig` for a workload keeping ``in_flight`` requests in flight."""
@@ -106,7 +110,16 @@ class SimLimits:
             max_num_batched_tokens=max(self.max_num_batched_tokens, seqs * (1 + spec_tokens)),
             num_speculative_tokens=spec_tokens,
             max_model_len=self.max_model_len,
+            **policy_config(self.scheduling),
         )
+
+
+def policy_config(policy: "SchedulingPolicy | None") -> dict:
+    """The :class:`EngineConfig` fields of a serving stack's scheduling policy (empty: the defaults)."""
+    if policy is None:
+        return {}
+    return {"separate_prefill": policy.separate_prefill, "max_prefill_tokens": policy.max_prefill_tokens,
+            "recv_interval": policy.recv_interval}
 
 
 def build_sim_engines(

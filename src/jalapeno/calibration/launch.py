@@ -1,0 +1,65 @@
+"""The serving stacks' launch flags InferenceX ran with: per-run overrides of a framework's scheduling policy.
+
+A published point measures a stack *as launched*; where the benchmark scripts set scheduler flags away from the
+stack's defaults, those flags are part of the configuration the simulator must run. Source: the InferenceX
+benchmark scripts (github.com/SemiAnalysisAI/InferenceX, ``benchmarks/dsr1_*_{b200,h200,mi355x}.sh``, the
+versions that produced the rows of ``benchmarks/data``; their ``sglang.launch_server`` lines):
+
+* B200, SGLang, DeepSeek-R1 (fp4 and fp8, TP8): ``--scheduler-recv-interval 30`` when ``CONC >= 16``, else 10
+  (fp8 TP4: 10); ``--chunked-prefill-size 16384`` (fp4) / ``--chunked-prefill-size 32768 --max-prefill-tokens
+  32768`` (fp8 TP8) / 8192 (fp8 TP4).
+* H200, SGLang, DeepSeek-R1 fp8: ``--chunked-prefill-size 32768 --max-prefill-tokens 32768``; receive interval
+  left at its default (1).
+* MI355X, SGLang, DeepSeek-R1 (fp4, fp8): ``--chunked-prefill-size 196608 --max-prefill-tokens 196608`` (fp4
+  8k/1k at ``CONC > 32``: 32768) and ``--num-continuous-decode-steps 4``: the event loop runs 4 decode steps
+  before it looks for new requests again, i.e. a receive interval of 4 decode steps.
+
+Other stacks (vLLM, TensorRT-LLM, ATOM) keep their profile's policy: their scripts set token budgets at or near
+the simulator's 8192 default.
+"""
+
+from __future__ import annotations
+
+from jalapeno.calibration.points import SimSpec
+from jalapeno.perf.frameworks import SchedulingPolicy, get_framework, scheduling_policy
+
+SCRIPTS = "InferenceX benchmark scripts (github.com/SemiAnalysisAI/InferenceX benchmarks/dsr1_*.sh, sglang.launch_server flags)"
+
+
+def _sglang_launch(spec: SimSpec) -> dict:
+    """The launch-flag overrides of an InferenceX SGLang DeepSeek-R1 run (empty: the stack's defaults)."""
+    conc = spec.concurrency or 0
+    if spec.chip == "b200":
+        if spec.weights == "fp4":
+            return {"recv_interval": 30 if conc >= 16 else 10, "max_prefill_tokens": 16384}
+        if spec.layout.tp == 4:
+            return {"recv_interval": 10, "max_prefill_tokens": 8192}
+        return {"recv_interval": 30 if conc >= 16 else 10, "max_prefill_tokens": 32768}
+    if spec.chip == "h200":
+        return {"max_prefill_tokens": 32768}
+    if spec.chip == "mi355x":
+        big = spec.weights == "fp4" and spec.isl == 8192 and spec.osl == 1024 and conc > 32
+        return {"recv_interval": 4, "max_prefill_tokens": 32768 if big else 196608}
+    return {}
+
+
+def launch_policy(spec: SimSpec) -> SchedulingPolicy | None:
+    """The scheduling policy one InferenceX point ran with: its framework profile's, with the launch flags of
+    the benchmark script applied (:data:`SCRIPTS`). None for rows without a known framework profile."""
+    from jalapeno.errors import ConfigError
+
+    if spec.kind != "ix" or not spec.framework:
+        return None
+    try:
+        fw = get_framework(spec.framework)
+    except ConfigError:
+        return None
+    policy = scheduling_policy(fw)
+    if (fw.engine or fw.key) == "sglang" and spec.model.startswith("deepseek"):
+        over = _sglang_launch(spec)
+        if over:
+            policy = policy.with_(**over, source=f"{policy.source}; launch flags: {SCRIPTS}")
+    return policy
+
+
+__all__ = ["launch_policy", "SCRIPTS"]

@@ -124,7 +124,8 @@ class Scenario:
     trace: str | None = None
     hardware_dir: list[str] = field(default_factory=list)
     #: serving-framework profile (jalapeno.perf.frameworks: vllm | sglang | trt-llm): its per-request front-end
-    #: latency replaces the chip's generic ``efficiency.request_overhead_ms``; None keeps the chip's
+    #: latency replaces the chip's generic ``efficiency.request_overhead_ms``; None keeps the chip's. An
+    #: aggregated run also takes the stack's scheduling policy (SGLang: prefill batches run alone)
     framework: str | None = None
     #: disaggregated: fixed per-request prefill -> decode handoff latency (ms) on the KV link; None = the
     #: framework profile's (a disaggregated stack such as dynamo-trt carries a fitted value; engines 0)
@@ -391,6 +392,10 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
     if not sc.disaggregated:
         cm = _cost_model(sc, arch, sc.hardware, sc.tp, sc.ep, sc.dp_attention, efficiency=efficiency)
         replicas = 1 if sc.dp_attention else sc.dp
+        if sc.framework:  # the stack's prefill scheduling (SGLang: prefill batches alone); aggregated runs only
+            from jalapeno.perf.frameworks import scheduling_policy
+
+            limits = replace(limits, scheduling=scheduling_policy(sc.framework))
         engines = build_sim_engines(cm, replicas, speculation=speculation_for(cm), limits=limits, in_flight=in_flight)
         target = engines[0] if replicas == 1 else Cluster(engines)
         result = run_workload(target, wl, stop)

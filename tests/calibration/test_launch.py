@@ -1,0 +1,49 @@
+"""Serving-stack scheduling policies reach the ONE scheduler as configuration: framework profile -> SimLimits ->
+EngineConfig, and an InferenceX point's launch flags (calibration.launch, from the benchmark scripts)."""
+
+import pytest
+
+from jalapeno.calibration.launch import launch_policy
+from jalapeno.calibration.points import Layout, SimSpec
+from jalapeno.perf.frameworks import SGLANG_POLICY, get_framework, scheduling_policy
+from jalapeno.sim.factory import SimLimits
+
+
+def spec(chip, fw, weights="fp4", tp=8, conc=64, isl=1024, osl=1024, model="deepseek-r1"):
+    return SimSpec(model, chip, Layout(tp=tp), weights, "fp8", isl, osl, conc, 0.8, framework=fw)
+
+
+def test_profiles_name_their_policy():
+    assert scheduling_policy("sglang").separate_prefill is True
+    assert scheduling_policy("sglang").max_prefill_tokens == 16384  # SGLang server_args default
+    assert scheduling_policy("vllm").separate_prefill is False
+    assert scheduling_policy("trt").separate_prefill is False
+    assert scheduling_policy("dynamo-sglang") is scheduling_policy("sglang")  # a disaggregated stack: its engine's
+    assert scheduling_policy(None).recv_interval == 1
+    assert "server_args" in get_framework("sglang").scheduling.source
+
+
+def test_limits_carry_the_policy_into_the_engine_config():
+    cfg = SimLimits(scheduling=SGLANG_POLICY.with_(recv_interval=30)).engine_config(64)
+    assert (cfg.separate_prefill, cfg.max_prefill_tokens, cfg.recv_interval) == (True, 16384, 30)
+    plain = SimLimits().engine_config(64)
+    assert (plain.separate_prefill, plain.max_prefill_tokens, plain.recv_interval) == (False, None, 1)
+
+
+@pytest.mark.parametrize("chip,weights,tp,conc,want", [
+    ("b200", "fp4", 8, 64, (30, 16384)),     # dsr1_fp4_b200.sh: recv interval 30 at CONC >= 16
+    ("b200", "fp4", 4, 8, (10, 16384)),      # ... 10 below
+    ("b200", "native", 8, 16, (30, 32768)),  # dsr1_fp8_b200.sh TP8
+    ("b200", "native", 4, 64, (10, 8192)),   # dsr1_fp8_b200.sh TP4
+    ("h200", "native", 8, 64, (1, 32768)),   # dsr1_fp8_h200.sh: no recv interval
+    ("mi355x", "fp4", 8, 64, (4, 196608)),   # dsr1_fp4_mi355x.sh: --num-continuous-decode-steps 4
+])
+def test_inferencex_launch_flags(chip, weights, tp, conc, want):
+    p = launch_policy(spec(chip, "sglang", weights, tp, conc))
+    assert p.separate_prefill and (p.recv_interval, p.max_prefill_tokens) == want
+    assert "InferenceX" in p.source
+
+
+def test_other_stacks_keep_their_profile():
+    assert launch_policy(spec("b200", "vllm", model="gpt-oss-120b")) == scheduling_policy("vllm")
+    assert launch_policy(spec("b200", "atom")) is None  # no profile: the engine's default

@@ -68,7 +68,8 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         #: arrivals not yet received (``recv_interval`` > 1 only)
         self.inbox: deque[Sequence] = deque()
-        self._recv_count = config.recv_interval  # decode steps since the last receive (receive at once)
+        self._recv_count = 0  # decode steps since the last receive
+        self._recv_next = True  # receive at the next schedule (the start, and after a step that prefilled)
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self._num_decodes = 0  # decode chunks at the head of the batch being built
@@ -186,22 +187,37 @@ class Scheduler:
                               group=self.group if grouped else None)
 
     def _receive(self, max_steps: int) -> int:
-        """``recv_interval``: move the inbox to the waiting queue when ``recv_interval`` decode steps have passed
-        since the last receive (a step that prefilled counts as all of them) or nothing runs; returns
-        ``max_steps`` bounded so that a multi-step batch ends at the next receive."""
-        interval = self.config.recv_interval
-        if self._recv_count >= interval or not self.running:
-            self.waiting.extend(self.inbox)
-            self.inbox.clear()
-            self._recv_count = 0
-        return max(1, min(max_steps, interval - self._recv_count))
+        """``recv_interval``: the stack receives new requests every ``recv_interval`` decode steps, right after
+        a step that prefilled, and whenever nothing runs; arrivals in between wait in the inbox. Returns
+        ``max_steps`` bounded so that a multi-step batch ends at the next receive while the inbox holds any.
+        Receives that find the inbox empty change nothing but the phase: an arrival that cut a multi-step batch
+        short (the engine stops it at the next arrival) waits for the next multiple of the interval."""
+        if self._recv_next or not self.running:
+            self._take_inbox()
+        elif self.inbox:
+            interval = self.config.recv_interval
+            phase = self._recv_count % interval
+            if phase == 0 and self._recv_count:
+                self._take_inbox()
+            else:
+                self._recv_count = phase
+        if not self.inbox:
+            return max_steps
+        return max(1, min(max_steps, self.config.recv_interval - self._recv_count))
+
+    def _take_inbox(self) -> None:
+        self.waiting.extend(self.inbox)
+        self.inbox.clear()
+        self._recv_count = 0
+        self._recv_next = False
 
     def _schedule_prefill_only(self) -> ScheduledBatch | None:
         """``separate_prefill``: a batch of prefill chunks only (running prompts first, then admissions) under
         ``max_prefill_tokens``; None when there is nothing to prefill (then the step decodes)."""
         cfg = self.config
-        partial = [s for s in self.running if s.group is None and
-                   (not s.num_output_tokens or s.num_computed_tokens < s.prompt_len + s.num_output_tokens - 1)]
+        group = self.group
+        partial = [s for s in self.running[len(group) if group is not None else 0:]  # members only decode
+                   if not s.num_output_tokens or s.num_computed_tokens < s.prompt_len + s.num_output_tokens - 1]
         if not partial and not (self.waiting and len(self.running) < cfg.max_num_seqs):
             return None
         if self.group is not None and self.group.members:
@@ -510,7 +526,10 @@ class Scheduler:
         if fast and self.group is not None:
             self._regroup(batch.chunks, nd)
         if self.config.recv_interval > 1:  # a step that prefilled ends the receive interval
-            self._recv_count += self.config.recv_interval if up.prefilled else timing.num_steps
+            if up.prefilled:
+                self._recv_next = True
+            else:
+                self._recv_count += timing.num_steps
         return up
 
     def _advance_group(self, members: int, timing: StepTiming, trim: bool, up: StepUpdate) -> int:

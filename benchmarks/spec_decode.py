@@ -52,6 +52,8 @@ def run(backend, tokenizer, prompts, batch, max_tokens, k, repeat):
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     best = 0.0
     for _ in range(repeat):
+        if getattr(backend, "speculator", None) is not None:
+            backend.speculator.reset()  # each run starts from no workload prior (no flattering carry-over)
         engine = Engine(backend, EngineConfig(max_num_seqs=max(batch, 1), num_speculative_tokens=k))
         seqs = [engine.add_request(p, params) for p in ids]
         t = time.perf_counter()

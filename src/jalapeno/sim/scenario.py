@@ -16,6 +16,7 @@ from typing import Any
 from jalapeno.errors import ConfigError
 from jalapeno.perf.types import KV_PRECISIONS, WEIGHT_PRECISIONS
 from jalapeno.sim.backend import Speculation
+from jalapeno.speculative.proposer import KPolicy, MeasuredAcceptance
 from jalapeno.sim.client import run_workload
 from jalapeno.sim.cluster import Cluster, KVLink
 from jalapeno.sim.factory import DEFAULT_MIN_NUM_SEQS, SimLimits, build_sim_engines, cost_model_for
@@ -242,7 +243,8 @@ def _validate(sc: Scenario) -> None:
         raise ConfigError(f"--spec-decode {sc.spec_decode!r} must be mtp, draft or ngram")
 
 
-def _parse_acceptance(text: str | float, k: int) -> float | tuple[float, ...]:
+def _parse_acceptance(text: str | float, k: int) -> "float | tuple[float, ...] | MeasuredAcceptance":
+    """Rates given inline, or a measured run's file (``generate --json`` / ``bench --json``)."""
     if isinstance(text, str) and (text.endswith(".json") or os.path.isfile(text)):
         from jalapeno.speculative.proposer import read_acceptance_file
 
@@ -384,7 +386,11 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
                 raise ConfigError("--spec-decode draft needs --draft-model (e.g. llama-3.1-8b)")
             d_arch = load_model(sc.draft_model)
             draft = _cost_model(sc, d_arch, cm.chip.key, cm.parallel.tp if d_arch.num_heads % cm.parallel.tp == 0 else 1, 1, False)
-        return Speculation(sc.spec_decode, sc.spec_tokens, _parse_acceptance(sc.acceptance, sc.spec_tokens), draft)  # type: ignore[arg-type]
+        acc = _parse_acceptance(sc.acceptance, sc.spec_tokens)
+        if isinstance(acc, MeasuredAcceptance):  # a measured run: the engine's adaptive k, its draft rate
+            return Speculation(sc.spec_decode, sc.spec_tokens, acc.chain, draft,  # type: ignore[arg-type]
+                               policy=KPolicy(sc.spec_tokens), draft_rate=acc.draft_rate, seed=sc.seed)
+        return Speculation(sc.spec_decode, sc.spec_tokens, acc, draft)  # type: ignore[arg-type]
 
     in_flight = sc.concurrency or sc.max_concurrency or DEFAULT_MIN_NUM_SEQS
     limits = SimLimits(sc.max_num_seqs, sc.max_num_batched_tokens, sc.block_size)

@@ -189,6 +189,7 @@ class Speculator:
             k = min(c.num_tokens - 1, self.adaptive.k_for(seq), seq.remaining_tokens - 1,
                     max_positions - c.start - 1)
             if k > 0:
+                self.stats.num_draft_requests += 1
                 requests.append(DraftRequest(seq, c.start, k))
                 index.append(i)
         if not requests:
@@ -219,3 +220,8 @@ class Speculator:
     def forget(self, seq) -> None:
         self.adaptive.forget(seq)
         self.proposer.forget(seq)
+
+    def reset(self) -> None:
+        """Start a new engine's run: counters and the adaptive policy's workload prior from zero."""
+        self.adaptive.reset()
+        self.stats = SpeculativeStats(self.config.num_speculative_tokens)

@@ -153,6 +153,15 @@ def ngram_lookup(tokens: list[int], k: int, n_max: int = 3, n_min: int = 1) -> l
     return []
 
 
+def acceptance_chain(num_drafts: int, accepted_per_pos: list[int]) -> list[float]:
+    """a_1..a_K from the counters: a_j = accepted at position j / accepted at position j−1 (a_1: / drafts)."""
+    rates, prev = [], num_drafts
+    for n in accepted_per_pos:
+        rates.append(n / prev if prev else 0.0)
+        prev = n
+    return rates
+
+
 @dataclass
 class SpeculativeStats:
     """Acceptance counters (vLLM: ``spec_decode_num_drafts``, ``..._num_draft_tokens``,
@@ -201,11 +210,7 @@ class SpeculativeStats:
         """The simulator's per-position acceptance a_1..a_K (``Speculation``): P(position j accepted | positions
         before it accepted), per verified draft. Steps that had no draft (an n-gram miss, k dropped to 0) are
         not counted: they decode plainly."""
-        rates, prev = [], self.num_drafts
-        for n in self.accepted_per_pos:
-            rates.append(n / prev if prev else 0.0)
-            prev = n
-        return rates
+        return acceptance_chain(self.num_drafts, self.accepted_per_pos)
 
     def to_dict(self) -> dict:
         return {

@@ -163,6 +163,7 @@ class Speculator:
                     f"({vocab}); use a draft model of the same family and tokenizer"
                 )
             self.proposer: Proposer = DraftModelProposer(draft.model, runner, dtype)
+            self.draft_kv_elems_per_token = draft.config.kv_elems_per_token_layer() * draft.config.num_layers
         elif config.method == "self":
             layers = config.draft_layers if config.draft_layers is not None else max(1, num_layers // 4)
             if layers >= num_layers:
@@ -175,6 +176,8 @@ class Speculator:
             self.proposer = NgramProposer(config.ngram_max, config.ngram_min)
         self.config = config
         self.vocab = vocab
+        if config.method != "draft":  # n-gram keeps no KV; the self-speculative draft reuses the target's
+            self.draft_kv_elems_per_token = 0
         self.adaptive = AdaptiveK(config)
         self.stats = SpeculativeStats(config.num_speculative_tokens)
 

@@ -43,6 +43,17 @@ def test_a_failed_workload_starts_new_sequences_at_k0():
     assert pol.k_for(seq("c")) == K
 
 
+def test_cold_start_drafts_only_what_the_prior_needs():
+    pol = AdaptiveK(KPolicy(K, probe_tokens=8))
+    seqs = [seq(i) for i in range(8)]
+    assert [pol.k_for(s) for s in seqs] == [K, K] + [0] * 6  # 2 drafts of 4 fill probe_tokens = 8
+    pol.skip(seqs[0])  # an n-gram miss: its slot goes to the next sequence that asks
+    assert pol.k_for(seqs[2]) == K and pol.k_for(seqs[3]) == 0
+    pol.record(seqs[1], 4, 4)
+    pol.record(seqs[2], 4, 3)  # the prior now holds 8 tokens, 7 accepted: everyone speculates
+    assert [pol.k_for(s) for s in seqs] == [K] * 8
+
+
 def test_prior_weighs_recent_drafts_only():
     pol = AdaptiveK(KPolicy(K, probe_tokens=8, prior_window=16))
     for i in range(10):
@@ -78,9 +89,10 @@ def _plain(osl=64, conc=8):
 def test_sim_adaptive_no_copy_workload_decodes_plainly():
     r, b = _run((0.0,) * K, 1.0)
     st = b.spec_decode_stats()
-    # the first decode step drafts for all 8 sequences; then the prior holds every sequence at k = 0
-    # (64 tokens: each one probes once more after probe_interval = 32 held steps)
-    assert st["num_drafts"] == 8 + 8
+    # cold start: the first decode step drafts for 2 sequences only (8 tokens fill the prior), the other 6
+    # wait; then the prior (0% accepted) holds all 8 at k = 0, and in 64 tokens each probes once after
+    # probe_interval = 32 held steps
+    assert st["num_drafts"] == 2 + 8
     assert all(o.output_tokens == 64 for o in r.outcomes)
     plain = _plain()
     assert r.metrics()["mean_tpot_ms"] / plain.metrics()["mean_tpot_ms"] < 1.05

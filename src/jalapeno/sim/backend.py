@@ -330,7 +330,10 @@ class SimBackend(Backend):
                     drafted += 1
                     drafted_ctx += c.start + 1 + k
                 else:
+                    adaptive.skip(c.seq)
                     k = 0
+            else:
+                adaptive.skip(c.seq)
             unused += max(0, c.num_tokens - 1 - k)
             counts[i] = got + 1
         d_shape = StepShape(decode_seqs=drafted, decode_tokens=drafted * (1 + self.k), decode_ctx_sum=drafted_ctx,

@@ -235,7 +235,10 @@ class AdaptiveK:
     decodes plainly: speculation that keeps failing only costs verify time). The estimate is the sequence's own
     acceptance once it has ``probe_tokens`` verified draft tokens; before that its own counts are topped up to
     ``probe_tokens`` pseudo-tokens at the *workload prior* — the acceptance of the last ~``prior_window`` draft
-    tokens of all sequences (once it holds ``probe_tokens`` of them; until then new sequences speculate). So on
+    tokens of all sequences (once it holds ``probe_tokens`` of them). Until then (cold start) only enough
+    sequences speculate to fill it: a sequence gets K while the prior's tokens plus the draft tokens asked and
+    not yet verified stay below ``probe_tokens``, else 0 (a batch of 8 does not verify 8 drafts to learn
+    what 2 teach). A proposal that comes back empty is reported with :meth:`skip`. So on
     a no-copy workload a new sequence starts at k = 0 after the first drafts failed, instead of spending its own
     probe drafts. A sequence held at 0 still probes with one draft every ``probe_interval`` steps, so a
     copy-heavy request in a no-copy workload, or a text that turns into copying, is found. The state belongs to one
@@ -249,6 +252,8 @@ class AdaptiveK:
         #: seq_id -> [proposed, accepted, steps held at k = 0 since its last draft]
         self._seen: dict[int | str, list[int]] = {}
         self._prior = [0.0, 0.0]  # decayed [proposed, accepted] of recent drafts, all sequences
+        #: cold start: draft tokens asked for and not yet verified (or skipped) while the prior was too thin
+        self._pending: dict[int | str, int] = {}
 
     def estimate(self, seq_id: int | str) -> float | None:
         """The acceptance estimate ``k_for`` compares with ``min_acceptance`` (None: too little evidence)."""
@@ -265,13 +270,23 @@ class AdaptiveK:
         """K or 0 for ``seq``'s next decode step (call once per step it decodes)."""
         cfg = self.config
         est = self.estimate(seq.seq_id)
-        if est is None or est >= cfg.min_acceptance:
+        if est is None:  # cold start: only as many drafts in flight as the prior needs to learn from
+            if self._prior[0] + sum(self._pending.values()) >= cfg.probe_tokens:
+                return 0
+            self._pending[seq.seq_id] = cfg.num_speculative_tokens
+            return cfg.num_speculative_tokens
+        if est >= cfg.min_acceptance:
             return cfg.num_speculative_tokens
         s = self._seen.setdefault(seq.seq_id, [0, 0, 0])
         s[2] += 1  # held at 0: probe now and then (text can turn into copying; the prior can be wrong)
         return cfg.num_speculative_tokens if s[2] > cfg.probe_interval else 0
 
+    def skip(self, seq: "Sequence") -> None:
+        """The k ``k_for`` gave was not used (an n-gram miss, or capped to 0 by ``max_tokens``)."""
+        self._pending.pop(seq.seq_id, None)
+
     def record(self, seq: "Sequence", proposed: int, accepted: int) -> None:
+        self._pending.pop(seq.seq_id, None)
         s = self._seen.setdefault(seq.seq_id, [0, 0, 0])
         s[0] += proposed
         s[1] += accepted
@@ -286,6 +301,7 @@ class AdaptiveK:
 
     def forget(self, seq: "Sequence") -> None:
         self._seen.pop(seq.seq_id, None)
+        self._pending.pop(seq.seq_id, None)
 
 
 @dataclass(frozen=True)

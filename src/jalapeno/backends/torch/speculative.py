@@ -195,12 +195,16 @@ class Speculator:
                 self.stats.num_draft_requests += 1
                 requests.append(DraftRequest(seq, c.start, k))
                 index.append(i)
+            else:
+                self.adaptive.skip(seq)
         if not requests:
             return {}
         out = {}
-        for i, d in zip(index, self.proposer.propose(requests)):
+        for i, r, d in zip(index, requests, self.proposer.propose(requests)):
             if d.tokens:
                 out[i] = d
+            else:
+                self.adaptive.skip(r.seq)  # an n-gram miss: no draft, no verification
         return out
 
     def verify(self, seq, logits: torch.Tensor, draft: Draft) -> list[int]:

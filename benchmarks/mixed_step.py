@@ -10,11 +10,16 @@ machine is shared: compare the ratios (measured / priced), not absolute times, a
 
     jalapeno hardware probe --quick --out $JALAPENO_CACHE/hardware
     python benchmarks/mixed_step.py [--reps 3] [--out mixed.json]
+    python benchmarks/mixed_step.py --layers 4 --vocab 2048 --no-price --out tests/hardware/data/mixed_trace.json
+
+The last form records the trace tests/hardware/test_mixed_trace.py prices on a hand-made chip (a 4-layer model:
+seconds, not minutes, per step on a loaded machine; no probe needed).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import time
@@ -65,22 +70,29 @@ def main() -> None:
 
     from jalapeno.backends.torch.runner import ModelRunner
     from jalapeno.hardware import probe as pr
+    from jalapeno.models.hf_config import arch_from_config
     from jalapeno.perf import StepShape
     from jalapeno.sim import cost_model_for
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--only", default=None, help="substring: time only the shapes whose label contains it")
+    ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--vocab", type=int, default=VOCAB)
+    ap.add_argument("--no-price", action="store_true", help="time only (no probed local chip needed)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
-    loaded = pr.random_llama(LAYERS, HIDDEN, INTER, VOCAB, "cpu")
+    config = pr.llama_config(args.layers, HIDDEN, INTER, args.vocab)
+    loaded = pr.random_llama(args.layers, HIDDEN, INTER, args.vocab, "cpu")
     todo = [s for s in shapes() if not args.only or args.only in s[0]]
     blocks = max(d * -(-(p + DECODE_CTX + 1) // BLOCK) + -(-f // BLOCK) for _, f, d, p in todo)
     runner = ModelRunner(loaded.model, blocks, BLOCK, "cpu", torch.float32)
     line = pr.apply_measured_choices(_PolicyTarget(runner), torch.device("cpu"))
-    cm = cost_model_for("smollm2-135m", "local", precision="fp32", kv="fp32")
-    print(f"{line}\nload average {os.getloadavg()[0]:.1f} ({os.cpu_count()} cpus)")
+    cm = None if args.no_price else cost_model_for(arch_from_config(config, "mixed-step"), "local",
+                                                   precision="fp32", kv="fp32")
+    load0 = os.getloadavg()[0]
+    print(f"{line}\nload average {load0:.1f} ({os.cpu_count()} cpus)")
     print("| step | tokens | wall ms | cpu ms | priced ms | wall / priced |")
     print("|---|---:|---:|---:|---:|---:|")
     rows = []
@@ -90,13 +102,18 @@ def main() -> None:
         logits = [sum(s.num_tokens for s in sl[: i + 1]) - 1 for i in range(len(sl))]
         wall, cpu = _time(lambda: runner.forward(sl, ids, logits), args.reps)
         shape = StepShape.from_lists(prefill=[(f, 0)] if f else [], decode_ctx=[p + DECODE_CTX + 1] * d)
-        priced = cm.step(shape).time_s
-        rows.append(dict(step=label, tokens=len(ids), wall_s=wall, cpu_s=cpu, priced_s=priced))
+        priced = cm.step(shape).time_s if cm else float("nan")
+        rows.append(dict(step=label, prefill=f, decode=d, decode_ctx=p + DECODE_CTX + 1, wall_s=wall, cpu_s=cpu,
+                         **({} if cm is None else {"priced_s": priced})))
         print(f"| {label} | {len(ids)} | {wall * 1e3:.1f} | {cpu * 1e3:.1f} | {priced * 1e3:.1f} | "
               f"{wall / priced:.2f} |", flush=True)
-    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    load1 = os.getloadavg()[0]
+    print(f"load average after: {load1:.1f}")
     if args.out:
-        args.out.write_text(json.dumps({"load": os.getloadavg()[0], "policy": line, "rows": rows}, indent=1) + "\n")
+        when = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
+        args.out.write_text(json.dumps({
+            "recorded": f"{when} by benchmarks/mixed_step.py", "machine": f"{os.cpu_count()} cpus, load average "
+            f"{load0:.1f} -> {load1:.1f}", "policy": line, "model_config": config, "rows": rows}, indent=1) + "\n")
 
 
 class _PolicyTarget:

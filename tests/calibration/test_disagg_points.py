@@ -38,3 +38,38 @@ def test_disaggregated_point_simulates_with_both_pools():
     from jalapeno.perf.frameworks import get_framework
 
     assert m["kv_transfer"]["handoff_ms"] == pytest.approx(get_framework("dynamo-sglang").kv_handoff_ms)
+
+
+def _point(ttft: float, tpot: float, c: int, isl: int = 8192, osl: int = 1024, framework: str = "mori-sglang"):
+    from jalapeno.calibration.points import Point
+
+    lay = parse("disagg P: 1 worker(s) x TP8 EP8 DPattn=False (8 GPUs); D: 2 worker(s) x TP8 EP8 DPattn=False (16 GPUs)")
+    spec = points.SimSpec("deepseek-r1", "mi355x", lay.decode.layout, "fp8", "fp8", isl, osl, c, 1.0,
+                          framework=framework, disagg=lay)
+    key = tuple(f"{ttft}-{c}" if k == "source_url" else "" for k in points._KEY_COLUMNS)
+    return Point("T", key, ("T1",), {"median_ttft": ttft, "median_tpot": tpot}), spec
+
+
+def test_prefill_rate_is_littles_law_against_the_cost_models_full_step():
+    from jalapeno.calibration.disagg import fit_prefill_token_ns, prefill_rate
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    # fixed lengths (ratio 1): c = 128 requests each in the loop for 20 s TTFT + 1023 x 20 ms = 40.46 s
+    p, s = _point(20.0, 0.020, 128)
+    r = prefill_rate(p, s)
+    rate = 128 / (20.0 + 1023 * 0.020)
+    assert r.measured_tok_s == pytest.approx(rate * 8192)  # one prefill worker
+    cm = cost_model_for("deepseek-r1", "mi355x", tp=8, ep=8, precision="fp8", kv="fp8", framework="mori-sglang")
+    assert r.model_s_per_tok == pytest.approx(cm.step(StepShape.from_lists([(8192, 0)])).time_s / 8192)
+    assert r.saturated and r.implied_ns == pytest.approx((1 / (rate * 8192) - r.model_s_per_tok) * 1e9)
+    # not saturated: a short TTFT, or few requests waiting, or a decode-heavy shape
+    assert not prefill_rate(*_point(0.5, 0.020, 128)).saturated
+    assert not prefill_rate(*_point(1.5, 0.020, 128)).saturated  # 128/22 req/s x 1.5 s = 9 waiting < 32
+    assert not prefill_rate(*_point(20.0, 0.020, 128, isl=1024, osl=1024)).saturated
+    # the fit: median over saturated points; fewer than 3 saturated points -> refused (None)
+    pts = [_point(t, 0.020, 128) for t in (20.0, 30.0, 40.0)] + [_point(0.3, 0.02, 4)]
+    f = fit_prefill_token_ns(pts)["mori-sglang"]
+    mid = prefill_rate(*pts[1]).implied_ns
+    assert f["points"] == 3 and f["prefill_token_ns"] == pytest.approx(mid)
+    assert fit_prefill_token_ns(pts[:2])["mori-sglang"]["prefill_token_ns"] is None

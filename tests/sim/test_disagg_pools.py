@@ -173,3 +173,24 @@ def test_stack_handoff_and_decode_slots_reach_the_scenario():
     assert held["median_ttft_ms"] > free["median_ttft_ms"] + held["median_tpot_ms"] * 10
     with pytest.raises(ConfigError):
         run_scenario(Scenario(**four, kv_handoff_ms=-1.0))
+
+
+def test_prefill_token_ns_prices_each_prompt_token_in_the_prefill_pool_only():
+    # concurrency 1, fixed 512-token prompts: one prefill step of 512 tokens, nothing queues. --prefill-token-ns
+    # 10000 adds 512 x 10 us = 5.12 ms to that step (hand count), so to TTFT, and nothing to the decode pool
+    one = dict(model="llama-3.1-8b", hardware="h200", isl=512, osl=16, random_range_ratio=1.0, concurrency=1,
+               num_prompts=3, prefill_workers=1, decode_workers=1, kv_handoff_ms=0.0)
+    a = run_scenario(Scenario(**one, prefill_token_ns=0.0))
+    b = run_scenario(Scenario(**one, prefill_token_ns=10_000.0))
+    assert b["kv_transfer"]["prefill_token_ns"] == 10_000.0
+    assert b["median_ttft_ms"] - a["median_ttft_ms"] == pytest.approx(512 * 10_000 * 1e-6, rel=1e-6)
+    assert b["median_tpot_ms"] == pytest.approx(a["median_tpot_ms"], rel=1e-9)
+    # a stack's fitted value is the default; an engine profile has none
+    from jalapeno.perf.frameworks import get_framework
+
+    c = run_scenario(Scenario(**one, framework="mori-sglang"))
+    assert get_framework("mori-sglang").prefill_token_ns > 0
+    assert c["kv_transfer"]["prefill_token_ns"] == pytest.approx(get_framework("mori-sglang").prefill_token_ns)
+    assert run_scenario(Scenario(**one, framework="sglang"))["kv_transfer"]["prefill_token_ns"] == 0.0
+    with pytest.raises(ConfigError, match="prefill-token-ns"):
+        run_scenario(Scenario(**one, prefill_token_ns=-1.0))

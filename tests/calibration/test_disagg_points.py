@@ -38,6 +38,22 @@ def test_disaggregated_point_simulates_with_both_pools():
     from jalapeno.perf.frameworks import get_framework
 
     assert m["kv_transfer"]["handoff_ms"] == pytest.approx(get_framework("dynamo-sglang").kv_handoff_ms)
+    assert m["kv_transfer"]["prefill_token_ns"] == pytest.approx(get_framework("dynamo-sglang").prefill_token_ns)
+
+
+def test_simulate_disagg_takes_the_stacks_prefill_cost_or_an_override():
+    from jalapeno.calibration.disagg import simulate_disagg
+    from jalapeno.perf.frameworks import get_framework
+
+    # one request at a time, fixed 1024-token prompts: the stack's per-token prefill cost adds exactly
+    # 1024 x prefill_token_ns to TTFT over an override of 0 (hand count), and nothing to TPOT
+    spec = points.SimSpec("deepseek-r1", "b200", parse(LAYOUT).decode.layout, "fp4", "bf16", 1024, 16, 1, 1.0,
+                          num_prompts_per_concurrency=2, framework="dynamo-sglang", disagg=parse(LAYOUT))
+    stack = simulate_disagg(spec)
+    zero = simulate_disagg(spec, prefill_token_ns=0.0)
+    ns = get_framework("dynamo-sglang").prefill_token_ns
+    assert stack["median_ttft"] - zero["median_ttft"] == pytest.approx(1024 * ns * 1e-9, rel=1e-6)
+    assert stack["median_tpot"] == pytest.approx(zero["median_tpot"], rel=1e-9)
 
 
 def _point(ttft: float, tpot: float, c: int, isl: int = 8192, osl: int = 1024, framework: str = "mori-sglang"):

@@ -93,11 +93,12 @@ def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts
 
     from jalapeno.sim.scenario import run_scenario
 
-    from jalapeno.sim.scenario import handoff_ms, prefill_token_ns
+    from jalapeno.sim.scenario import handoff_ms
+    from jalapeno.sim.scenario import prefill_token_ns as stack_prefill_ns
 
     sc = disagg_scenario(spec, prompts_per_concurrency=prompts_per_concurrency, seed=seed)
     sc = replace(sc, kv_handoff_ms=handoff_ms(sc) if kv_handoff_ms is None else float(kv_handoff_ms),
-                 prefill_token_ns=prefill_token_ns(sc) if prefill_token_ns is None else float(prefill_token_ns))
+                 prefill_token_ns=stack_prefill_ns(sc) if prefill_token_ns is None else float(prefill_token_ns))
     if not frameworks or request_overhead_ms is not None:
         sc = replace(sc, framework=None)
     if request_overhead_ms is not None:

@@ -1,5 +1,6 @@
 """Disaggregated InferenceX layouts -> per-pool scenarios (``jalapeno.calibration.disagg``)."""
 
+import numpy as np
 import pytest
 
 from jalapeno.calibration import points
@@ -89,3 +90,38 @@ def test_prefill_rate_is_littles_law_against_the_cost_models_full_step():
     mid = prefill_rate(*pts[1]).implied_ns
     assert f["points"] == 3 and f["prefill_token_ns"] == pytest.approx(mid)
     assert fit_prefill_token_ns(pts[:2])["mori-sglang"]["prefill_token_ns"] is None
+
+
+def test_decode_step_is_the_measured_tpot_against_the_modelled_step_at_the_littles_law_batch():
+    from jalapeno.calibration.disagg import decode_step, fit_dpa_decode_moe_layer_us
+    from jalapeno.calibration.points import Point
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    lay = parse("disagg P: 1 worker(s) x TP8 EP8 DPattn=False (8 GPUs); D: 2 worker(s) x TP8 EP8 DPattn=True (16 GPUs)")
+
+    def pt(ttft, tpot, c, chip="mi355x", stack="sglang-disagg", mtp=0):
+        spec = points.SimSpec("deepseek-r1", chip, lay.decode.layout, "fp8", "fp8", 1024, 1024, c, 1.0,
+                              spec_tokens=mtp, framework=stack, disagg=lay)
+        key = tuple(f"{ttft}-{tpot}-{c}-{chip}" if k == "source_url" else "" for k in points._KEY_COLUMNS)
+        return Point("T", key, ("T1",), {"median_ttft": ttft, "median_tpot": tpot}), spec
+
+    # c = 512, TTFT 0.5 s, TPOT 40 ms: 512 / (0.5 + 1023 x 0.04) req/s x 1023 x 0.04 s = 505.8 in decode,
+    # 253 per decode worker, each at 1024 + 512 tokens of context
+    d = decode_step(*pt(0.5, 0.040, 512))
+    rate = 512 / (0.5 + 1023 * 0.040)
+    b = round(rate * 1023 * 0.040 / 2)
+    assert b == 253
+    cm = cost_model_for("deepseek-r1", "mi355x", tp=8, ep=8, dp_attention=True, precision="fp8", kv="fp8",
+                        framework="sglang-disagg")
+    t = cm.step(StepShape.from_lists(decode_ctx=[1536] * b)).time_s
+    assert d.model_s == pytest.approx(t) and d.moe_layers == 58
+    assert d.implied_us == pytest.approx((0.040 - t) / 58 * 1e6)
+    assert decode_step(*pt(0.5, 0.040, 512, mtp=1)) is None  # MTP: tokens per step unknown
+    # per stack, median; a stack with too few points pools its chip's
+    pts = [pt(0.5, x, 512) for x in (0.04, 0.05, 0.06)] + [pt(0.5, 0.05, 512, stack="mori-sglang")]
+    f = fit_dpa_decode_moe_layer_us(pts)
+    assert f["sglang-disagg"]["dpa_decode_moe_layer_us"] == pytest.approx(decode_step(*pts[1]).implied_us)
+    assert f["mori-sglang"]["pooled"] == "mi355x" and f["mori-sglang"]["points"] == 1
+    assert f["mori-sglang"]["dpa_decode_moe_layer_us"] == pytest.approx(
+        float(np.median([decode_step(*q).implied_us for q in pts])))

@@ -194,3 +194,29 @@ def test_prefill_token_ns_prices_each_prompt_token_in_the_prefill_pool_only():
     assert run_scenario(Scenario(**one, framework="sglang"))["kv_transfer"]["prefill_token_ns"] == 0.0
     with pytest.raises(ConfigError, match="prefill-token-ns"):
         run_scenario(Scenario(**one, prefill_token_ns=-1.0))
+
+
+def test_dpa_decode_moe_layer_us_adds_to_each_decode_step_of_a_dp_attention_ep_pool_only():
+    # one request, fixed lengths: every decode step of the dp-attention + EP8 decode worker gets 58 MoE layers
+    # (DeepSeek-R1: 61 layers, the first 3 dense) x 200 us = 11.6 ms more (hand count), so TPOT does; TTFT not
+    from jalapeno.models import load_model
+
+    moe = sum(1 for i in range(61) if load_model("deepseek-r1").is_moe_layer(i))
+    assert moe == 58
+    one = dict(model="deepseek-r1", hardware="b200", precision="fp4", isl=256, osl=8, random_range_ratio=1.0,
+               concurrency=1, num_prompts=2, prefill_workers=1, prefill_chips_per_worker=8, prefill_ep=8,
+               decode_workers=1, decode_chips_per_worker=8, decode_ep=8, decode_dp_attention=True,
+               kv_handoff_ms=0.0, prefill_token_ns=0.0)
+    a = run_scenario(Scenario(**one, dpa_decode_moe_layer_us=0.0))
+    b = run_scenario(Scenario(**one, dpa_decode_moe_layer_us=200.0))
+    assert b["kv_transfer"]["dpa_decode_moe_layer_us"] == 200.0
+    assert b["median_tpot_ms"] - a["median_tpot_ms"] == pytest.approx(moe * 200.0 * 1e-3, rel=1e-6)
+    assert b["median_ttft_ms"] == pytest.approx(a["median_ttft_ms"], rel=1e-9)
+    # a decode pool without dp-attention is untouched
+    plain = {**one, "decode_dp_attention": False}
+    c = run_scenario(Scenario(**plain, dpa_decode_moe_layer_us=0.0))
+    d = run_scenario(Scenario(**plain, dpa_decode_moe_layer_us=200.0))
+    assert d["kv_transfer"]["dpa_decode_moe_layer_us"] == 0.0
+    assert d["median_tpot_ms"] == pytest.approx(c["median_tpot_ms"], rel=1e-9)
+    with pytest.raises(ConfigError, match="dpa-decode-moe-layer-us"):
+        run_scenario(Scenario(**one, dpa_decode_moe_layer_us=-1.0))

@@ -222,5 +222,74 @@ def fit_prefill_token_ns(items: list) -> dict[str, dict[str, Any]]:
                  "implied_ns": sorted(round(r.implied_ns, 1) for r in rs)} for st, rs in sorted(by.items())}
 
 
-__all__ = ["FULL_STEP_TOKENS", "PrefillRate", "disagg_items", "disagg_scenario", "fit_handoff",
+@dataclass(frozen=True)
+class DecodeStep:
+    """One measured non-speculative point with a dp-attention + EP decode pool: its median TPOT against the
+    cost model's decode step at the batch it ran (Little's law: requests/s × (mean output - 1) × TPOT requests
+    in decode, over the decode workers; each at the mean prompt + half the mean output of context)."""
+
+    label: str
+    stack: str
+    measured_s: float
+    model_s: float
+    moe_layers: int
+
+    @property
+    def implied_us(self) -> float:
+        """Per MoE layer, the time the measurement adds to the modelled step (us; may be negative)."""
+        return (self.measured_s - self.model_s) / self.moe_layers * 1e6
+
+
+def decode_step(p: Any, s: Any) -> DecodeStep | None:
+    """:class:`DecodeStep` of point ``p`` (``s`` its SimSpec); None unless its decode pool runs dp-attention
+    with EP > 1 and it is not speculative (an MTP step's tokens per step depend on an unpublished acceptance)."""
+    from jalapeno.models import load_model
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.scenario import _cost_model
+
+    sc = disagg_scenario(s)
+    q = sc.pool("decode")
+    if s.spec_tokens or not (q.dp_attention and q.ep > 1) or not s.concurrency:
+        return None
+    m = p.metrics
+    isl = s.isl * (1 + s.range_ratio) / 2
+    osl = s.osl * (1 + s.range_ratio) / 2
+    ttft, tpot = m["median_ttft"], m["median_tpot"]
+    rate = s.concurrency / (ttft + (osl - 1) * tpot)
+    batch = max(1, round(rate * (osl - 1) * tpot / q.workers))
+    arch = load_model(sc.model)
+    cm = _cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision)
+    t = cm.step(StepShape.from_lists(decode_ctx=[int(isl + osl / 2)] * batch)).time_s
+    return DecodeStep(p.label, s.framework, tpot, t, sum(1 for i in range(arch.num_layers) if arch.is_moe_layer(i)))
+
+
+def fit_dpa_decode_moe_layer_us(items: list) -> dict[str, dict[str, Any]]:
+    """Each disaggregated stack's ``dpa_decode_moe_layer_us`` from ``items`` (the fit split): the median
+    :attr:`DecodeStep.implied_us` over its points with a dp-attention + EP decode pool (no MTP), floored at 0.
+    A stack with fewer than ``fit.POINTS_PER_PARAM`` such points takes the median over all the stacks on its
+    chip (``"pooled": "<chip>"``: the all-to-all kernels are the chip's EP library's); still fewer: None
+    (refused)."""
+    from jalapeno.calibration.fit import POINTS_PER_PARAM
+
+    by: dict[str, list[DecodeStep]] = {}
+    chip_of: dict[str, str] = {}
+    for p, s in items:
+        if "median_ttft" in p.metrics and "median_tpot" in p.metrics:
+            d = decode_step(p, s)
+            if d is not None:
+                by.setdefault(d.stack, []).append(d)
+                chip_of[d.stack] = s.chip
+    out: dict[str, dict[str, Any]] = {}
+    for st, ds in sorted(by.items()):
+        use, pooled = ds, None
+        if len(ds) < POINTS_PER_PARAM:
+            pooled = chip_of[st]
+            use = [d for t, dd in by.items() if chip_of[t] == pooled for d in dd]
+        ok = len(use) >= POINTS_PER_PARAM
+        out[st] = {"dpa_decode_moe_layer_us": max(0.0, float(np.median([d.implied_us for d in use]))) if ok else None,
+                   "points": len(ds), "pooled": pooled, "implied_us": sorted(round(d.implied_us, 1) for d in use)}
+    return out
+
+
+__all__ = ["DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate", "disagg_items", "disagg_scenario", "fit_handoff",
            "fit_prefill_token_ns", "pool_fields", "prefill_rate", "simulate_disagg"]

@@ -54,7 +54,11 @@ PREFILL_FITTED = (
     "law) - the cost model's seconds per prompt token of a full prefill step; InferenceX B200/MI355X disaggregated "
     "points, benchmarks/data/calibration-blackwell-amd.csv (2026-12-01, python benchmarks/disagg_fidelity.py "
     "--fit-prefill; calibration.disagg.fit_prefill_token_ns; docs/fidelity.md). dynamo-trt: 1 saturated fit point, "
-    "fewer than the 3 a parameter needs, so none (0)"
+    "fewer than the 3 a parameter needs, so none (0). dpa_decode_moe_layer_us = median over the fit half's "
+    "non-MTP points with a dp-attention + EP decode pool of (measured TPOT - the cost model's decode step at the "
+    "Little's-law batch) / MoE layers (calibration.disagg.fit_dpa_decode_moe_layer_us); the two B200 stacks have "
+    "1 and 2 such points, so they share their chip's median (3 points, 190 us: DeepEP's published low-latency "
+    "dispatch + combine at EP8 on H800 is 77 + 114 us, github.com/deepseek-ai/DeepEP README)"
 )
 
 
@@ -74,6 +78,10 @@ class ServingFramework:
     #: a disaggregated stack: its prefill server's time per prompt token beyond the cost model, nanoseconds
     #: (added to the prefill pool's ``prefill_token_overhead_ns``)
     prefill_token_ns: float = 0.0
+    #: a disaggregated stack: per MoE layer of a decode step of a dp-attention decode pool with expert
+    #: parallelism, the expert all-to-all's fixed cost beyond the cost model (low-latency dispatch + combine
+    #: kernels), microseconds (added to that pool's ``moe_layer_overhead_us``)
+    dpa_decode_moe_layer_us: float = 0.0
 
 
 FRAMEWORKS: tuple[ServingFramework, ...] = (
@@ -81,13 +89,16 @@ FRAMEWORKS: tuple[ServingFramework, ...] = (
     ServingFramework("sglang", "SGLang", 41.1, (), _FIT),
     ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 52.0, ("trt", "trtllm", "tensorrt-llm"), _FIT),
     ServingFramework("dynamo-sglang", "NVIDIA Dynamo over SGLang (disaggregated)", 41.1, (), HANDOFF_FITTED,
-                     engine="sglang", kv_handoff_ms=60.9, prefill_token_ns=26812.4),
+                     engine="sglang", kv_handoff_ms=60.9, prefill_token_ns=26812.4,
+                     dpa_decode_moe_layer_us=190.0),
     ServingFramework("dynamo-trt", "NVIDIA Dynamo over TensorRT-LLM (disaggregated)", 52.0, (), HANDOFF_FITTED,
-                     engine="trt-llm", kv_handoff_ms=764.2),
+                     engine="trt-llm", kv_handoff_ms=764.2, dpa_decode_moe_layer_us=190.0),
     ServingFramework("mori-sglang", "SGLang PD with the MoRI KV transfer (disaggregated, ROCm)", 41.1, (),
-                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=83.8, prefill_token_ns=18792.9),
+                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=83.8, prefill_token_ns=18792.9,
+                     dpa_decode_moe_layer_us=51.3),
     ServingFramework("sglang-disagg", "SGLang PD disaggregation (router + prefill/decode servers)", 41.1, (),
-                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=25.1, prefill_token_ns=18910.7),
+                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=25.1, prefill_token_ns=18910.7,
+                     dpa_decode_moe_layer_us=369.3),
 )
 
 
@@ -120,6 +131,12 @@ def prefill_token_ns(framework: str | None) -> float:
     return get_framework(framework).prefill_token_ns if framework else 0.0
 
 
+def dpa_decode_moe_layer_us(framework: str | None) -> float:
+    """A disaggregated stack's extra per-MoE-layer cost of a dp-attention + EP decode step (us); 0 for an
+    engine profile or None."""
+    return get_framework(framework).dpa_decode_moe_layer_us if framework else 0.0
+
+
 def kv_handoff_ms(framework: str | None) -> float:
     """The per-request prefill -> decode handoff latency (ms) of a disaggregated stack; 0 for an engine
     profile or None."""
@@ -127,4 +144,4 @@ def kv_handoff_ms(framework: str | None) -> float:
 
 
 __all__ = ["ServingFramework", "FRAMEWORKS", "HANDOFF_FITTED", "PREFILL_FITTED", "get_framework", "apply_framework",
-           "kv_handoff_ms", "prefill_token_ns"]
+           "dpa_decode_moe_layer_us", "kv_handoff_ms", "prefill_token_ns"]

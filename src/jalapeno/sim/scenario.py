@@ -132,6 +132,10 @@ class Scenario:
     #: disaggregated: the prefill server's time per prompt token beyond the cost model (ns), added to the prefill
     #: pool's ``efficiency.prefill_token_overhead_ns``; None = the framework profile's (a fitted stack value)
     prefill_token_ns: float | None = None
+    #: disaggregated: per MoE layer of a decode step of a dp-attention decode pool with EP > 1, the expert
+    #: all-to-all's fixed cost beyond the cost model (us), added to its ``moe_layer_overhead_us``; None = the
+    #: framework profile's (a fitted stack value)
+    dpa_decode_moe_layer_us: float | None = None
     #: disaggregated: most sequences one decode worker holds (SGLang --max-running-requests, TRT-LLM
     #: max_batch_size); a prefilled request waits for a slot before its KV is sent. None = --max-num-seqs
     decode_max_num_seqs: int | None = None
@@ -239,6 +243,8 @@ def _validate(sc: Scenario) -> None:
         raise ConfigError(f"--request-rate must be > 0 requests/s (got {sc.request_rate})")
     if sc.kv_handoff_ms is not None and not sc.kv_handoff_ms >= 0:
         raise ConfigError(f"--kv-handoff-ms must be >= 0 milliseconds (got {sc.kv_handoff_ms})")
+    if sc.dpa_decode_moe_layer_us is not None and not sc.dpa_decode_moe_layer_us >= 0:
+        raise ConfigError(f"--dpa-decode-moe-layer-us must be >= 0 microseconds (got {sc.dpa_decode_moe_layer_us})")
     if sc.prefill_token_ns is not None and not sc.prefill_token_ns >= 0:
         raise ConfigError(f"--prefill-token-ns must be >= 0 nanoseconds (got {sc.prefill_token_ns})")
     if sc.power_cap_w is not None and not sc.power_cap_w > 0:
@@ -346,6 +352,27 @@ def _prefill_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):
                        efficiency=eff)
 
 
+def dpa_decode_moe_layer_us(sc: Scenario) -> float:
+    """The dp-attention decode pool's extra per-MoE-layer all-to-all cost (us): the scenario's, else its stack's."""
+    from jalapeno.perf.frameworks import dpa_decode_moe_layer_us as stack_value
+
+    v = sc.dpa_decode_moe_layer_us
+    return float(v) if v is not None else stack_value(sc.framework)
+
+
+def _decode_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):
+    """The decode pool's cost model: the chip's (or ``efficiency``); with dp-attention and EP > 1, plus the
+    stack's per-MoE-layer all-to-all cost (:func:`dpa_decode_moe_layer_us`) on ``moe_layer_overhead_us``."""
+    cm = _cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
+                     efficiency=efficiency)
+    extra = dpa_decode_moe_layer_us(sc) if q.dp_attention and q.ep > 1 else 0.0
+    if extra <= 0:
+        return cm
+    eff = cm.eff.model_copy(update={"moe_layer_overhead_us": cm.eff.moe_layer_overhead_us + extra})
+    return _cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
+                       efficiency=eff)
+
+
 def _kv_link(cm_p, cm_d, n_p: int, n_d: int, handoff_s: float = 0.0) -> KVLink:
     """The link the KV cache crosses between the pools: the scale-up fabric (NVLink) when both pools are one
     chip type inside one scale-up domain (GB200 NVL72: ``domain_size`` 72 ≥ all their chips), else the
@@ -426,8 +453,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
     else:
         pp_, dp_ = sc.pool("prefill"), sc.pool("decode")
         cm_p = _prefill_pool_model(sc, arch, pp_, efficiency)
-        cm_d = _cost_model(sc, arch, dp_.hardware, dp_.tp, dp_.ep, dp_.dp_attention, pp=dp_.pp,
-                           precision=dp_.precision, efficiency=efficiency)
+        cm_d = _decode_pool_model(sc, arch, dp_, efficiency)
         n_p, n_d = pp_.workers, dp_.workers
         pre = build_sim_engines(cm_p, n_p, limits=limits, in_flight=in_flight)
         dec_limits = replace(limits, max_num_seqs=sc.decode_max_num_seqs or limits.max_num_seqs)
@@ -446,7 +472,9 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
                             "send_lanes": link.send_lanes, "recv_lanes": link.recv_lanes,
                             "mean_queue_ms": target.kv_queue_s_mean() * 1e3, "handoff_ms": link.handoff_s * 1e3,
                             "mean_admission_wait_ms": target.admission_wait_s_mean() * 1e3,
-                            "prefill_token_ns": prefill_token_ns(sc)}
+                            "prefill_token_ns": prefill_token_ns(sc),
+                            "dpa_decode_moe_layer_us": dpa_decode_moe_layer_us(sc) if dp_.dp_attention and dp_.ep > 1
+                            else 0.0}
     m["sim"] = {
         "steps": result.num_steps,
         "preemptions": sum(e.stats.num_preemptions for e in engines),

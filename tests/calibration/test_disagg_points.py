@@ -39,7 +39,9 @@ def test_disaggregated_point_simulates_with_both_pools():
     from jalapeno.perf.frameworks import get_framework
 
     assert m["kv_transfer"]["handoff_ms"] == pytest.approx(get_framework("dynamo-sglang").kv_handoff_ms)
-    assert m["kv_transfer"]["prefill_token_ns"] == pytest.approx(get_framework("dynamo-sglang").prefill_token_ns)
+    from jalapeno.perf.frameworks import prefill_token_ns
+
+    assert m["kv_transfer"]["prefill_token_ns"] == pytest.approx(prefill_token_ns("dynamo-sglang", "fp4"))
 
 
 def test_simulate_disagg_takes_the_stacks_prefill_cost_or_an_override():
@@ -48,11 +50,11 @@ def test_simulate_disagg_takes_the_stacks_prefill_cost_or_an_override():
 
     # one request at a time, fixed 1024-token prompts: the stack's per-token prefill cost adds exactly
     # 1024 x prefill_token_ns to TTFT over an override of 0 (hand count), and nothing to TPOT
-    spec = points.SimSpec("deepseek-r1", "b200", parse(LAYOUT).decode.layout, "fp4", "bf16", 1024, 16, 1, 1.0,
+    spec = points.SimSpec("deepseek-r1", "b200", parse(LAYOUT).decode.layout, "native", "fp8", 1024, 16, 1, 1.0,
                           num_prompts_per_concurrency=2, framework="dynamo-sglang", disagg=parse(LAYOUT))
     stack = simulate_disagg(spec)
     zero = simulate_disagg(spec, prefill_token_ns=0.0)
-    ns = get_framework("dynamo-sglang").prefill_token_ns
+    ns = dict(get_framework("dynamo-sglang").prefill_token_ns)["native"]
     assert stack["median_ttft"] - zero["median_ttft"] == pytest.approx(1024 * ns * 1e-9, rel=1e-6)
     assert stack["median_tpot"] == pytest.approx(zero["median_tpot"], rel=1e-9)
 
@@ -86,10 +88,10 @@ def test_prefill_rate_is_littles_law_against_the_cost_models_full_step():
     assert not prefill_rate(*_point(20.0, 0.020, 128, isl=1024, osl=1024)).saturated
     # the fit: median over saturated points; fewer than 3 saturated points -> refused (None)
     pts = [_point(t, 0.020, 128) for t in (20.0, 30.0, 40.0)] + [_point(0.3, 0.02, 4)]
-    f = fit_prefill_token_ns(pts)["mori-sglang"]
+    f = fit_prefill_token_ns(pts)["mori-sglang@fp8"]
     mid = prefill_rate(*pts[1]).implied_ns
-    assert f["points"] == 3 and f["prefill_token_ns"] == pytest.approx(mid)
-    assert fit_prefill_token_ns(pts[:2])["mori-sglang"]["prefill_token_ns"] is None
+    assert f["points"] == 3 and f["prefill_token_ns"] == pytest.approx(mid) and not f["pooled"]
+    assert fit_prefill_token_ns(pts[:2])["mori-sglang@fp8"]["prefill_token_ns"] is None
 
 
 def test_decode_step_is_the_measured_tpot_against_the_modelled_step_at_the_littles_law_batch():

@@ -186,11 +186,13 @@ def test_prefill_token_ns_prices_each_prompt_token_in_the_prefill_pool_only():
     assert b["median_ttft_ms"] - a["median_ttft_ms"] == pytest.approx(512 * 10_000 * 1e-6, rel=1e-6)
     assert b["median_tpot_ms"] == pytest.approx(a["median_tpot_ms"], rel=1e-9)
     # a stack's fitted value is the default; an engine profile has none
-    from jalapeno.perf.frameworks import get_framework
+    from jalapeno.perf.frameworks import prefill_token_ns
 
     c = run_scenario(Scenario(**one, framework="mori-sglang"))
-    assert get_framework("mori-sglang").prefill_token_ns > 0
-    assert c["kv_transfer"]["prefill_token_ns"] == pytest.approx(get_framework("mori-sglang").prefill_token_ns)
+    assert prefill_token_ns("mori-sglang", "native") > 0
+    assert c["kv_transfer"]["prefill_token_ns"] == pytest.approx(prefill_token_ns("mori-sglang", "native"))
+    # per prefill weight precision: B200 dynamo-sglang FP4 has none (its prefill pools never saturated)
+    assert prefill_token_ns("dynamo-sglang", "fp4") == 0.0 < prefill_token_ns("dynamo-sglang", "native")
     assert run_scenario(Scenario(**one, framework="sglang"))["kv_transfer"]["prefill_token_ns"] == 0.0
     with pytest.raises(ConfigError, match="prefill-token-ns"):
         run_scenario(Scenario(**one, prefill_token_ns=-1.0))

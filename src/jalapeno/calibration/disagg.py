@@ -205,21 +205,28 @@ def prefill_rate(p: Any, s: Any, *, min_ttft_s: float = 1.0, min_waiting: float 
 
 
 def fit_prefill_token_ns(items: list) -> dict[str, dict[str, Any]]:
-    """Each disaggregated stack's ``prefill_token_ns`` from ``items`` (the fit split): the median
-    :attr:`PrefillRate.implied_ns` over its saturated points, floored at 0. A stack with fewer than
-    ``fit.POINTS_PER_PARAM`` saturated points gets no value (``prefill_token_ns`` None: refused, not a
-    one-point fit). Returns ``{stack: {"prefill_token_ns", "points", "implied_ns"}}``."""
+    """Each disaggregated stack's ``prefill_token_ns`` per prefill weight precision from ``items`` (the fit
+    split), keyed ``"<stack>@<weights>"``: the median :attr:`PrefillRate.implied_ns` over its saturated points,
+    floored at 0. A precision with fewer than ``fit.POINTS_PER_PARAM`` saturated points takes the median over all
+    its stack's saturated points (``"pooled": True``) when those are enough; a precision without any saturated
+    point, or a stack with too few, gets none (``prefill_token_ns`` None: refused, not a one-point fit)."""
     from jalapeno.calibration.fit import POINTS_PER_PARAM
 
-    by: dict[str, list[PrefillRate]] = {}
+    by: dict[tuple[str, str], list[PrefillRate]] = {}
     for p, s in items:
         if "median_ttft" in p.metrics and "median_tpot" in p.metrics and s.concurrency:
             r = prefill_rate(p, s)
             if r.saturated:
-                by.setdefault(r.stack, []).append(r)
-    return {st: {"prefill_token_ns": max(0.0, float(np.median([r.implied_ns for r in rs])))
-                 if len(rs) >= POINTS_PER_PARAM else None, "points": len(rs),
-                 "implied_ns": sorted(round(r.implied_ns, 1) for r in rs)} for st, rs in sorted(by.items())}
+                by.setdefault((r.stack, s.weights), []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for (st, w), rs in sorted(by.items()):
+        pooled = len(rs) < POINTS_PER_PARAM
+        use = [r for (t, _), rr in by.items() if t == st for r in rr] if pooled else rs
+        ok = len(use) >= POINTS_PER_PARAM
+        out[f"{st}@{w}"] = {"prefill_token_ns": max(0.0, float(np.median([r.implied_ns for r in use]))) if ok else None,
+                            "points": len(rs), "pooled": pooled,
+                            "implied_ns": sorted(round(r.implied_ns, 1) for r in use)}
+    return out
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,10 @@ PREFILL_FITTED = (
     "(random:0.5 configuration split, seed 0, per stack) of 1 / (measured prompt tokens/s per prefill worker, Little's "
     "law) - the cost model's seconds per prompt token of a full prefill step; InferenceX B200/MI355X disaggregated "
     "points, benchmarks/data/calibration-blackwell-amd.csv (2026-12-01, python benchmarks/disagg_fidelity.py "
-    "--fit-prefill; calibration.disagg.fit_prefill_token_ns; docs/fidelity.md). dynamo-trt: 1 saturated fit point, "
-    "fewer than the 3 a parameter needs, so none (0). dpa_decode_moe_layer_us = median over the fit half's "
+    "--fit-prefill; calibration.disagg.fit_prefill_token_ns; docs/fidelity.md), per stack and prefill weight "
+    "precision: a precision with 1-2 saturated points takes its stack's median over all precisions, one with none "
+    "gets none (0: B200 dynamo-sglang FP4, whose 4-GPU prefill workers never saturate). dynamo-trt: 1 saturated "
+    "fit point, fewer than the 3 a parameter needs, so none (0). dpa_decode_moe_layer_us = median over the fit half's "
     "non-MTP points with a dp-attention + EP decode pool of (measured TPOT - the cost model's decode step at the "
     "Little's-law batch) / MoE layers (calibration.disagg.fit_dpa_decode_moe_layer_us); the two B200 stacks have "
     "1 and 2 such points, so they share their chip's median (3 points, 190 us: DeepEP's published low-latency "
@@ -75,9 +77,10 @@ class ServingFramework:
     engine: str | None = None
     #: a disaggregated stack: fixed per-request prefill -> decode handoff latency, milliseconds
     kv_handoff_ms: float = 0.0
-    #: a disaggregated stack: its prefill server's time per prompt token beyond the cost model, nanoseconds
-    #: (added to the prefill pool's ``prefill_token_overhead_ns``)
-    prefill_token_ns: float = 0.0
+    #: a disaggregated stack: its prefill server's time per prompt token beyond the cost model, nanoseconds,
+    #: per weight precision of the prefill pool (``(weights, ns)`` pairs; a precision not listed: 0), added to
+    #: the prefill pool's ``prefill_token_overhead_ns``
+    prefill_token_ns: tuple[tuple[str, float], ...] = ()
     #: a disaggregated stack: per MoE layer of a decode step of a dp-attention decode pool with expert
     #: parallelism, the expert all-to-all's fixed cost beyond the cost model (low-latency dispatch + combine
     #: kernels), microseconds (added to that pool's ``moe_layer_overhead_us``)
@@ -89,15 +92,16 @@ FRAMEWORKS: tuple[ServingFramework, ...] = (
     ServingFramework("sglang", "SGLang", 41.1, (), _FIT),
     ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 52.0, ("trt", "trtllm", "tensorrt-llm"), _FIT),
     ServingFramework("dynamo-sglang", "NVIDIA Dynamo over SGLang (disaggregated)", 41.1, (), HANDOFF_FITTED,
-                     engine="sglang", kv_handoff_ms=60.9, prefill_token_ns=26812.4,
+                     engine="sglang", kv_handoff_ms=60.9, prefill_token_ns=(("native", 26812.4),),
                      dpa_decode_moe_layer_us=190.0),
     ServingFramework("dynamo-trt", "NVIDIA Dynamo over TensorRT-LLM (disaggregated)", 52.0, (), HANDOFF_FITTED,
                      engine="trt-llm", kv_handoff_ms=764.2, dpa_decode_moe_layer_us=190.0),
     ServingFramework("mori-sglang", "SGLang PD with the MoRI KV transfer (disaggregated, ROCm)", 41.1, (),
-                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=83.8, prefill_token_ns=18792.9,
+                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=59.9,
+                     prefill_token_ns=(("native", 18286.9), ("fp4", 18792.9)),
                      dpa_decode_moe_layer_us=51.3),
     ServingFramework("sglang-disagg", "SGLang PD disaggregation (router + prefill/decode servers)", 41.1, (),
-                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=25.1, prefill_token_ns=18910.7,
+                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 18910.7),),
                      dpa_decode_moe_layer_us=369.3),
 )
 
@@ -125,10 +129,10 @@ def apply_framework(efficiency, framework: str | ServingFramework | None):
     return efficiency.model_copy(update={"request_overhead_ms": ms})
 
 
-def prefill_token_ns(framework: str | None) -> float:
-    """A disaggregated stack's prefill-server cost per prompt token beyond the cost model (ns); 0 for an engine
-    profile or None."""
-    return get_framework(framework).prefill_token_ns if framework else 0.0
+def prefill_token_ns(framework: str | None, weights: str = "native") -> float:
+    """A disaggregated stack's prefill-server cost per prompt token beyond the cost model (ns) for a prefill pool
+    of ``weights`` precision; 0 for an engine profile, None, or a precision the stack has no value for."""
+    return dict(get_framework(framework).prefill_token_ns).get(weights, 0.0) if framework else 0.0
 
 
 def dpa_decode_moe_layer_us(framework: str | None) -> float:

@@ -333,10 +333,13 @@ def handoff_ms(sc: Scenario) -> float:
 
 
 def prefill_token_ns(sc: Scenario) -> float:
-    """The disaggregated prefill server's extra time per prompt token (ns): the scenario's, else its stack's."""
+    """The disaggregated prefill server's extra time per prompt token (ns): the scenario's, else its stack's for
+    the prefill pool's weight precision."""
     from jalapeno.perf.frameworks import prefill_token_ns as stack_value
 
-    return float(sc.prefill_token_ns) if sc.prefill_token_ns is not None else stack_value(sc.framework)
+    if sc.prefill_token_ns is not None:
+        return float(sc.prefill_token_ns)
+    return stack_value(sc.framework, sc.prefill_precision or sc.precision) if sc.disaggregated else 0.0
 
 
 def _prefill_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):

@@ -42,7 +42,7 @@ HANDOFF_FITTED = (
     "FITTED (status fitted, not published): kv_handoff_ms by soft-L1 least squares on ln(pred/meas) of median TTFT "
     "over the fit half of a random configuration split (seed 0, per stack) of the InferenceX B200/MI355X "
     "disaggregated points at concurrency <= 64 (benchmarks/data/calibration-blackwell-amd.csv; 2026-12-01, python "
-    "benchmarks/disagg_fidelity.py --fit; docs/fidelity.md), with each stack's prefill_token_ns (PREFILL_FITTED) in place. dynamo-trt's 764 ms is driven by 3 of its 4 fit "
+    "benchmarks/disagg_fidelity.py --fit; docs/fidelity.md), with each stack's prefill_token_ns (PREFILL_FITTED) in place. dynamo-trt's 756 ms (764 before the refit) is driven by 3 of its 4 fit "
     "points (idle-system TTFTs of 1.25-1.75 s where reruns of the same layout measure 0.17 s): low confidence"
 )
 

@@ -342,17 +342,22 @@ def prefill_token_ns(sc: Scenario) -> float:
     return stack_value(sc.framework, sc.prefill_precision or sc.precision) if sc.disaggregated else 0.0
 
 
-def _prefill_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):
-    """The prefill pool's cost model: the chip's (or ``efficiency``), plus the stack's per-prompt-token prefill
-    cost (:func:`prefill_token_ns`) on ``prefill_token_overhead_ns``; identical to the decode side's when 0."""
+def _pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None, field: str = "", extra: float = 0.0):
+    """A pool's cost model: the chip's (or ``efficiency``), with ``extra`` added to the efficiency ``field`` (a
+    disaggregated stack's fitted term for this pool) when positive."""
     cm = _cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
                      efficiency=efficiency)
-    extra = prefill_token_ns(sc)
     if extra <= 0:
         return cm
-    eff = cm.eff.model_copy(update={"prefill_token_overhead_ns": cm.eff.prefill_token_overhead_ns + extra})
+    eff = cm.eff.model_copy(update={field: getattr(cm.eff, field) + extra})
     return _cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
                        efficiency=eff)
+
+
+def _prefill_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):
+    """The prefill pool's cost model, plus the stack's per-prompt-token prefill cost (:func:`prefill_token_ns`)
+    on ``prefill_token_overhead_ns``."""
+    return _pool_model(sc, arch, q, efficiency, "prefill_token_overhead_ns", prefill_token_ns(sc))
 
 
 def dpa_decode_moe_layer_us(sc: Scenario) -> float:
@@ -364,16 +369,10 @@ def dpa_decode_moe_layer_us(sc: Scenario) -> float:
 
 
 def _decode_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):
-    """The decode pool's cost model: the chip's (or ``efficiency``); with dp-attention and EP > 1, plus the
-    stack's per-MoE-layer all-to-all cost (:func:`dpa_decode_moe_layer_us`) on ``moe_layer_overhead_us``."""
-    cm = _cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
-                     efficiency=efficiency)
+    """The decode pool's cost model; with dp-attention and EP > 1, plus the stack's per-MoE-layer all-to-all
+    cost (:func:`dpa_decode_moe_layer_us`) on ``moe_layer_overhead_us``."""
     extra = dpa_decode_moe_layer_us(sc) if q.dp_attention and q.ep > 1 else 0.0
-    if extra <= 0:
-        return cm
-    eff = cm.eff.model_copy(update={"moe_layer_overhead_us": cm.eff.moe_layer_overhead_us + extra})
-    return _cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
-                       efficiency=eff)
+    return _pool_model(sc, arch, q, efficiency, "moe_layer_overhead_us", extra)
 
 
 def _kv_link(cm_p, cm_d, n_p: int, n_d: int, handoff_s: float = 0.0) -> KVLink:

@@ -188,9 +188,13 @@ def test_prefill_token_ns_prices_each_prompt_token_in_the_prefill_pool_only():
     # a stack's fitted value is the default; an engine profile has none
     from jalapeno.perf.frameworks import prefill_token_ns
 
-    c = run_scenario(Scenario(**one, framework="mori-sglang"))
+    c = run_scenario(Scenario(**{**one, "hardware": "mi355x"}, framework="mori-sglang"))
     assert prefill_token_ns("mori-sglang", "native") > 0
     assert c["kv_transfer"]["prefill_token_ns"] == pytest.approx(prefill_token_ns("mori-sglang", "native"))
+    # fitted on MI355X rows (and chips transferred from it): not carried to another family (H200 here)
+    assert run_scenario(Scenario(**one, framework="mori-sglang"))["kv_transfer"]["prefill_token_ns"] == 0.0
+    assert run_scenario(Scenario(**{**one, "hardware": "mi300x"}, framework="mori-sglang"))["kv_transfer"][
+        "prefill_token_ns"] == pytest.approx(prefill_token_ns("mori-sglang", "native"))
     # per prefill weight precision: B200 dynamo-sglang FP4 has none (its prefill pools never saturated)
     assert prefill_token_ns("dynamo-sglang", "fp4") == 0.0 < prefill_token_ns("dynamo-sglang", "native")
     assert run_scenario(Scenario(**one, framework="sglang"))["kv_transfer"]["prefill_token_ns"] == 0.0

@@ -87,6 +87,19 @@ class ServingFramework:
     #: parallelism, the expert all-to-all's fixed cost beyond the cost model (low-latency dispatch + combine
     #: kernels), microseconds (added to that pool's ``moe_layer_overhead_us``)
     dpa_decode_moe_layer_us: float = 0.0
+    #: the calibration roots (``ChipSpec.calibration``: a calibrated chip, or the one a transferred chip took its
+    #: values from) on whose rows ``prefill_token_ns`` and ``dpa_decode_moe_layer_us`` were fitted; other chips
+    #: get 0 for both (not carried across vendors or generations: B200's SGLang prefill term overprices H200's
+    #: TTFT, docs/fidelity.md). Empty: every chip.
+    fitted_chips: tuple[str, ...] = ()
+
+    def fitted_on(self, chip) -> bool:
+        """Whether the stack's per-pool fitted terms apply to ``chip`` (a ChipSpec)."""
+        if not self.fitted_chips:
+            return True
+        cal = getattr(chip, "calibration", None)
+        root = (cal.transferred_from if cal is not None else None) or chip.key
+        return root in self.fitted_chips
 
 
 FRAMEWORKS: tuple[ServingFramework, ...] = (
@@ -95,16 +108,17 @@ FRAMEWORKS: tuple[ServingFramework, ...] = (
     ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 52.0, ("trt", "trtllm", "tensorrt-llm"), _FIT),
     ServingFramework("dynamo-sglang", "NVIDIA Dynamo over SGLang (disaggregated)", 41.1, (), HANDOFF_FITTED,
                      engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 26812.4),),
-                     dpa_decode_moe_layer_us=190.0),
+                     dpa_decode_moe_layer_us=190.0, fitted_chips=("b200",)),
     ServingFramework("dynamo-trt", "NVIDIA Dynamo over TensorRT-LLM (disaggregated)", 52.0, (), HANDOFF_FITTED,
-                     engine="trt-llm", kv_handoff_ms=755.7, dpa_decode_moe_layer_us=190.0),
+                     engine="trt-llm", kv_handoff_ms=755.7, dpa_decode_moe_layer_us=190.0,
+                     fitted_chips=("b200",)),
     ServingFramework("mori-sglang", "SGLang PD with the MoRI KV transfer (disaggregated, ROCm)", 41.1, (),
                      HANDOFF_FITTED, engine="sglang", kv_handoff_ms=59.9,
                      prefill_token_ns=(("native", 18286.9), ("fp4", 18792.9)),
-                     dpa_decode_moe_layer_us=51.3),
+                     dpa_decode_moe_layer_us=51.3, fitted_chips=("mi355x",)),
     ServingFramework("sglang-disagg", "SGLang PD disaggregation (router + prefill/decode servers)", 41.1, (),
                      HANDOFF_FITTED, engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 18910.7),),
-                     dpa_decode_moe_layer_us=369.3),
+                     dpa_decode_moe_layer_us=369.3, fitted_chips=("mi355x",)),
 )
 
 

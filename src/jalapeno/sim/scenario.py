@@ -334,14 +334,29 @@ def handoff_ms(sc: Scenario) -> float:
     return float(sc.kv_handoff_ms) if sc.kv_handoff_ms is not None else kv_handoff_ms(sc.framework)
 
 
+def _stack_fitted_on(sc: Scenario, hardware: str | None) -> bool:
+    """Whether the scenario's disaggregated stack has its per-pool fitted terms for the chip ``hardware``
+    (``ServingFramework.fitted_chips``: the chip families whose rows they were fitted on)."""
+    from jalapeno.hardware import get_chip
+    from jalapeno.perf.frameworks import get_framework
+
+    fw = get_framework(sc.framework)
+    if not fw.fitted_chips or not hardware:
+        return True
+    chip = get_chip(hardware, list(sc.hardware_dir)) if sc.hardware_dir else get_chip(hardware)
+    return fw.fitted_on(chip)
+
+
 def prefill_token_ns(sc: Scenario) -> float:
     """The disaggregated prefill server's extra time per prompt token (ns): the scenario's, else its stack's for
-    the prefill pool's weight precision."""
+    the prefill pool's weight precision, where the stack was fitted on the prefill pool's chip family."""
     from jalapeno.perf.frameworks import prefill_token_ns as stack_value
 
     if sc.prefill_token_ns is not None:
         return float(sc.prefill_token_ns)
-    return stack_value(sc.framework, sc.prefill_precision or sc.precision) if sc.disaggregated else 0.0
+    if not sc.disaggregated or not sc.framework or not _stack_fitted_on(sc, sc.prefill_hardware or sc.hardware):
+        return 0.0
+    return stack_value(sc.framework, sc.prefill_precision or sc.precision)
 
 
 def _pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None, field: str = "", extra: float = 0.0):
@@ -367,7 +382,11 @@ def dpa_decode_moe_layer_us(sc: Scenario) -> float:
     from jalapeno.perf.frameworks import dpa_decode_moe_layer_us as stack_value
 
     v = sc.dpa_decode_moe_layer_us
-    return float(v) if v is not None else stack_value(sc.framework)
+    if v is not None:
+        return float(v)
+    if not sc.framework or not _stack_fitted_on(sc, sc.decode_hardware or sc.hardware):
+        return 0.0
+    return stack_value(sc.framework)
 
 
 def _decode_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from jalapeno.backends.torch.attention import SeqSlice, StepMetadata, paged_attention, paged_attention_ref, write_kv
+from jalapeno.backends.torch.attention import (
+    SeqSlice,
+    StepMetadata,
+    paged_attention,
+    paged_attention_ref,
+    write_kv,
+)
 
 
 def numpy_attention(q, k, v, q_pos, scale, window=None, sinks=None):
@@ -26,15 +32,18 @@ def numpy_attention(q, k, v, q_pos, scale, window=None, sinks=None):
     return out
 
 
+@pytest.mark.parametrize("attend", [paged_attention_ref, paged_attention], ids=["padded", "grouped"])
 @pytest.mark.parametrize("window,sinks", [(None, False), (4, True)])
-def test_mixed_prefill_and_decode_batch(window, sinks):
+def test_mixed_prefill_and_decode_batch(window, sinks, attend):
+    """Both the padded reference and the dispatcher (which attends group by group: decode rows together, each
+    prefill chunk length alone, nothing padded) equal float64 attention on a mixed step."""
     g = torch.Generator().manual_seed(0)
     h, kvh, d, bs, nblocks = 4, 2, 8, 4, 40
     k_cache = torch.zeros(nblocks, bs, kvh, d, dtype=torch.float64)
     v_cache = torch.zeros_like(k_cache)
     perm = torch.randperm(nblocks, generator=g).tolist()
-    # (cached tokens, new tokens): a decode, a fresh prefill, a prefill chunk after a cached prefix
-    plan = [(9, 1), (0, 6), (5, 7)]
+    # (cached tokens, new tokens): decodes, a fresh prefill, prefill chunks after a cached prefix
+    plan = [(9, 1), (0, 6), (5, 7), (2, 1), (3, 6)]
     slices, full_k, full_v, qs = [], [], [], []
     for cached, new in plan:
         total = cached + new
@@ -56,7 +65,7 @@ def test_mixed_prefill_and_decode_batch(window, sinks):
     write_kv(k_cache, meta.slot_mapping, new_k)
     write_kv(v_cache, meta.slot_mapping, new_v)
     s = torch.randn(h, generator=g, dtype=torch.float64) if sinks else None
-    got = paged_attention_ref(torch.cat(qs), k_cache, v_cache, meta, 0.35, window, s)
+    got = attend(torch.cat(qs), k_cache, v_cache, meta, 0.35, window, s)
     row = 0
     for (cached, new), q, k, v in zip(plan, qs, full_k, full_v):
         ref = numpy_attention(
@@ -65,6 +74,21 @@ def test_mixed_prefill_and_decode_batch(window, sinks):
         )
         np.testing.assert_allclose(got[row : row + new].numpy(), ref, rtol=1e-10, atol=1e-10)
         row += new
+
+
+def test_groups_of_a_mixed_step_pad_nothing():
+    """A 6-token prompt beside three decode rows: two groups, each with one query length and the context of its
+    own longest sequence (the decode rows are not padded to the prompt's 6 queries or its keys)."""
+    slices = [SeqSlice(9, 1, [0, 1, 2]), SeqSlice(0, 6, [3, 4]), SeqSlice(2, 1, [5]), SeqSlice(4, 1, [6, 7])]
+    meta = StepMetadata.build(slices, 4, torch.device("cpu"))
+    groups = {sub.max_q: (rows.tolist(), sub) for rows, sub in meta.groups()}
+    assert sorted(groups) == [1, 6]
+    rows, dec = groups[1]
+    assert rows == [0, 7, 8] and dec.query_lens == [1, 1, 1] and dec.pad_index is None
+    assert dec.contexts == [10, 3, 5] and dec.gather_slots.shape == (3, 10)
+    rows, pre = groups[6]
+    assert rows == [1, 2, 3, 4, 5, 6] and pre.starts == [0] and pre.gather_slots.shape == (1, 6)
+    assert pre.slot_mapping.tolist() == meta.slot_mapping[1:7].tolist()
 
 
 def test_slot_mapping_follows_block_table():

@@ -118,3 +118,32 @@ def test_single_sequence_decode_fast_path(window):
     pair = StepMetadata.build([SeqSlice(ctx - 1, 1, table), SeqSlice(2, 1, [0])], bs, torch.device("cpu"))
     general = paged_attention_ref(torch.cat([q, q]), k_cache, v_cache, pair, 0.4, window)
     np.testing.assert_allclose(general[:1].numpy(), got.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("seqs,window", [(1, None), (2, None), (2, 16), (1, 5)])
+def test_fresh_prefill_path(seqs, window):
+    """Equal-length prompts from position 0 attend causally over the step's own K/V (no gather, no mask) when
+    the window reaches back to position 0; the result must equal float64 attention. A shorter window, a
+    cached prefix or unequal lengths take the general path (checked against the same reference)."""
+    g = torch.Generator().manual_seed(5)
+    h, kvh, d, bs, n = 6, 2, 8, 4, 9
+    k_cache = torch.zeros(20, bs, kvh, d, dtype=torch.float64)
+    v_cache = torch.zeros_like(k_cache)
+    tables = [[3, 11, 7], [0, 19, 4]][:seqs]
+    meta = StepMetadata.build([SeqSlice(0, n, t) for t in tables], bs, torch.device("cpu"))
+    assert meta.is_fresh
+    q = torch.randn(seqs * n, h, d, generator=g, dtype=torch.float64)
+    k = torch.randn(seqs * n, kvh, d, generator=g, dtype=torch.float64)
+    v = torch.randn(seqs * n, kvh, d, generator=g, dtype=torch.float64)
+    write_kv(k_cache, meta.slot_mapping, k)
+    write_kv(v_cache, meta.slot_mapping, v)
+    got = paged_attention(q, k_cache, v_cache, meta, 0.3, window, new_kv=(k, v))
+    for i in range(seqs):
+        rows = slice(i * n, (i + 1) * n)
+        ref = numpy_attention(q[rows].numpy(), k[rows].numpy(), v[rows].numpy(), list(range(n)), 0.3, window)
+        np.testing.assert_allclose(got[rows].numpy(), ref, rtol=1e-10, atol=1e-10)
+    general = paged_attention_ref(q, k_cache, v_cache, meta, 0.3, window)
+    np.testing.assert_allclose(got.numpy(), general.numpy(), rtol=1e-12, atol=1e-12)
+    later = StepMetadata.build([SeqSlice(2, n - 2, tables[0])], bs, torch.device("cpu"))
+    uneven = StepMetadata.build([SeqSlice(0, n, tables[0]), SeqSlice(0, n - 1, [9, 8, 6])], bs, torch.device("cpu"))
+    assert not later.is_fresh and not uneven.is_fresh

@@ -49,6 +49,13 @@ class StepMetadata:
         return self.max_q == 1
 
     @property
+    def is_fresh(self) -> bool:
+        """Every sequence starts at position 0 and feeds the same number of tokens (one prompt, or equal-length
+        prompts, with nothing cached before them): each one's keys are exactly its own new tokens, so attention
+        needs neither the cache gather nor a mask (plain causal attention over the step's own K/V)."""
+        return self.pad_index is None and not any(self.starts)
+
+    @property
     def query_pos(self) -> torch.Tensor:
         """``[B, max_q]`` int64 position of each padded query (-1 for padding)."""
         dev = self.gather_slots.device
@@ -154,20 +161,38 @@ def paged_attention(
     scale: float,
     window: int | None = None,
     sinks: torch.Tensor | None = None,
+    new_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Attention of the step's queries ``q [T, H, D]`` over the paged cache; returns ``[T, H, Dv]``.
 
     ``k_cache``/``v_cache`` are ``[num_blocks, block_size, kv_heads, D|Dv]`` (they may be views of one latent
     tensor for MLA). ``window`` limits keys to ``q_pos - k_pos < window``; ``sinks [H]`` adds one learned logit
     per head to the softmax denominator (GPT-OSS). Dispatches to the Triton kernel for CUDA decode.
+    ``new_kv``: the step's own keys and values ``[T, kv_heads, D|Dv]`` (already written to the cache); when the
+    step is :attr:`StepMetadata.is_fresh` prompts they are the whole context, and attention runs causally on
+    them directly (:func:`fresh_prefill_attention`).
     """
     if q.is_cuda and meta.is_decode:
         from jalapeno.kernels.paged_attention import paged_decode
 
         return paged_decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale, window, sinks)
+    if new_kv is not None and sinks is None and meta.max_q > 1 and meta.is_fresh:
+        if window is None or meta.max_q <= window:  # the window reaches back past position 0: plain causal
+            return fresh_prefill_attention(q, new_kv[0], new_kv[1], len(meta.starts), scale)
     if meta.pad_index is not None:  # mixed query lengths (decode rows beside a prefill chunk): no padding
         return grouped_attention(q, k_cache, v_cache, meta, scale, window, sinks)
     return paged_attention_ref(q, k_cache, v_cache, meta, scale, window, sinks)
+
+
+def fresh_prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: int, scale: float) -> torch.Tensor:
+    """Causal attention of ``b`` equal-length prompts fed from position 0 over their own keys: ``q [T, H, D]``,
+    ``k [T, kvh, D]``, ``v [T, kvh, Dv]`` -> ``[T, H, Dv]``. No cache gather, no ``[L, L]`` mask: SDPA's causal
+    flash kernel skips the blocks above the diagonal (docs/performance.md, "Prefill")."""
+    t, h, d = q.shape
+    n = t // b
+    qb, kb, vb = (x.view(b, n, *x.shape[1:]).transpose(1, 2) for x in (q, k, v))  # [b, heads, n, dim]
+    out = F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale, enable_gqa=h != k.shape[1])
+    return out.transpose(1, 2).reshape(t, h, v.shape[-1])
 
 
 def grouped_attention(

@@ -514,6 +514,7 @@ class CostModel:
             tm = np.hstack([tm, ext[len(work) : 2 * len(work)]])
             self._M_ext = np.ascontiguousarray(ext)
         self._M_ctx = np.ascontiguousarray(self._M[:, _CTX_COLS])  # rows' slopes in the context features
+        self._slopes: dict[tuple[int, float, float], list[float]] = {}  # memo of _ctx_slopes
         self._tc, self._tm = tc, tm
         tdp = float(self.chip.power.tdp_w)
         idle = float(self.chip.power.idle_w) if self.chip.power.idle_w and self.chip.power.idle_w.value else None
@@ -697,13 +698,14 @@ class CostModel:
             if shape.decode_ctx_sum_window + km * dcw > d * self.model.attention_window:
                 return None  # the window cap binds inside the run
         y0 = self._M.dot(np.array(self._feat(shape), dtype=np.float64)).tolist()
-        gv = self._M_ctx.dot(np.array((d, dcw, d * r, dcw * r)))
         if self.kv_sram_tokens:
             slopes = self._tier_slopes(shape, km, dcw)
             if slopes is None:
                 return None
-            gv = gv + self._M_ext.dot(np.array(slopes))
-        g = gv.tolist()
+            gv = self._M_ctx.dot(np.array((d, dcw, d * r, dcw * r))) + self._M_ext.dot(np.array(slopes))
+            g = gv.tolist()
+        else:
+            g = self._ctx_slopes(d, dcw, r)
         n = self._n
         a_t, b_t = y0[2 * n], g[2 * n]
         for j in range(n):
@@ -718,6 +720,18 @@ class CostModel:
                 a_t += tm
                 b_t += dm
         return a_t, b_t, y0[2 * n + 1], g[2 * n + 1]
+
+    def _ctx_slopes(self, d: int, dcw: float, r: float) -> list[float]:
+        """Each row's growth per decode step, ``M_ctx · (d, dcw, d·r, dcw·r)``: it depends only on the batch
+        (sequences, those below the window, tokens per sequence), which stays the same over many events, so it
+        is kept per batch (a few hundred keys at most; cleared past 4,096)."""
+        key = (d, dcw, r)
+        g = self._slopes.get(key)
+        if g is None:
+            if len(self._slopes) > 4096:
+                self._slopes.clear()
+            g = self._slopes[key] = self._M_ctx.dot(np.array((d, dcw, d * r, dcw * r))).tolist()
+        return g
 
     def _tier_slopes(self, shape: StepShape, km: int, dcw: float) -> tuple[float, float] | None:
         """Per-step growth of the SRAM-tier features over ``km`` more decode steps, when they stay affine: the

@@ -26,6 +26,7 @@ import numpy as np
 from jalapeno.engine.batch import ScheduledBatch, StepResult
 from jalapeno.engine.interface import Backend, Capabilities
 from jalapeno.errors import ConfigError
+from jalapeno.perf.model import CostModel
 from jalapeno.perf.shape import StepShape, _pairs
 
 #: denominator of the fixed-point accepted-length accumulator
@@ -142,8 +143,6 @@ class SimBackend(Backend):
         self.window: int | None = window or None
         self.num_layers: int = max(1, int(getattr(cost_model.model, "num_layers", 1)))
         self._plan = None
-        #: the cost model prices decode runs as lists (``CostModel.decode_step_lists``; fakes may not)
-        self._lists = hasattr(cost_model, "decode_step_lists")
         self.trace: list[dict] | None = [] if keep_trace else None
 
     def memory_plan(self):
@@ -310,7 +309,9 @@ class SimBackend(Backend):
     def execute(self, batch: ScheduledBatch) -> StepResult:
         steps = batch.num_steps
         shape, nxt = self._shapes(batch, steps > 1)
-        if steps <= _SCALAR_STEPS and self.speculation is None and not batch.loaded_tokens and self._lists:
+        # the scalar path only for the plain cost model (``self.cm`` may be swapped for a wrapper that records
+        # the step/decode_steps calls, as calibration's TangentBackend does, or be a test's fake)
+        if steps <= _SCALAR_STEPS and type(self.cm) is CostModel and self.speculation is None and not batch.loaded_tokens:
             return self._execute_lists(batch, shape, nxt)
         if steps > 1 and not shape.prefill_tokens:
             durs, ens = self.cm.decode_steps(shape, steps)

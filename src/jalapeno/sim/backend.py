@@ -33,12 +33,48 @@ import numpy as np
 from jalapeno.engine.batch import ScheduledBatch, StepResult
 from jalapeno.engine.interface import Backend, Capabilities
 from jalapeno.errors import ConfigError
+from jalapeno.perf.model import CostModel
 from jalapeno.perf.shape import StepShape, _pairs
 from jalapeno.speculative.proposer import AdaptiveK, KPolicy, SpeculativeStats
 
 #: denominator of the fixed-point accepted-length accumulator
 _ONE = 1 << 32
 _start = attrgetter("start")
+#: batches of up to this many steps are priced in Python floats (numpy's per-call overhead dominates there)
+_SCALAR_STEPS = 64
+
+
+def _numpy_sum(xs: Seq[float]) -> float:
+    """``float(np.sum(xs))`` of a float64 list, bit for bit, without building the array: numpy's pairwise
+    summation (a plain loop below 8 values; 8 interleaved partial sums up to 128; halves above, cut at a
+    multiple of 8)."""
+    n = len(xs)
+    if n < 8:
+        res = 0.0
+        for x in xs:
+            res += x
+        return res
+    if n <= 128:
+        r0, r1, r2, r3, r4, r5, r6, r7 = xs[:8]
+        i = 8
+        end = n - n % 8
+        while i < end:
+            r0 += xs[i]
+            r1 += xs[i + 1]
+            r2 += xs[i + 2]
+            r3 += xs[i + 3]
+            r4 += xs[i + 4]
+            r5 += xs[i + 5]
+            r6 += xs[i + 6]
+            r7 += xs[i + 7]
+            i += 8
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for j in range(end, n):
+            res += xs[j]
+        return res
+    half = n // 2
+    half -= half % 8
+    return _numpy_sum(xs[:half]) + _numpy_sum(xs[half:])
 
 
 class CostModelLike(Protocol):
@@ -372,6 +408,10 @@ class SimBackend(Backend):
             return self._execute_adaptive(batch)
         steps = batch.num_steps
         shape, nxt = self._shapes(batch, steps > 1)
+        # the scalar path only for the plain cost model (``self.cm`` may be swapped for a wrapper that records
+        # the step/decode_steps calls, as calibration's TangentBackend does, or be a test's fake)
+        if steps <= _SCALAR_STEPS and type(self.cm) is CostModel and self.speculation is None and not batch.loaded_tokens:
+            return self._execute_lists(batch, shape, nxt)
         if steps > 1 and not shape.prefill_tokens:
             durs, ens = self.cm.decode_steps(shape, steps)
             extra = self._proposer(shape, steps)
@@ -422,6 +462,42 @@ class SimBackend(Backend):
             step_durations=dl,
             token_counts=counts,
         )
+
+    def _execute_lists(self, batch: ScheduledBatch, shape: StepShape, nxt: StepShape | None) -> StepResult:
+        """:meth:`execute` for a few steps without speculation or KV loads, in Python floats: the same step
+        times and energies (``CostModel.decode_step_lists``), the energy summed as numpy sums an array."""
+        steps = batch.num_steps
+        cm = self.cm
+        if steps > 1 and not shape.prefill_tokens:
+            dl, el = cm.decode_step_lists(shape, steps)  # type: ignore[attr-defined]
+        else:
+            c = cm.step(shape)
+            dl, el = [c.time_s], [c.energy_j]
+            if steps > 1:  # the first step finished some prompts; then everyone decodes
+                assert nxt is not None
+                d2, e2 = cm.decode_step_lists(nxt, steps - 1)  # type: ignore[attr-defined]
+                dl += d2
+                el += e2
+        run = steps
+        if steps > 1 and batch.stop_at_s is not None:
+            ends = list(accumulate(dl, initial=batch.start_s))  # step ends, summed one by one
+            run = min(steps, bisect_left(ends, batch.stop_at_s, 1))  # the first end >= stop_at_s
+            dl, el = dl[:run], el[:run]
+        energy = _numpy_sum(el)
+        if self.trace is not None:
+            self.trace.append(
+                {
+                    "steps": run,
+                    "prefill_tokens": shape.prefill_tokens,
+                    "decode_seqs": shape.decode_seqs,
+                    "decode_ctx_sum": shape.decode_ctx_sum,
+                    "duration_s": _numpy_sum(dl),
+                    "step_durations": dl,
+                    "energy_j": energy,
+                }
+            )
+        return StepResult(tokens=[], duration_s=float(sum(dl)), energy_j=energy, step_durations=dl,
+                          token_counts=self._token_counts(batch, run))
 
     def _token_counts(self, batch: ScheduledBatch, steps: int) -> Seq[int]:
         """Tokens each chunk gained over ``steps`` steps (every chunk of a multi-step batch samples)."""

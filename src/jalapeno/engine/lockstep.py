@@ -82,6 +82,15 @@ class DecodeGroup:
         self._window: _WindowIndex | None = None  # built by the first window_sums call
         #: members whose last token comes before ``max_tokens`` (``max_model_len`` caps them)
         self.capped: set[Sequence] = set()
+        #: the members' chunks in order are ``_list[_head:_lent]`` (None: rebuild from ``members``). Copying
+        #: thousands of chunks each step is what a step cost at rack scale, so :meth:`chunks` lends this list
+        #: itself to the batch being built (which appends its other chunks behind; ``_lent`` marks where the
+        #: members' part ends) and takes it back (drops that tail) at the next join or :meth:`chunks`. While
+        #: lent the group never writes to it: a leaving member only moves ``_head`` when it is the oldest (the
+        #: usual finish: join order), else the list is dropped and rebuilt at the next :meth:`chunks`.
+        self._list: list[LockstepChunk] | None = None
+        self._head = 0
+        self._lent: int | None = None
 
     def __len__(self) -> int:
         return len(self.members)
@@ -101,7 +110,10 @@ class DecodeGroup:
         seq.num_computed_tokens = comp
         seq.group = self
         seq.__class__ = LockstepSequence
-        self.members[seq] = LockstepChunk(seq, 0, 1, True)
+        self.members[seq] = ch = LockstepChunk(seq, 0, 1, True)
+        self._reclaim()
+        if self._list is not None:
+            self._list.append(ch)
         self._phase[comp % self.block_size][seq] = None
         self._comp_sum += comp
         if self._window is not None:
@@ -116,7 +128,7 @@ class DecodeGroup:
         """Take ``seq`` out of the group, writing its current counters back as plain values."""
         out, comp, blocks = seq.num_output_tokens, seq.num_computed_tokens, seq.num_blocks
         offset = _COMP.__get__(seq)
-        del self.members[seq]
+        self._unlist(self.members.pop(seq))
         del self._phase[offset % self.block_size][seq]
         del self._finish[seq]
         self.capped.discard(seq)
@@ -132,10 +144,38 @@ class DecodeGroup:
         for seq in list(self.members):
             self.release(seq)
 
+    def _unlist(self, ch: LockstepChunk) -> None:
+        """Drop a leaving member's chunk from the ordered list (or drop the list, to rebuild it)."""
+        lst = self._list
+        if lst is None:
+            return
+        if self._head < len(lst) and lst[self._head] is ch:
+            self._head += 1  # the slot is dropped by the next compaction
+        elif self._lent is None and lst[-1] is ch:
+            lst.pop()
+        else:
+            self._list = None
+
+    def _reclaim(self) -> None:
+        """Take the list back from the batch it was lent to: drop the chunks appended behind the members'."""
+        if self._lent is not None:
+            if self._list is not None:
+                del self._list[self._lent :]
+            self._lent = None
+
     # --- what the scheduler asks ----------------------------------------------------------------------
     def chunks(self) -> list[SeqChunk]:
-        """The members' decode chunks, oldest first (a new list)."""
-        return list(self.members.values())
+        """The members' decode chunks, oldest first, as a list the caller may append to (and delete a
+        preempted member's chunk from) until the group's membership next changes or this is called again."""
+        self._reclaim()
+        lst = self._list
+        if lst is None:
+            lst = self._list = list(self.members.values())
+        elif self._head:
+            del lst[: self._head]
+        self._head = 0
+        self._lent = len(lst)
+        return lst  # type: ignore[return-value]
 
     def start_sum(self) -> int:
         """Σ members' computed tokens (their decode chunks' ``start``)."""

@@ -455,9 +455,7 @@ class Scheduler:
         common += self._apply_chunks(batch, first, counts, tokens, timing, trim, up, latency, outputs)
         if common:
             latency.add(timing.t_first - timing.t0, common)
-        running = self.running
-        for seq in up.finished:
-            running.remove(seq)
+        _drop_finished(self.running, up.finished)
         if fast and self.group is not None:
             self._regroup(batch.chunks, nd)
         return up
@@ -594,6 +592,17 @@ class Scheduler:
             if running[n] is not seq or seq.num_blocks != -(-seq.num_computed_tokens // bs):
                 break
             group.join(seq, min(seq.max_tokens, max_len - seq.prompt_len))
+
+
+def _drop_finished(running: list[Sequence], finished: list[Sequence]) -> None:
+    """Remove ``finished`` from ``running`` (order kept). Usually they are its head, in order (the lockstep
+    group's oldest members finish first): one slice deletion then, else one removal each."""
+    k = len(finished)
+    if k and running[0] is finished[0] and running[:k] == finished:  # list == compares identity first (Sequence has no __eq__)
+        del running[:k]
+        return
+    for seq in finished:
+        running.remove(seq)
 
 
 def _take_until_stop(seq: Sequence, ids: list[int], new: int) -> tuple[list[int], int, FinishReason | None]:

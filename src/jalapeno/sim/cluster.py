@@ -107,6 +107,10 @@ class Cluster:
         self.link = link
         self.all = self.prefill + self.decode
         self._transfers: list[tuple[float, int, Sequence, Engine]] = []
+        #: per decode worker (by id): the transfers on their way to it, and the KV blocks they pre-allocate
+        #: (running totals of what ``_transfers`` holds, so admission checks do not scan the heap)
+        self._inbound_n: dict[int, int] = {id(d): 0 for d in self.decode}
+        self._inbound_blocks: dict[int, int] = {id(d): 0 for d in self.decode}
         self._tick = itertools.count()
         self._finished_direct: list[Sequence] = []
         # free-at times of each worker's KV link lanes (by id), and the total time transfers waited for one
@@ -178,6 +182,8 @@ class Cluster:
         t_step = min((e.clock.now() for e in busy), default=float("inf"))
         if self._transfers and self._transfers[0][0] <= t_step:
             t, _, seq, dst = heapq.heappop(self._transfers)
+            self._inbound_n[id(dst)] -= 1
+            self._inbound_blocks[id(dst)] -= dst.block_manager.blocks_for(seq.prompt_len + 1)
             if not dst.has_unfinished():
                 _idle(dst, t)
             dst.add_sequence(seq)
@@ -201,22 +207,30 @@ class Cluster:
         self._dispatch(e.clock.now())
         return out
 
-    def _room(self, d: Engine, tokens: int) -> bool:
+    def _room(self, d: Engine, tokens: int, waiting_held: int) -> bool:
         """Whether decode worker ``d`` can pre-allocate one more request of ``tokens`` prompt tokens: a free
-        sequence slot and free KV blocks, counting the requests it holds waiting or has inbound."""
+        sequence slot and free KV blocks, counting the requests it holds waiting (``waiting_held``: their
+        blocks, :meth:`_waiting_held`) or has inbound."""
         s, bm = d.scheduler, d.block_manager
-        inbound = [x[2] for x in self._transfers if x[3] is d]
-        if len(s.running) + len(s.waiting) + len(inbound) >= d.config.max_num_seqs:
+        if len(s.running) + len(s.waiting) + self._inbound_n[id(d)] >= d.config.max_num_seqs:
             return False
-        held = sum(bm.blocks_for(q.prompt_len + 1) for q in (*s.waiting, *inbound))
+        held = self._inbound_blocks[id(d)] + waiting_held
         return bm.num_free - held >= bm.blocks_for(tokens + 1)
+
+    @staticmethod
+    def _waiting_held(d: Engine) -> int:
+        """KV blocks the requests waiting in decode worker ``d`` will take at admission (prompt + first token)."""
+        bm = d.block_manager
+        return sum(bm.blocks_for(q.prompt_len + 1) for q in d.scheduler.waiting)
 
     def _dispatch(self, now: float) -> None:
         """Hand waiting prefilled requests, in arrival order, to the least-loaded decode worker with room; a
         transfer starts when its KV is ready, or at ``now`` (when the room appeared) if it had to wait."""
+        # the decode workers' waiting queues do not change during one dispatch (only their inbound transfers)
+        waiting_held = [self._waiting_held(d) for d in self.decode] if self._handoffs else []
         while self._handoffs:
             ready, src, seq = self._handoffs[0]
-            fits = [d for d in self.decode if self._room(d, seq.prompt_len)]
+            fits = [d for d, w in zip(self.decode, waiting_held) if self._room(d, seq.prompt_len, w)]
             if not fits:
                 return
             self._handoffs.popleft()
@@ -236,6 +250,8 @@ class Cluster:
             nxt.num_computed_tokens = seq.prompt_len
             nxt.first_token_s = nxt.last_token_s = t
             heapq.heappush(self._transfers, (t, next(self._tick), nxt, dst))
+            self._inbound_n[id(dst)] += 1
+            self._inbound_blocks[id(dst)] += dst.block_manager.blocks_for(seq.prompt_len + 1)
 
     def _transfer(self, src: Engine, dst: Engine, ready: float, tokens: int) -> float:
         """Queue one KV transfer on the earliest-free lanes of ``src`` and ``dst``; returns its arrival time."""
@@ -258,7 +274,7 @@ class Cluster:
         return self._admission_wait_s / self._num_transfers if self._num_transfers else 0.0
 
     def _inbound(self, d: Engine) -> int:
-        return sum(1 for x in self._transfers if x[3] is d)
+        return self._inbound_n[id(d)]
 
     def result_parts(self) -> tuple[float, int, np.ndarray, np.ndarray]:
         end = max(e.clock.now() for e in self.all)

@@ -27,6 +27,7 @@ manager and one token per step (no speculative decoding) join.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 
@@ -82,15 +83,8 @@ class DecodeGroup:
         self._window: _WindowIndex | None = None  # built by the first window_sums call
         #: members whose last token comes before ``max_tokens`` (``max_model_len`` caps them)
         self.capped: set[Sequence] = set()
-        #: the members' chunks in order are ``_list[_head:_lent]`` (None: rebuild from ``members``). Copying
-        #: thousands of chunks each step is what a step cost at rack scale, so :meth:`chunks` lends this list
-        #: itself to the batch being built (which appends its other chunks behind; ``_lent`` marks where the
-        #: members' part ends) and takes it back (drops that tail) at the next join or :meth:`chunks`. While
-        #: lent the group never writes to it: a leaving member only moves ``_head`` when it is the oldest (the
-        #: usual finish: join order), else the list is dropped and rebuilt at the next :meth:`chunks`.
-        self._list: list[LockstepChunk] | None = None
-        self._head = 0
-        self._lent: int | None = None
+        self._jn: dict[Sequence, int] = {}  # member → its join number (the order of ``members``)
+        self._list = _ChunkList()
 
     def __len__(self) -> int:
         return len(self.members)
@@ -111,9 +105,8 @@ class DecodeGroup:
         seq.group = self
         seq.__class__ = LockstepSequence
         self.members[seq] = ch = LockstepChunk(seq, 0, 1, True)
-        self._reclaim()
-        if self._list is not None:
-            self._list.append(ch)
+        self._jn[seq] = jn = next(self._joins)
+        self._list.add(ch, jn)
         self._phase[comp % self.block_size][seq] = None
         self._comp_sum += comp
         if self._window is not None:
@@ -122,13 +115,13 @@ class DecodeGroup:
             self.capped.add(seq)
         end = steps + limit - out
         self._finish[seq] = end
-        heapq.heappush(self._ends, (end, next(self._joins), seq))
+        heapq.heappush(self._ends, (end, jn, seq))
 
     def release(self, seq: Sequence) -> None:
         """Take ``seq`` out of the group, writing its current counters back as plain values."""
         out, comp, blocks = seq.num_output_tokens, seq.num_computed_tokens, seq.num_blocks
         offset = _COMP.__get__(seq)
-        self._unlist(self.members.pop(seq))
+        self._list.remove(self.members.pop(seq), self._jn.pop(seq))
         del self._phase[offset % self.block_size][seq]
         del self._finish[seq]
         self.capped.discard(seq)
@@ -144,38 +137,11 @@ class DecodeGroup:
         for seq in list(self.members):
             self.release(seq)
 
-    def _unlist(self, ch: LockstepChunk) -> None:
-        """Drop a leaving member's chunk from the ordered list (or drop the list, to rebuild it)."""
-        lst = self._list
-        if lst is None:
-            return
-        if self._head < len(lst) and lst[self._head] is ch:
-            self._head += 1  # the slot is dropped by the next compaction
-        elif self._lent is None and lst[-1] is ch:
-            lst.pop()
-        else:
-            self._list = None
-
-    def _reclaim(self) -> None:
-        """Take the list back from the batch it was lent to: drop the chunks appended behind the members'."""
-        if self._lent is not None:
-            if self._list is not None:
-                del self._list[self._lent :]
-            self._lent = None
-
     # --- what the scheduler asks ----------------------------------------------------------------------
     def chunks(self) -> list[SeqChunk]:
         """The members' decode chunks, oldest first, as a list the caller may append to (and delete a
         preempted member's chunk from) until the group's membership next changes or this is called again."""
-        self._reclaim()
-        lst = self._list
-        if lst is None:
-            lst = self._list = list(self.members.values())
-        elif self._head:
-            del lst[: self._head]
-        self._head = 0
-        self._lent = len(lst)
-        return lst  # type: ignore[return-value]
+        return self._list.lend(self.members, self._jn)  # type: ignore[return-value]
 
     def start_sum(self) -> int:
         """Σ members' computed tokens (their decode chunks' ``start``)."""
@@ -246,6 +212,70 @@ class DecodeGroup:
                 self.release(seq)
                 done.append(seq)
         return done
+
+
+class _ChunkList:
+    """A group's member chunks in join order, kept as one list between steps. Copying thousands of chunks
+    each step (every one touched for its reference count) was what a decode step cost at rack scale, so
+    :meth:`lend` hands the list itself to the batch being built, which appends its other chunks behind the
+    members' (``lent`` of them) and may delete a preempted member's. While lent the list is not written:
+    a leaving member's index (found by bisection on the parallel join numbers ``order``) waits in
+    ``pending``, and :meth:`reclaim` (at the next join or lend) drops the batch's tail and those members.
+    A member whose chunk is not where its join number says (the batch deleted one: a preemption) drops the
+    list; the next :meth:`lend` rebuilds it from the group's dicts."""
+
+    def __init__(self) -> None:
+        self.chunks: list[LockstepChunk] | None = None
+        self.order: list[int] = []  # join numbers, ascending, parallel to ``chunks``
+        self.lent: int | None = None  # members' chunks at the head of the lent list
+        self.pending: list[int] = []  # indices of members that left while lent
+
+    def add(self, ch: LockstepChunk, jn: int) -> None:
+        self.reclaim()
+        if self.chunks is not None:
+            self.chunks.append(ch)
+            self.order.append(jn)
+
+    def remove(self, ch: LockstepChunk, jn: int) -> None:
+        lst = self.chunks
+        if lst is None:
+            return
+        i = bisect.bisect_left(self.order, jn)
+        if self.lent is not None:
+            if i < self.lent and i < len(lst) and lst[i] is ch and len(self.pending) < 64:
+                self.pending.append(i)
+            else:
+                self.drop()
+        elif i < len(lst) and lst[i] is ch:
+            del lst[i]
+            del self.order[i]
+        else:
+            self.drop()
+
+    def drop(self) -> None:
+        self.chunks = None
+        self.order = []
+        self.pending.clear()
+
+    def reclaim(self) -> None:
+        if self.lent is None:
+            return
+        lst, order = self.chunks, self.order
+        if lst is not None:
+            del lst[self.lent :]
+            for i in sorted(self.pending, reverse=True):
+                del lst[i]
+                del order[i]
+        self.pending.clear()
+        self.lent = None
+
+    def lend(self, members: dict[Sequence, LockstepChunk], jn: dict[Sequence, int]) -> list[LockstepChunk]:
+        self.reclaim()
+        if self.chunks is None:
+            self.chunks = list(members.values())
+            self.order = list(jn.values())
+        self.lent = len(self.chunks)
+        return self.chunks
 
 
 class _WindowIndex:

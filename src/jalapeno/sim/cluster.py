@@ -123,12 +123,24 @@ class Cluster:
         #: prefilled requests waiting for room in a decode worker: (KV ready at, sending worker, sequence)
         self._handoffs: deque[tuple[float, Engine, Sequence]] = deque()
         self._admission_wait_s = 0.0
+        self._params: dict[int, SamplingParams] = {}
 
     # --- Target protocol ------------------------------------------------------------------------
+    def _earliest_busy(self) -> tuple[float, Engine | None]:
+        """The earliest clock among the workers with work, and its worker (the first such; inf, None: none)."""
+        t_min, first = float("inf"), None
+        for e in self.all:
+            s = e.scheduler
+            if s.running or s.waiting:
+                t = e.clock.now()
+                if t < t_min:
+                    t_min, first = t, e
+        return t_min, first
+
     def now(self) -> float:
-        busy = [e.clock.now() for e in self.all if e.has_unfinished()]
-        if busy:
-            return min(busy)
+        t, first = self._earliest_busy()
+        if first is not None:
+            return t
         if self._transfers:
             return self._transfers[0][0]
         return max(e.clock.now() for e in self.all)
@@ -160,10 +172,17 @@ class Cluster:
         max_tokens = 1 if self.decode else call.max_tokens
         e.add_request(
             prompt_len=call.prompt_len,
-            sampling=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+            sampling=self._sampling(max_tokens),
             arrival_s=call.arrive_s,
             user_data=call,
         )
+
+    def _sampling(self, max_tokens: int) -> SamplingParams:
+        """The (frozen, shared) sampling parameters of a request of ``max_tokens`` that ignores EOS."""
+        sp = self._params.get(max_tokens)
+        if sp is None:
+            sp = self._params[max_tokens] = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        return sp
 
     def _horizon(self, skip: Engine, external: float | None) -> float | None:
         h = float("inf") if external is None else external
@@ -178,8 +197,7 @@ class Cluster:
         return None if h == float("inf") else h
 
     def advance(self, horizon: float | None) -> list[Sequence]:
-        busy = [e for e in self.all if e.has_unfinished()]
-        t_step = min((e.clock.now() for e in busy), default=float("inf"))
+        t_step, e = self._earliest_busy()
         if self._transfers and self._transfers[0][0] <= t_step:
             t, _, seq, dst = heapq.heappop(self._transfers)
             self._inbound_n[id(dst)] -= 1
@@ -188,7 +206,7 @@ class Cluster:
                 _idle(dst, t)
             dst.add_sequence(seq)
             return []
-        e = min(busy, key=lambda x: x.clock.now())
+        assert e is not None
         e.next_event_s = self._horizon(e, horizon)
         done = e.step_finished()
         if not self.decode:
@@ -241,7 +259,7 @@ class Cluster:
             t = self._transfer(src, dst, start, seq.prompt_len)
             nxt = Sequence(
                 None,
-                SamplingParams(max_tokens=call.max_tokens, ignore_eos=True),
+                self._sampling(call.max_tokens),
                 prompt_len=seq.prompt_len,
                 arrival_s=call.arrive_s,
                 user_data=call,

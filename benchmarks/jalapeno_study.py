@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     pool = ProcessPoolExecutor(a.workers) if a.workers > 1 else None
     g = get_chip("gb300").efficiency
     print(f"GB300 catalogue efficiencies: compute {g.compute} memory {g.memory} scale_up {g.scale_up} "
-          f"step {g.step_overhead_us} us layer {g.layer_overhead_us} us")
+          f"step {g.step_overhead_us} us layer {g.layer_overhead_us} us kernel {g.kernel_overhead_us} us")
     try:
         current = params_from_chip(get_chip("jalapeno"))
         if a.overhead_check:

@@ -81,6 +81,9 @@ class DecodeGroup:
         self._ends: list[tuple[int, int, Sequence]] = []  # heap of (finish step, join number, member)
         self._joins = itertools.count()
         self._window: _WindowIndex | None = None  # built by the first window_sums call
+        #: where the members :meth:`advance` released last sat in the list lent to the batch (-1: unknown), in
+        #: the order it returned them: their indices in the scheduler's ``running`` (whose head is the group)
+        self.left_at: list[int] = []
         #: members whose last token comes before ``max_tokens`` (``max_model_len`` caps them)
         self.capped: set[Sequence] = set()
         self._jn: dict[Sequence, int] = {}  # member → its join number (the order of ``members``)
@@ -204,11 +207,13 @@ class DecodeGroup:
         self.ahead -= steps
         self.t_last = t_last
         done: list[Sequence] = []
+        self.left_at = left = []
         ends, fin, now = self._ends, self._finish, self.steps
         while ends and ends[0][0] <= now:
             end, _, seq = heapq.heappop(ends)
             if fin.get(seq) == end:
                 assert end == now, "a member ran past its last token"
+                left.append(self._list.lent_index(self._jn[seq]))
                 self.release(seq)
                 done.append(seq)
         return done
@@ -251,6 +256,13 @@ class _ChunkList:
             del self.order[i]
         else:
             self.drop()
+
+    def lent_index(self, jn: int) -> int:
+        """Index in the lent list of the member with join number ``jn`` (-1 when not lent, or not known)."""
+        if self.lent is None or self.chunks is None:
+            return -1
+        i = bisect.bisect_left(self.order, jn)
+        return i if i < self.lent and self.order[i] == jn else -1
 
     def drop(self) -> None:
         self.chunks = None

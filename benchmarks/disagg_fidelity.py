@@ -1,7 +1,7 @@
 """Disaggregated InferenceX points (B200, MI355X): how many simulate, and the median |error| of TPOT and TTFT.
 
     python benchmarks/disagg_fidelity.py [--csv benchmarks/data/calibration-blackwell-amd.csv]
-        [--max-requests N] [--workers 2] [--json out.json]
+        [--max-requests N] [--workers 2] [--json out.json] [--fit | --fit-prefill]
 
 Every point of the file whose notes say ``disagg=True`` is mapped by ``calibration.to_sim_spec`` (layout parsed
 into pools) and predicted by ``calibration.predict.simulate`` (which runs the per-pool scenario of
@@ -81,10 +81,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="fit each stack's kv_handoff_ms on the fit split (points at concurrency <= "
                          "--fit-max-concurrency), print the report JSON and stop")
     ap.add_argument("--fit-max-concurrency", type=int, default=64)
+    ap.add_argument("--fit-prefill", action="store_true",
+                    help="each stack's prefill_token_ns from the fit split's prefill-saturated points (Little's law "
+                         "against the cost model's full prefill step; calibration.disagg.fit_prefill_token_ns) and "
+                         "dpa_decode_moe_layer_us from its dp-attention decode pools' TPOT (fit_dpa_decode_moe_layer_us), "
+                         "the held-out split's the same way as a check; print JSON and stop")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
 
-    from jalapeno.calibration.disagg import disagg_items, fit_handoff
+    from jalapeno.calibration.disagg import disagg_items, fit_dpa_decode_moe_layer_us, fit_handoff, fit_prefill_token_ns
     from jalapeno.calibration.fit import config_key, dedupe, split_items
 
     all_points = load_points(a.csv)
@@ -96,6 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         f, h = split_items(by_stack[stack], a.split, seed=0)
         fit_set += f
         held_set += h
+    if a.fit_prefill:
+        print(json.dumps({"prefill_token_ns": {"fit": fit_prefill_token_ns(fit_set),
+                                               "held-out": fit_prefill_token_ns(held_set)},
+                          "dpa_decode_moe_layer_us": {"fit": fit_dpa_decode_moe_layer_us(fit_set),
+                                                      "held-out": fit_dpa_decode_moe_layer_us(held_set)}}, indent=1))
+        return 0
     if a.fit:
         def progress(label: str, done: int, total: int) -> None:
             if done == total or done % 10 == 0:

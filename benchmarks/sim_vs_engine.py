@@ -9,9 +9,13 @@ throughput, and over the grid the median and worst |error| of each (error = sim 
 
     jalapeno hardware probe                                 # once: writes $JALAPENO_CACHE/hardware/local.yaml
     python benchmarks/sim_vs_engine.py [--quick] [--device cpu|cuda] [--out results.json]
+    python benchmarks/sim_vs_engine.py --prompts-per-slot 1 --estimate-only   # how long the full grid takes
 
-The grid is concurrency 1,4,8,16,32 × ISL 128,512,2048 × OSL 64,256 (``--quick``: 1,4 × 128 × 64). Timings
-depend on what else runs on the machine: the script records the load average before and after each point.
+The grid is concurrency 1,4,8,16,32 × ISL 128,512,2048 × OSL 64,256 (``--quick``: 1,4 × 128 × 64). Each point
+sends ``--prompts-per-slot`` × concurrency requests (at least ``--min-prompts``). Before it starts, the script
+prints an estimated duration: every point simulated on the chip it compares against (the simulated benchmark
+durations, plus the server start). Timings depend on what else runs on the machine: the script records the
+load average before and after each point.
 """
 
 from __future__ import annotations
@@ -74,6 +78,33 @@ def bench_point(port: int, conc: int, isl: int, osl: int, prompts: int, hardware
     return {name: {"measured": res.get(key), "simulated": sim.get(key)} for name, key in METRICS.items()}
 
 
+def num_prompts(conc: int, per_slot: int, minimum: int) -> int:
+    return max(minimum, per_slot * conc)
+
+
+def grid_points(grid: dict[str, list[int]]) -> list[tuple[int, int, int]]:
+    return [(c, i, o) for c in grid["concurrency"] for i in grid["isl"] for o in grid["osl"]]
+
+
+#: seconds `jalapeno serve` takes to load SmolLM2 and answer (measured on the 2-core VM, quiet: ~20 s)
+SERVER_START_S = 20.0
+
+
+def estimated_duration_s(points: list[tuple[int, int, int]], per_slot: int, minimum: int, hardware: str) -> float:
+    """Seconds the grid should take: each point's benchmark duration simulated on ``hardware`` (the chip the
+    points are compared against), plus the server start."""
+    from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
+    from jalapeno.workload import Workload
+
+    cm = cost_model_for("smollm2-135m", hardware, precision="fp32", kv="fp32")
+    total = SERVER_START_S
+    for conc, isl, osl in points:
+        n = num_prompts(conc, per_slot, minimum)
+        wl = Workload(np.full(n, isl, dtype=np.int64), np.full(n, osl, dtype=np.int64), concurrency=conc)
+        total += run_workload(build_sim_engine(cm, in_flight=conc), wl).metrics(num_chips=1)["duration"]
+    return total
+
+
 def summarise(points: list[dict]) -> dict[str, dict[str, float]]:
     """Median and worst |sim / measured - 1| per metric, in percent."""
     out = {}
@@ -90,7 +121,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="concurrency 1,4 x ISL 128 x OSL 64")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--hardware", default="local", help="the simulated chip (default: the probed local chip)")
-    ap.add_argument("--prompts-per-slot", type=int, default=3, help="requests = this x concurrency (min 4)")
+    ap.add_argument("--prompts-per-slot", type=int, default=3, help="requests = this x concurrency")
+    ap.add_argument("--min-prompts", type=int, default=4, help="fewest requests of a point")
+    ap.add_argument("--estimate-only", action="store_true", help="print the estimated duration and stop")
     ap.add_argument("--concurrency", default=None, help="comma list overriding the grid's concurrencies")
     ap.add_argument("--isl", default=None, help="comma list overriding the grid's input lengths")
     ap.add_argument("--osl", default=None, help="comma list overriding the grid's output lengths")
@@ -100,22 +133,31 @@ def main() -> None:
     for key in ("concurrency", "isl", "osl"):
         if getattr(args, key):
             grid[key] = [int(v) for v in getattr(args, key).split(",")]
+    todo = grid_points(grid)
+    if args.prompts_per_slot < 1 or args.min_prompts < 1:
+        ap.error("--prompts-per-slot and --min-prompts must be >= 1")
+    est = estimated_duration_s(todo, args.prompts_per_slot, args.min_prompts, args.hardware)
+    print(f"{len(todo)} points, estimated {est / 60:.0f} min (simulated on {args.hardware}; a loaded machine "
+          f"takes longer)", flush=True)
+    if args.estimate_only:
+        return
     port = free_port()
     server = start_server(args.device, port, max(grid["concurrency"]))
     points = []
+    t0 = time.perf_counter()
     try:
-        for conc in grid["concurrency"]:
-            for isl in grid["isl"]:
-                for osl in grid["osl"]:
-                    load0 = os.getloadavg()[0]
-                    p = bench_point(port, conc, isl, osl, max(4, args.prompts_per_slot * conc), args.hardware)
-                    p.update(concurrency=conc, isl=isl, osl=osl, load_before=load0, load_after=os.getloadavg()[0])
-                    points.append(p)
-                    row = "  ".join(f"{n} {p[n]['measured'] or 0:.1f}/{p[n]['simulated'] or 0:.1f}" for n in METRICS)
-                    print(f"c={conc} isl={isl} osl={osl} (load {load0:.1f}) measured/sim: {row}", flush=True)
+        for conc, isl, osl in todo:
+            load0 = os.getloadavg()[0]
+            n = num_prompts(conc, args.prompts_per_slot, args.min_prompts)
+            p = bench_point(port, conc, isl, osl, n, args.hardware)
+            p.update(concurrency=conc, isl=isl, osl=osl, prompts=n, load_before=load0, load_after=os.getloadavg()[0])
+            points.append(p)
+            row = "  ".join(f"{m} {p[m]['measured'] or 0:.1f}/{p[m]['simulated'] or 0:.1f}" for m in METRICS)
+            print(f"c={conc} isl={isl} osl={osl} (load {load0:.1f}) measured/sim: {row}", flush=True)
     finally:
         server.terminate()
         server.wait(timeout=30)
+    print(f"grid took {(time.perf_counter() - t0) / 60:.1f} min (estimated {est / 60:.0f})")
     summary = summarise(points)
     for name, s in summary.items():
         print(f"{name:>10}: median |error| {s['median_pct']:.1f}%, worst {s['worst_pct']:.1f}%")

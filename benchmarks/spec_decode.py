@@ -2,13 +2,17 @@
 speculation, same run, on a copy-heavy and a no-copy prompt set, batch 1 and 8.
 
     PYTHONPATH=src python benchmarks/spec_decode.py [--max-tokens 64] [--k 4] [--methods ngram,self] [--quick] [--markdown]
+        [--hardware local|none|CHIP]
 
 * copy-heavy: the model is asked to repeat or lightly edit a given text (n-gram lookup finds long matches);
 * no-copy: open questions (little to copy).
 Each configuration is one ``Engine`` run over the prompts (greedy, ``ignore_eos``, the same ``max_tokens``);
-tokens/s = generated tokens / wall time, best of ``--repeat``. Speculative runs also report the acceptance per
-position (``SpeculativeStats.acceptance_chain``) and the simulator-ready JSON. The load average is recorded: on a
-shared machine the absolute numbers are noisy; compare the same-run ratios.
+tokens/s = generated tokens / wall time, best of ``--repeat``, plain and speculative runs alternating. Speculative runs also report the acceptance per
+position (``SpeculativeStats.acceptance_chain``) and the simulator-ready JSON, and (n-gram) the simulator's
+predicted speed-up for the same workload on ``--hardware`` (default ``local``: this machine's ``jalapeno hardware
+probe`` YAML) from that run's acceptance. Each run starts a fresh engine *and* resets the speculator (counters and
+the adaptive policy's workload prior), so repeats do not inherit what an earlier run learned. The load average is
+recorded: on a shared machine the absolute numbers are noisy; compare the same-run ratios.
 """
 
 from __future__ import annotations
@@ -41,24 +45,60 @@ NOCOPY = [
 ]
 
 
-def run(backend, tokenizer, prompts, batch, max_tokens, k, repeat):
-    from jalapeno.engine import Engine, EngineConfig, SamplingParams
-
+def prompt_ids(tokenizer, prompts, batch):
     ids = []
     for i in range(batch):
         text = tokenizer.apply_chat_template([{"role": "user", "content": prompts[i % len(prompts)]}],
                                              add_generation_prompt=True, tokenize=False)
         ids.append(list(tokenizer(text, add_special_tokens=False)["input_ids"]))
+    return ids
+
+
+def simulated_speedup(hardware, isl, batch, max_tokens, k, spec_decode):
+    """The simulator's predicted speed-up for this cell: the same workload (``batch`` prompts of the cell's
+    mean prompt length, ``max_tokens`` each, all at once) on ``hardware``, plain and with the run's measured
+    acceptance (chain + draft rate, through the engine's adaptive-k policy); None when the chip is unknown."""
+    import tempfile
+
+    from jalapeno.errors import JalapenoError
+    from jalapeno.sim.scenario import Scenario, run_scenario
+
+    base = dict(model="smollm2-135m", hardware=hardware, precision="fp32", kv_dtype="fp32", isl=isl,
+                osl=max_tokens, concurrency=batch, num_prompts=batch, random_range_ratio=1.0)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"spec_decode": spec_decode}, f)
+    try:
+        plain = run_scenario(Scenario(**base))["output_throughput"]
+        spec = run_scenario(Scenario(**base, spec_decode="ngram", spec_tokens=k, acceptance=f.name))["output_throughput"]
+    except JalapenoError as exc:
+        print(f"# simulator skipped: {exc}", flush=True)
+        return None
+    finally:
+        os.unlink(f.name)
+    return spec / plain
+
+
+def run_once(backend, ids, max_tokens, k):
+    """Output tok/s of one fresh ``Engine`` run over ``ids`` (greedy, ``ignore_eos``)."""
+    from jalapeno.engine import Engine, EngineConfig, SamplingParams
+
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-    best = 0.0
+    if getattr(backend, "speculator", None) is not None:
+        backend.speculator.reset()  # each run starts from no workload prior (no flattering carry-over)
+    engine = Engine(backend, EngineConfig(max_num_seqs=max(len(ids), 1), num_speculative_tokens=k))
+    seqs = [engine.add_request(p, params) for p in ids]
+    t = time.perf_counter()
+    while engine.has_unfinished():
+        engine.step()
+    return sum(s.num_output_tokens for s in seqs) / (time.perf_counter() - t)
+
+
+def run_alternating(backends, ids, max_tokens, k, repeat):
+    """Best of ``repeat`` tok/s per backend, the backends alternating run by run (plain first: k = 0)."""
+    best = [0.0] * len(backends)
     for _ in range(repeat):
-        engine = Engine(backend, EngineConfig(max_num_seqs=max(batch, 1), num_speculative_tokens=k))
-        seqs = [engine.add_request(p, params) for p in ids]
-        t = time.perf_counter()
-        while engine.has_unfinished():
-            engine.step()
-        dt = time.perf_counter() - t
-        best = max(best, sum(s.num_output_tokens for s in seqs) / dt)
+        for i, b in enumerate(backends):
+            best[i] = max(best[i], run_once(b, ids, max_tokens, k if i else 0))
     return best
 
 
@@ -72,6 +112,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--quick", action="store_true", help="a fast check: 32 new tokens, n-gram only")
+    ap.add_argument("--hardware", default="local",
+                    help="chip the simulator prices the same workload on (default: this machine's `jalapeno "
+                         "hardware probe` YAML); 'none' skips the simulated column")
     args = ap.parse_args()
     if args.quick:
         args.max_tokens, args.methods = 32, "ngram"
@@ -86,15 +129,21 @@ def main() -> None:
     rows = []
     for name, prompts in (("copy-heavy", COPY), ("no-copy", NOCOPY)):
         for batch in (int(b) for b in args.batches.split(",")):
-            plain = run(TorchBackend(loaded=loaded), tok, prompts, batch, args.max_tokens, 0, args.repeat)
-            row = {"set": name, "batch": batch, "plain_tok_s": plain}
-            for m in args.methods.split(","):
-                backend = TorchBackend(loaded=loaded, speculative=SpeculativeConfig(
-                    m, num_speculative_tokens=args.k, draft_layers=args.draft_layers))
-                tps = run(backend, tok, prompts, batch, args.max_tokens, args.k, args.repeat)
-                st = backend.speculator.stats
+            ids = prompt_ids(tok, prompts, batch)
+            isl = round(sum(map(len, ids)) / len(ids))
+            methods = args.methods.split(",")
+            backends = [TorchBackend(loaded=loaded)] + [TorchBackend(loaded=loaded, speculative=SpeculativeConfig(
+                m, num_speculative_tokens=args.k, draft_layers=args.draft_layers)) for m in methods]
+            plain, *tok_s = run_alternating(backends, ids, args.max_tokens, args.k, args.repeat)
+            row = {"set": name, "batch": batch, "isl": isl, "plain_tok_s": plain}
+            for m, backend, tps in zip(methods, backends[1:], tok_s):
+                st = backend.speculator.stats  # the last run's counters (each run resets them)
+                sim = None
+                if args.hardware != "none" and m in ("ngram",):
+                    sim = simulated_speedup(args.hardware, isl, batch, args.max_tokens, args.k, st.to_dict())
                 row[m] = {"tok_s": tps, "speedup": tps / plain, "acceptance_rate": st.acceptance_rate,
-                          "acceptance_chain": st.acceptance_chain(), "spec_decode": st.to_dict()}
+                          "acceptance_chain": st.acceptance_chain(), "draft_rate": st.draft_rate,
+                          "sim_speedup": sim, "spec_decode": st.to_dict()}
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items()}, default=float), flush=True)
     meta = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
@@ -109,6 +158,14 @@ def main() -> None:
             cells = [f"{r[m]['tok_s']:.1f} ({r[m]['speedup']:.2f}×; "
                      + ", ".join(f"{a:.2f}" for a in r[m]["acceptance_chain"]) + ")" for m in methods]
             print(f"| {r['set']} | {r['batch']} | {r['plain_tok_s']:.1f} | " + " | ".join(cells) + " |")
+        sims = [(r, m) for r in rows for m in methods if r[m].get("sim_speedup")]
+        if sims:
+            print(f"\n| prompts | batch | method | drafts / asks | measured speed-up | simulated ({args.hardware}) | sim / measured |")
+            print("|---|---|---|---:|---:|---:|---:|")
+            for r, m in sims:
+                c = r[m]
+                print(f"| {r['set']} | {r['batch']} | {m} | {c['draft_rate']:.2f} | {c['speedup']:.2f}× | "
+                      f"{c['sim_speedup']:.2f}× | {c['sim_speedup'] / c['speedup'] - 1:+.0%} |")
 
 
 if __name__ == "__main__":

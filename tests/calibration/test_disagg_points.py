@@ -1,5 +1,6 @@
 """Disaggregated InferenceX layouts -> per-pool scenarios (``jalapeno.calibration.disagg``)."""
 
+import numpy as np
 import pytest
 
 from jalapeno.calibration import points
@@ -38,3 +39,91 @@ def test_disaggregated_point_simulates_with_both_pools():
     from jalapeno.perf.frameworks import get_framework
 
     assert m["kv_transfer"]["handoff_ms"] == pytest.approx(get_framework("dynamo-sglang").kv_handoff_ms)
+    from jalapeno.perf.frameworks import prefill_token_ns
+
+    assert m["kv_transfer"]["prefill_token_ns"] == pytest.approx(prefill_token_ns("dynamo-sglang", "fp4"))
+
+
+def test_simulate_disagg_takes_the_stacks_prefill_cost_or_an_override():
+    from jalapeno.calibration.disagg import simulate_disagg
+    from jalapeno.perf.frameworks import get_framework
+
+    # one request at a time, fixed 1024-token prompts: the stack's per-token prefill cost adds exactly
+    # 1024 x prefill_token_ns to TTFT over an override of 0 (hand count), and nothing to TPOT
+    spec = points.SimSpec("deepseek-r1", "b200", parse(LAYOUT).decode.layout, "native", "fp8", 1024, 16, 1, 1.0,
+                          num_prompts_per_concurrency=2, framework="dynamo-sglang", disagg=parse(LAYOUT))
+    stack = simulate_disagg(spec)
+    zero = simulate_disagg(spec, prefill_token_ns=0.0)
+    ns = dict(get_framework("dynamo-sglang").prefill_token_ns)["native"]
+    assert stack["median_ttft"] - zero["median_ttft"] == pytest.approx(1024 * ns * 1e-9, rel=1e-6)
+    assert stack["median_tpot"] == pytest.approx(zero["median_tpot"], rel=1e-9)
+
+
+def _point(ttft: float, tpot: float, c: int, isl: int = 8192, osl: int = 1024, framework: str = "mori-sglang"):
+    from jalapeno.calibration.points import Point
+
+    lay = parse("disagg P: 1 worker(s) x TP8 EP8 DPattn=False (8 GPUs); D: 2 worker(s) x TP8 EP8 DPattn=False (16 GPUs)")
+    spec = points.SimSpec("deepseek-r1", "mi355x", lay.decode.layout, "fp8", "fp8", isl, osl, c, 1.0,
+                          framework=framework, disagg=lay)
+    key = tuple(f"{ttft}-{c}" if k == "source_url" else "" for k in points._KEY_COLUMNS)
+    return Point("T", key, ("T1",), {"median_ttft": ttft, "median_tpot": tpot}), spec
+
+
+def test_prefill_rate_is_littles_law_against_the_cost_models_full_step():
+    from jalapeno.calibration.disagg import fit_prefill_token_ns, prefill_rate
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    # fixed lengths (ratio 1): c = 128 requests each in the loop for 20 s TTFT + 1023 x 20 ms = 40.46 s
+    p, s = _point(20.0, 0.020, 128)
+    r = prefill_rate(p, s)
+    rate = 128 / (20.0 + 1023 * 0.020)
+    assert r.measured_tok_s == pytest.approx(rate * 8192)  # one prefill worker
+    cm = cost_model_for("deepseek-r1", "mi355x", tp=8, ep=8, precision="fp8", kv="fp8", framework="mori-sglang")
+    assert r.model_s_per_tok == pytest.approx(cm.step(StepShape.from_lists([(8192, 0)])).time_s / 8192)
+    assert r.saturated and r.implied_ns == pytest.approx((1 / (rate * 8192) - r.model_s_per_tok) * 1e9)
+    # not saturated: a short TTFT, or few requests waiting, or a decode-heavy shape
+    assert not prefill_rate(*_point(0.5, 0.020, 128)).saturated
+    assert not prefill_rate(*_point(1.5, 0.020, 128)).saturated  # 128/22 req/s x 1.5 s = 9 waiting < 32
+    assert not prefill_rate(*_point(20.0, 0.020, 128, isl=1024, osl=1024)).saturated
+    # the fit: median over saturated points; fewer than 3 saturated points -> refused (None)
+    pts = [_point(t, 0.020, 128) for t in (20.0, 30.0, 40.0)] + [_point(0.3, 0.02, 4)]
+    f = fit_prefill_token_ns(pts)["mori-sglang@fp8"]
+    mid = prefill_rate(*pts[1]).implied_ns
+    assert f["points"] == 3 and f["prefill_token_ns"] == pytest.approx(mid) and not f["pooled"]
+    assert fit_prefill_token_ns(pts[:2])["mori-sglang@fp8"]["prefill_token_ns"] is None
+
+
+def test_decode_step_is_the_measured_tpot_against_the_modelled_step_at_the_littles_law_batch():
+    from jalapeno.calibration.disagg import decode_step, fit_dpa_decode_moe_layer_us
+    from jalapeno.calibration.points import Point
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    lay = parse("disagg P: 1 worker(s) x TP8 EP8 DPattn=False (8 GPUs); D: 2 worker(s) x TP8 EP8 DPattn=True (16 GPUs)")
+
+    def pt(ttft, tpot, c, chip="mi355x", stack="sglang-disagg", mtp=0):
+        spec = points.SimSpec("deepseek-r1", chip, lay.decode.layout, "fp8", "fp8", 1024, 1024, c, 1.0,
+                              spec_tokens=mtp, framework=stack, disagg=lay)
+        key = tuple(f"{ttft}-{tpot}-{c}-{chip}" if k == "source_url" else "" for k in points._KEY_COLUMNS)
+        return Point("T", key, ("T1",), {"median_ttft": ttft, "median_tpot": tpot}), spec
+
+    # c = 512, TTFT 0.5 s, TPOT 40 ms: 512 / (0.5 + 1023 x 0.04) req/s x 1023 x 0.04 s = 505.8 in decode,
+    # 253 per decode worker, each at 1024 + 512 tokens of context
+    d = decode_step(*pt(0.5, 0.040, 512))
+    rate = 512 / (0.5 + 1023 * 0.040)
+    b = round(rate * 1023 * 0.040 / 2)
+    assert b == 253
+    cm = cost_model_for("deepseek-r1", "mi355x", tp=8, ep=8, dp_attention=True, precision="fp8", kv="fp8",
+                        framework="sglang-disagg")
+    t = cm.step(StepShape.from_lists(decode_ctx=[1536] * b)).time_s
+    assert d.model_s == pytest.approx(t) and d.moe_layers == 58
+    assert d.implied_us == pytest.approx((0.040 - t) / 58 * 1e6)
+    assert decode_step(*pt(0.5, 0.040, 512, mtp=1)) is None  # MTP: tokens per step unknown
+    # per stack, median; a stack with too few points pools its chip's
+    pts = [pt(0.5, x, 512) for x in (0.04, 0.05, 0.06)] + [pt(0.5, 0.05, 512, stack="mori-sglang")]
+    f = fit_dpa_decode_moe_layer_us(pts)
+    assert f["sglang-disagg"]["dpa_decode_moe_layer_us"] == pytest.approx(decode_step(*pts[1]).implied_us)
+    assert f["mori-sglang"]["pooled"] == "mi355x" and f["mori-sglang"]["points"] == 1
+    assert f["mori-sglang"]["dpa_decode_moe_layer_us"] == pytest.approx(
+        float(np.median([decode_step(*q).implied_us for q in pts])))

@@ -274,3 +274,45 @@ def test_window_sums_follow_joins_steps_and_releases():
         for w, shift in ((150, 1), (150, 2)) if step < 299 else ((260, 1), (260, 2)):  # then a rebuilt index
             ctx = [s.num_computed_tokens + shift for s in live]
             assert g.window_sums(w, shift) == (sum(min(c, w) for c in ctx), sum(c < w for c in ctx))
+
+
+def test_chunk_list_equals_the_members_through_joins_leaves_and_lending():
+    """The group's chunk list (kept across steps, lent to each batch) equals a fresh list of its members'
+    chunks after any sequence of joins, releases in any order, lending with a tail appended, releases while
+    lent (finishes) and a batch deleting a preempted member's chunk (then it is rebuilt)."""
+    import random
+
+    from jalapeno.engine.batch import SeqChunk
+    from jalapeno.engine.lockstep import DecodeGroup
+    from jalapeno.engine.sequence import Sequence
+
+    rng = random.Random(11)
+    g = DecodeGroup(16)
+    live: list = []
+    lent = None
+    for _ in range(2000):
+        r = rng.random()
+        if r < 0.35:
+            s = Sequence(None, SamplingParams(max_tokens=10_000), prompt_len=rng.randrange(1, 200))
+            s.num_output_tokens = 1
+            s.num_computed_tokens = s.prompt_len
+            s.num_blocks = -(-s.prompt_len // 16)
+            s.last_token_s = g.t_last
+            g.join(s, 10_000)
+            live.append(s)
+            lent = None  # a join takes the list back
+        elif r < 0.6 and live:  # a member leaves: usually the oldest, else any
+            i = 0 if rng.random() < 0.5 else rng.randrange(len(live))
+            g.release(live.pop(i))
+        elif r < 0.65 and live and lent is not None:  # the batch drops a preempted member's chunk, then it goes
+            victim = live.pop()
+            j = next(k for k, c in enumerate(lent) if c.seq is victim)
+            del lent[j]
+            g.release(victim)
+        else:  # a new batch: the members' chunks, in join order, with other chunks appended behind
+            lent = g.chunks()
+            assert [c.seq for c in lent] == live
+            assert lent == list(g.members.values())
+            tail = Sequence(None, SamplingParams(max_tokens=4), prompt_len=5)
+            lent.extend(SeqChunk(tail, 0, 5, True) for _ in range(rng.randrange(3)))
+    assert [c.seq for c in g.chunks()] == live

@@ -222,3 +222,21 @@ def test_closed_form_decode_steps_equal_the_matrix_path_and_fall_back_at_a_bound
     t = dpa.decode_steps(crossing, 20000)[0]
     np.testing.assert_allclose(t[[0, 9999, 19999]], [dpa.step(StepShape.from_lists(decode_ctx=[1 + i])).time_s
                                                     for i in (0, 9999, 19999)], rtol=1e-12)
+
+
+def test_decode_step_lists_are_the_vectorised_floats_bit_for_bit():
+    """The simulator prices short decode runs in Python floats: the lists must hold exactly the floats of the
+    vectorised decode_steps (closed form and matrix fallback, with and without the verify row)."""
+    rng = np.random.default_rng(11)
+    models = [CostModel(LLAMA_8B, H200, precision=Precision("bf16")), CostModel(DEEPSEEK_R1, H200, Parallelism(tp=8, ep=8)),
+              CostModel(GPT_OSS_120B, H200), CostModel(DEEPSEEK_R1, H200, Parallelism(tp=8, ep=8, dp_attention=True))]
+    for _ in range(80):
+        cm = models[int(rng.integers(len(models)))]
+        w = cm.model.sliding_window
+        ctxs = [int(c) for c in rng.integers(1, 6000, size=int(rng.integers(1, 300)))]
+        per = int(rng.integers(1, 3))
+        shape = StepShape.from_lists(decode_ctx=ctxs, window=w or None, decode_tokens_per_seq=per)
+        k = int(rng.integers(1, 70)) if rng.random() < 0.9 else 20000
+        t, e = cm.decode_steps(shape, k)
+        lt, le = cm.decode_step_lists(shape, k)
+        assert lt == t.tolist() and le == e.tolist()

@@ -137,3 +137,29 @@ def test_a_full_decode_worker_holds_the_next_request_before_its_first_token(full
     # with room for both nothing waits: the two transfers only share the link lane
     both = Cluster([eng()], [eng()], link).run(wl)
     assert sorted(o.ttft_s for o in both.outcomes)[1] == pytest.approx(prefill + hop + P * 70_000 / 1e9, rel=1e-12)
+
+
+def test_inbound_totals_equal_a_recount_of_the_transfers():
+    """The cluster's running totals of KV transfers on their way to each decode worker (count and the blocks
+    they pre-allocate) equal a brute-force recount of the transfer heap after every event of a loaded run with
+    two decode workers."""
+    wl = inferencex_workload(300, 60, concurrency=48, num_prompts=160, seed=12)
+    link = KVLink(2e-3, 5e9, 10_000)
+    c = Cluster([eng(), eng()], [eng(), eng()], link)
+    advance = c.advance
+    seen = 0
+
+    def checked(horizon):
+        nonlocal seen
+        out = advance(horizon)
+        for d in c.decode:
+            inbound = [x[2] for x in c._transfers if x[3] is d]
+            seen += len(inbound)
+            assert c._inbound_n[id(d)] == len(inbound)
+            assert c._inbound_blocks[id(d)] == sum(d.block_manager.blocks_for(q.prompt_len + 1) for q in inbound)
+        return out
+
+    c.advance = checked
+    r = c.run(wl)
+    assert len(r.outcomes) == 160 and seen > 0
+    assert all(v == 0 for v in c._inbound_n.values()) and all(v == 0 for v in c._inbound_blocks.values())

@@ -173,3 +173,56 @@ def test_stack_handoff_and_decode_slots_reach_the_scenario():
     assert held["median_ttft_ms"] > free["median_ttft_ms"] + held["median_tpot_ms"] * 10
     with pytest.raises(ConfigError):
         run_scenario(Scenario(**four, kv_handoff_ms=-1.0))
+
+
+def test_prefill_token_ns_prices_each_prompt_token_in_the_prefill_pool_only():
+    # concurrency 1, fixed 512-token prompts: one prefill step of 512 tokens, nothing queues. --prefill-token-ns
+    # 10000 adds 512 x 10 us = 5.12 ms to that step (hand count), so to TTFT, and nothing to the decode pool
+    one = dict(model="llama-3.1-8b", hardware="h200", isl=512, osl=16, random_range_ratio=1.0, concurrency=1,
+               num_prompts=3, prefill_workers=1, decode_workers=1, kv_handoff_ms=0.0)
+    a = run_scenario(Scenario(**one, prefill_token_ns=0.0))
+    b = run_scenario(Scenario(**one, prefill_token_ns=10_000.0))
+    assert b["kv_transfer"]["prefill_token_ns"] == 10_000.0
+    assert b["median_ttft_ms"] - a["median_ttft_ms"] == pytest.approx(512 * 10_000 * 1e-6, rel=1e-6)
+    assert b["median_tpot_ms"] == pytest.approx(a["median_tpot_ms"], rel=1e-9)
+    # a stack's fitted value is the default; an engine profile has none
+    from jalapeno.perf.frameworks import prefill_token_ns
+
+    c = run_scenario(Scenario(**{**one, "hardware": "mi355x"}, framework="mori-sglang"))
+    assert prefill_token_ns("mori-sglang", "native") > 0
+    assert c["kv_transfer"]["prefill_token_ns"] == pytest.approx(prefill_token_ns("mori-sglang", "native"))
+    # fitted on MI355X rows (and chips transferred from it): not carried to another family (H200 here)
+    assert run_scenario(Scenario(**one, framework="mori-sglang"))["kv_transfer"]["prefill_token_ns"] == 0.0
+    assert run_scenario(Scenario(**{**one, "hardware": "mi300x"}, framework="mori-sglang"))["kv_transfer"][
+        "prefill_token_ns"] == pytest.approx(prefill_token_ns("mori-sglang", "native"))
+    # per prefill weight precision: B200 dynamo-sglang FP4 has none (its prefill pools never saturated)
+    assert prefill_token_ns("dynamo-sglang", "fp4") == 0.0 < prefill_token_ns("dynamo-sglang", "native")
+    assert run_scenario(Scenario(**one, framework="sglang"))["kv_transfer"]["prefill_token_ns"] == 0.0
+    with pytest.raises(ConfigError, match="prefill-token-ns"):
+        run_scenario(Scenario(**one, prefill_token_ns=-1.0))
+
+
+def test_dpa_decode_moe_layer_us_adds_to_each_decode_step_of_a_dp_attention_ep_pool_only():
+    # one request, fixed lengths: every decode step of the dp-attention + EP8 decode worker gets 58 MoE layers
+    # (DeepSeek-R1: 61 layers, the first 3 dense) x 200 us = 11.6 ms more (hand count), so TPOT does; TTFT not
+    from jalapeno.models import load_model
+
+    moe = sum(1 for i in range(61) if load_model("deepseek-r1").is_moe_layer(i))
+    assert moe == 58
+    one = dict(model="deepseek-r1", hardware="b200", precision="fp4", isl=256, osl=8, random_range_ratio=1.0,
+               concurrency=1, num_prompts=2, prefill_workers=1, prefill_chips_per_worker=8, prefill_ep=8,
+               decode_workers=1, decode_chips_per_worker=8, decode_ep=8, decode_dp_attention=True,
+               kv_handoff_ms=0.0, prefill_token_ns=0.0)
+    a = run_scenario(Scenario(**one, dpa_decode_moe_layer_us=0.0))
+    b = run_scenario(Scenario(**one, dpa_decode_moe_layer_us=200.0))
+    assert b["kv_transfer"]["dpa_decode_moe_layer_us"] == 200.0
+    assert b["median_tpot_ms"] - a["median_tpot_ms"] == pytest.approx(moe * 200.0 * 1e-3, rel=1e-6)
+    assert b["median_ttft_ms"] == pytest.approx(a["median_ttft_ms"], rel=1e-9)
+    # a decode pool without dp-attention is untouched
+    plain = {**one, "decode_dp_attention": False}
+    c = run_scenario(Scenario(**plain, dpa_decode_moe_layer_us=0.0))
+    d = run_scenario(Scenario(**plain, dpa_decode_moe_layer_us=200.0))
+    assert d["kv_transfer"]["dpa_decode_moe_layer_us"] == 0.0
+    assert d["median_tpot_ms"] == pytest.approx(c["median_tpot_ms"], rel=1e-9)
+    with pytest.raises(ConfigError, match="dpa-decode-moe-layer-us"):
+        run_scenario(Scenario(**one, dpa_decode_moe_layer_us=-1.0))

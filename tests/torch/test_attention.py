@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from jalapeno.backends.torch.attention import SeqSlice, StepMetadata, paged_attention_ref, write_kv
+from jalapeno.backends.torch.attention import (
+    SeqSlice,
+    StepMetadata,
+    paged_attention,
+    paged_attention_ref,
+    write_kv,
+)
 
 
 def numpy_attention(q, k, v, q_pos, scale, window=None, sinks=None):
@@ -26,15 +32,18 @@ def numpy_attention(q, k, v, q_pos, scale, window=None, sinks=None):
     return out
 
 
+@pytest.mark.parametrize("attend", [paged_attention_ref, paged_attention], ids=["padded", "grouped"])
 @pytest.mark.parametrize("window,sinks", [(None, False), (4, True)])
-def test_mixed_prefill_and_decode_batch(window, sinks):
+def test_mixed_prefill_and_decode_batch(window, sinks, attend):
+    """Both the padded reference and the dispatcher (which attends group by group: decode rows together, each
+    prefill chunk length alone, nothing padded) equal float64 attention on a mixed step."""
     g = torch.Generator().manual_seed(0)
     h, kvh, d, bs, nblocks = 4, 2, 8, 4, 40
     k_cache = torch.zeros(nblocks, bs, kvh, d, dtype=torch.float64)
     v_cache = torch.zeros_like(k_cache)
     perm = torch.randperm(nblocks, generator=g).tolist()
-    # (cached tokens, new tokens): a decode, a fresh prefill, a prefill chunk after a cached prefix
-    plan = [(9, 1), (0, 6), (5, 7)]
+    # (cached tokens, new tokens): decodes, a fresh prefill, prefill chunks after a cached prefix
+    plan = [(9, 1), (0, 6), (5, 7), (2, 1), (3, 6)]
     slices, full_k, full_v, qs = [], [], [], []
     for cached, new in plan:
         total = cached + new
@@ -56,7 +65,7 @@ def test_mixed_prefill_and_decode_batch(window, sinks):
     write_kv(k_cache, meta.slot_mapping, new_k)
     write_kv(v_cache, meta.slot_mapping, new_v)
     s = torch.randn(h, generator=g, dtype=torch.float64) if sinks else None
-    got = paged_attention_ref(torch.cat(qs), k_cache, v_cache, meta, 0.35, window, s)
+    got = attend(torch.cat(qs), k_cache, v_cache, meta, 0.35, window, s)
     row = 0
     for (cached, new), q, k, v in zip(plan, qs, full_k, full_v):
         ref = numpy_attention(
@@ -65,6 +74,21 @@ def test_mixed_prefill_and_decode_batch(window, sinks):
         )
         np.testing.assert_allclose(got[row : row + new].numpy(), ref, rtol=1e-10, atol=1e-10)
         row += new
+
+
+def test_groups_of_a_mixed_step_pad_nothing():
+    """A 6-token prompt beside three decode rows: two groups, each with one query length and the context of its
+    own longest sequence (the decode rows are not padded to the prompt's 6 queries or its keys)."""
+    slices = [SeqSlice(9, 1, [0, 1, 2]), SeqSlice(0, 6, [3, 4]), SeqSlice(2, 1, [5]), SeqSlice(4, 1, [6, 7])]
+    meta = StepMetadata.build(slices, 4, torch.device("cpu"))
+    groups = {sub.max_q: (rows.tolist(), sub) for rows, sub in meta.groups()}
+    assert sorted(groups) == [1, 6]
+    rows, dec = groups[1]
+    assert rows == [0, 7, 8] and dec.query_lens == [1, 1, 1] and dec.pad_index is None
+    assert dec.contexts == [10, 3, 5] and dec.gather_slots.shape == (3, 10)
+    rows, pre = groups[6]
+    assert rows == [1, 2, 3, 4, 5, 6] and pre.starts == [0] and pre.gather_slots.shape == (1, 6)
+    assert pre.slot_mapping.tolist() == meta.slot_mapping[1:7].tolist()
 
 
 def test_slot_mapping_follows_block_table():
@@ -94,3 +118,32 @@ def test_single_sequence_decode_fast_path(window):
     pair = StepMetadata.build([SeqSlice(ctx - 1, 1, table), SeqSlice(2, 1, [0])], bs, torch.device("cpu"))
     general = paged_attention_ref(torch.cat([q, q]), k_cache, v_cache, pair, 0.4, window)
     np.testing.assert_allclose(general[:1].numpy(), got.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("seqs,window", [(1, None), (2, None), (2, 16), (1, 5)])
+def test_fresh_prefill_path(seqs, window):
+    """Equal-length prompts from position 0 attend causally over the step's own K/V (no gather, no mask) when
+    the window reaches back to position 0; the result must equal float64 attention. A shorter window, a
+    cached prefix or unequal lengths take the general path (checked against the same reference)."""
+    g = torch.Generator().manual_seed(5)
+    h, kvh, d, bs, n = 6, 2, 8, 4, 9
+    k_cache = torch.zeros(20, bs, kvh, d, dtype=torch.float64)
+    v_cache = torch.zeros_like(k_cache)
+    tables = [[3, 11, 7], [0, 19, 4]][:seqs]
+    meta = StepMetadata.build([SeqSlice(0, n, t) for t in tables], bs, torch.device("cpu"))
+    assert meta.is_fresh
+    q = torch.randn(seqs * n, h, d, generator=g, dtype=torch.float64)
+    k = torch.randn(seqs * n, kvh, d, generator=g, dtype=torch.float64)
+    v = torch.randn(seqs * n, kvh, d, generator=g, dtype=torch.float64)
+    write_kv(k_cache, meta.slot_mapping, k)
+    write_kv(v_cache, meta.slot_mapping, v)
+    got = paged_attention(q, k_cache, v_cache, meta, 0.3, window, new_kv=(k, v))
+    for i in range(seqs):
+        rows = slice(i * n, (i + 1) * n)
+        ref = numpy_attention(q[rows].numpy(), k[rows].numpy(), v[rows].numpy(), list(range(n)), 0.3, window)
+        np.testing.assert_allclose(got[rows].numpy(), ref, rtol=1e-10, atol=1e-10)
+    general = paged_attention_ref(q, k_cache, v_cache, meta, 0.3, window)
+    np.testing.assert_allclose(got.numpy(), general.numpy(), rtol=1e-12, atol=1e-12)
+    later = StepMetadata.build([SeqSlice(2, n - 2, tables[0])], bs, torch.device("cpu"))
+    uneven = StepMetadata.build([SeqSlice(0, n, tables[0]), SeqSlice(0, n - 1, [9, 8, 6])], bs, torch.device("cpu"))
+    assert not later.is_fresh and not uneven.is_fresh

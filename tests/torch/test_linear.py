@@ -28,7 +28,7 @@ def threads(request):
     torch.set_num_threads(old)
 
 
-@pytest.mark.parametrize("rows", [1, 2, 7, 70])
+@pytest.mark.parametrize("rows", [1, 2, 7, 70, 300])
 @pytest.mark.parametrize("layout", ["row-major", "input-major"])
 @pytest.mark.parametrize("bias", [False, True])
 def test_linear_matches_float64(rows: int, layout: str, bias: bool, threads: int) -> None:

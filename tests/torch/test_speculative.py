@@ -115,3 +115,37 @@ def test_draft_model_with_another_vocabulary_is_refused(tiny_model, tmp_path):
     transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path)
     with pytest.raises(ConfigError, match="vocabulary"):
         TorchBackend(path, num_blocks=8, speculative=SpeculativeConfig("draft", draft_model=str(tmp_path)))
+
+
+def test_draft_model_kv_counts_in_the_kv_budget(tiny_model):
+    """The draft's paged KV (as many blocks as the target's) shares ``kv_cache_gb``: blocks = budget / (target +
+    draft bytes per block), hand-counted from the HF configs (float32: 4 bytes; K and V per layer)."""
+    hf, path = tiny_model("llama")
+    draft_hf, draft_path = tiny_model("qwen2")
+
+    def per_token(c):
+        return 2 * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * c.num_hidden_layers * 4
+
+    gb, bs = 0.001, 4
+    budget = gb * 2**30
+    plain = TorchBackend(path, kv_cache_gb=gb).num_kv_blocks(bs)
+    assert plain == int(budget // (bs * per_token(hf.config)))
+    spec = SpeculativeConfig("draft", num_speculative_tokens=K, draft_model=str(draft_path))
+    drafted = TorchBackend(path, kv_cache_gb=gb, speculative=spec)
+    n = drafted.num_kv_blocks(bs)
+    assert n == int(budget // (bs * (per_token(hf.config) + per_token(draft_hf.config)))) < plain
+    # the two caches together stay within the budget
+    target = drafted.runner
+    draft_runner = drafted.speculator.proposer._draft_runner()
+    used = sum(t.numel() * t.element_size() for r in (target, draft_runner) for t in _cache_tensors(r))
+    assert used <= budget
+    # n-gram and self-speculation keep no KV of their own: the same blocks as plain
+    ngram = TorchBackend(path, kv_cache_gb=gb, speculative=SpeculativeConfig("ngram", num_speculative_tokens=K))
+    assert ngram.num_kv_blocks(bs) == plain
+
+
+def _cache_tensors(runner):
+    out = []
+    for c in runner.kv_cache:
+        out.extend(x for x in (c if isinstance(c, (tuple, list)) else [c]) if hasattr(x, "numel"))
+    return out

@@ -100,15 +100,25 @@ def bench(
     cfg = EndpointConfig(base_url, model_name, endpoint, key, ignore_eos)  # type: ignore[arg-type]
     slo = SLO.parse(goodput) if goodput else None
 
+    from jalapeno.bench.spec_counters import scrape_spec_counters, spec_decode_delta
+
+    spec_before = scrape_spec_counters(base_url, key)  # the server's speculative counters, if it has any
     result = run_benchmark(
         cfg, requests, load, workload=spec, slo=slo, num_chips=num_chips, power=power, progress=progress
     )
+    spec_decode = spec_decode_delta(spec_before, scrape_spec_counters(base_url, key) if spec_before else None)
+    if spec_decode is not None:
+        result.metadata["spec_decode"] = spec_decode
     failed = sum(1 for o in result.outcomes if not o.success)
     first = next((o.error for o in result.outcomes if o.error), "unknown error")
     if result.metrics["completed"] == 0:
         _write(output, result, save_detailed, console)
         raise BenchFailed(f"no request completed: all {failed} failed; first error: {first}")
     print_summary(console, result.metrics, result.power_note)
+    if spec_decode is not None:
+        from jalapeno.bench.summary import print_spec_decode
+
+        print_spec_decode(console, spec_decode)
     if failed:
         console.print(f"{failed} of {len(result.outcomes)} requests failed; first error: {first}", markup=False)
 

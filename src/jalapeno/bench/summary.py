@@ -96,3 +96,20 @@ def print_comparison(console: Console, measured: dict, predicted: dict, title: s
         m, p = measured.get(key), predicted.get(key)
         t.add_row(label, _fmt("{:.2f}", m), _fmt("{:.2f}", p), _fmt("{:.2f}", ratio(m, p)))
     console.print(t)
+
+
+def print_spec_decode(console: Console, spec: dict) -> None:
+    """The run's speculative-decoding acceptance (the server's /metrics counters, before → after)."""
+    t = Table(title="Speculative Decoding (server /metrics, warm-up included)", show_header=False, title_justify="left")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_row("Drafts", str(spec["num_drafts"]))
+    t.add_row("Draft tokens", str(spec["num_draft_tokens"]))
+    t.add_row("Accepted tokens", str(spec["num_accepted_tokens"]))
+    t.add_row("Acceptance rate", _fmt("{:.1%}", spec["acceptance_rate"]))
+    t.add_row("Mean acceptance length", _fmt("{:.2f}", spec["mean_acceptance_length"]))
+    if "draft_rate" in spec:
+        t.add_row("Drafts per ask (n-gram hits)", _fmt("{:.1%}", spec["draft_rate"]))
+    for j, a in enumerate(spec["acceptance_per_pos"]):
+        t.add_row(f"  Acceptance at position {j}", _fmt("{:.3f}", a))
+    console.print(t)

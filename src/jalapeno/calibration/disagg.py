@@ -21,7 +21,10 @@ to both pools.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from jalapeno.errors import ConfigError
 
@@ -79,20 +82,23 @@ def disagg_scenario(spec: Any, *, prompts_per_concurrency: int | None = None, se
 
 def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts_per_concurrency: int | None = None,
                     frameworks: bool = True, request_overhead_ms: float | None = None,
-                    kv_handoff_ms: float | None = None) -> dict[str, float]:
+                    kv_handoff_ms: float | None = None, prefill_token_ns: float | None = None) -> dict[str, float]:
     """Predicted metrics of a disaggregated point (keys of ``points.METRICS``, SI units), with the arguments of
     :func:`jalapeno.calibration.predict.simulate`. Per-chip throughputs are per *decode* GPU, as InferenceX's
     disaggregated per-GPU numbers are (its rows: concurrency × output length / E2E ÷ per-GPU throughput = the
     decode pool's GPU count, not both pools'). ``kv_handoff_ms`` overrides the stack's handoff latency (what a
-    fit searches); the stack's own value stays when only ``request_overhead_ms`` is overridden."""
+    fit searches); the stack's own value stays when only ``request_overhead_ms`` is overridden; likewise
+    ``prefill_token_ns`` overrides the stack's prefill-server cost per prompt token."""
     from dataclasses import replace
 
     from jalapeno.sim.scenario import run_scenario
 
     from jalapeno.sim.scenario import handoff_ms
+    from jalapeno.sim.scenario import prefill_token_ns as stack_prefill_ns
 
     sc = disagg_scenario(spec, prompts_per_concurrency=prompts_per_concurrency, seed=seed)
-    sc = replace(sc, kv_handoff_ms=handoff_ms(sc) if kv_handoff_ms is None else float(kv_handoff_ms))
+    sc = replace(sc, kv_handoff_ms=handoff_ms(sc) if kv_handoff_ms is None else float(kv_handoff_ms),
+                 prefill_token_ns=stack_prefill_ns(sc) if prefill_token_ns is None else float(prefill_token_ns))
     if not frameworks or request_overhead_ms is not None:
         sc = replace(sc, framework=None)
     if request_overhead_ms is not None:
@@ -147,4 +153,150 @@ def fit_handoff(items: list, held: list, *, max_concurrency: int = 64, workers: 
     return out
 
 
-__all__ = ["disagg_items", "disagg_scenario", "fit_handoff", "pool_fields", "simulate_disagg"]
+#: the sim's default prefill token budget per step (``--max-num-batched-tokens``): a full prefill step
+FULL_STEP_TOKENS = 8192
+
+
+@dataclass(frozen=True)
+class PrefillRate:
+    """One measured disaggregated point's prefill throughput against the cost model's price.
+
+    ``measured_tok_s``: prompt tokens per second one prefill worker sustained (Little's law on the closed loop:
+    requests/s = concurrency / (TTFT + (mean output - 1) × TPOT), times the mean prompt, over the workers);
+    ``model_s_per_tok``: the cost model's seconds per prompt token of a full prefill step on one worker;
+    ``saturated``: the prefill pool was the bottleneck (see :func:`prefill_rate`)."""
+
+    label: str
+    stack: str
+    measured_tok_s: float
+    model_s_per_tok: float
+    saturated: bool
+
+    @property
+    def implied_ns(self) -> float:
+        """The per-prompt-token time the measurement adds to the cost model's price (ns; may be negative)."""
+        return (1.0 / self.measured_tok_s - self.model_s_per_tok) * 1e9
+
+
+def prefill_rate(p: Any, s: Any, *, min_ttft_s: float = 1.0, min_waiting: float = 0.25,
+                 min_isl_over_osl: float = 2.0) -> PrefillRate:
+    """:class:`PrefillRate` of point ``p`` (its :class:`SimSpec` ``s``). Saturated when the median TTFT is at
+    least ``min_ttft_s``, at least ``min_waiting`` of the closed loop's requests wait for their first token
+    (requests/s × TTFT ≥ that share of the concurrency) and the prompts are at least ``min_isl_over_osl`` times
+    the outputs (a prefill-heavy shape: the decode pool then holds few requests, so the wait is the prefill
+    pool's, not a decode slot limit's)."""
+    from jalapeno.models import load_model
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.scenario import _cost_model
+
+    m, c = p.metrics, int(s.concurrency or 0)
+    isl = s.isl * (1 + s.range_ratio) / 2
+    osl = s.osl * (1 + s.range_ratio) / 2
+    ttft, tpot = m["median_ttft"], m["median_tpot"]
+    rate = c / (ttft + (osl - 1) * tpot)
+    sc = disagg_scenario(s)
+    q = sc.pool("prefill")
+    cm = _cost_model(sc, load_model(sc.model), q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp,
+                     precision=q.precision)
+    k = max(1, int(FULL_STEP_TOKENS // isl))
+    per_tok = cm.step(StepShape.from_lists([(int(round(isl)), 0)] * k)).time_s / (k * round(isl))
+    sat = ttft >= min_ttft_s and rate * ttft >= min_waiting * c and s.isl >= min_isl_over_osl * s.osl
+    return PrefillRate(p.label, s.framework, rate * isl / q.workers, per_tok, bool(sat))
+
+
+def fit_prefill_token_ns(items: list) -> dict[str, dict[str, Any]]:
+    """Each disaggregated stack's ``prefill_token_ns`` per prefill weight precision from ``items`` (the fit
+    split), keyed ``"<stack>@<weights>"``: the median :attr:`PrefillRate.implied_ns` over its saturated points,
+    floored at 0. A precision with fewer than ``fit.POINTS_PER_PARAM`` saturated points takes the median over all
+    its stack's saturated points (``"pooled": True``) when those are enough; a precision without any saturated
+    point, or a stack with too few, gets none (``prefill_token_ns`` None: refused, not a one-point fit)."""
+    from jalapeno.calibration.fit import POINTS_PER_PARAM
+
+    by: dict[tuple[str, str], list[PrefillRate]] = {}
+    for p, s in items:
+        if "median_ttft" in p.metrics and "median_tpot" in p.metrics and s.concurrency:
+            r = prefill_rate(p, s)
+            if r.saturated:
+                by.setdefault((r.stack, s.weights), []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for (st, w), rs in sorted(by.items()):
+        pooled = len(rs) < POINTS_PER_PARAM
+        use = [r for (t, _), rr in by.items() if t == st for r in rr] if pooled else rs
+        ok = len(use) >= POINTS_PER_PARAM
+        out[f"{st}@{w}"] = {"prefill_token_ns": max(0.0, float(np.median([r.implied_ns for r in use]))) if ok else None,
+                            "points": len(rs), "pooled": pooled,
+                            "implied_ns": sorted(round(r.implied_ns, 1) for r in use)}
+    return out
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """One measured non-speculative point with a dp-attention + EP decode pool: its median TPOT against the
+    cost model's decode step at the batch it ran (Little's law: requests/s × (mean output - 1) × TPOT requests
+    in decode, over the decode workers; each at the mean prompt + half the mean output of context)."""
+
+    label: str
+    stack: str
+    measured_s: float
+    model_s: float
+    moe_layers: int
+
+    @property
+    def implied_us(self) -> float:
+        """Per MoE layer, the time the measurement adds to the modelled step (us; may be negative)."""
+        return (self.measured_s - self.model_s) / self.moe_layers * 1e6
+
+
+def decode_step(p: Any, s: Any) -> DecodeStep | None:
+    """:class:`DecodeStep` of point ``p`` (``s`` its SimSpec); None unless its decode pool runs dp-attention
+    with EP > 1 and it is not speculative (an MTP step's tokens per step depend on an unpublished acceptance)."""
+    from jalapeno.models import load_model
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.scenario import _cost_model
+
+    sc = disagg_scenario(s)
+    q = sc.pool("decode")
+    if s.spec_tokens or not (q.dp_attention and q.ep > 1) or not s.concurrency:
+        return None
+    m = p.metrics
+    isl = s.isl * (1 + s.range_ratio) / 2
+    osl = s.osl * (1 + s.range_ratio) / 2
+    ttft, tpot = m["median_ttft"], m["median_tpot"]
+    rate = s.concurrency / (ttft + (osl - 1) * tpot)
+    batch = max(1, round(rate * (osl - 1) * tpot / q.workers))
+    arch = load_model(sc.model)
+    cm = _cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision)
+    t = cm.step(StepShape.from_lists(decode_ctx=[int(isl + osl / 2)] * batch)).time_s
+    return DecodeStep(p.label, s.framework, tpot, t, sum(1 for i in range(arch.num_layers) if arch.is_moe_layer(i)))
+
+
+def fit_dpa_decode_moe_layer_us(items: list) -> dict[str, dict[str, Any]]:
+    """Each disaggregated stack's ``dpa_decode_moe_layer_us`` from ``items`` (the fit split): the median
+    :attr:`DecodeStep.implied_us` over its points with a dp-attention + EP decode pool (no MTP), floored at 0.
+    A stack with fewer than ``fit.POINTS_PER_PARAM`` such points takes the median over all the stacks on its
+    chip (``"pooled": "<chip>"``: the all-to-all kernels are the chip's EP library's); still fewer: None
+    (refused)."""
+    from jalapeno.calibration.fit import POINTS_PER_PARAM
+
+    by: dict[str, list[DecodeStep]] = {}
+    chip_of: dict[str, str] = {}
+    for p, s in items:
+        if "median_ttft" in p.metrics and "median_tpot" in p.metrics:
+            d = decode_step(p, s)
+            if d is not None:
+                by.setdefault(d.stack, []).append(d)
+                chip_of[d.stack] = s.chip
+    out: dict[str, dict[str, Any]] = {}
+    for st, ds in sorted(by.items()):
+        use, pooled = ds, None
+        if len(ds) < POINTS_PER_PARAM:
+            pooled = chip_of[st]
+            use = [d for t, dd in by.items() if chip_of[t] == pooled for d in dd]
+        ok = len(use) >= POINTS_PER_PARAM
+        out[st] = {"dpa_decode_moe_layer_us": max(0.0, float(np.median([d.implied_us for d in use]))) if ok else None,
+                   "points": len(ds), "pooled": pooled, "implied_us": sorted(round(d.implied_us, 1) for d in use)}
+    return out
+
+
+__all__ = ["DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate", "disagg_items", "disagg_scenario", "fit_handoff",
+           "fit_prefill_token_ns", "pool_fields", "prefill_rate", "simulate_disagg"]

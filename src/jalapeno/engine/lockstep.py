@@ -27,6 +27,7 @@ manager and one token per step (no speculative decoding) join.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 
@@ -80,8 +81,13 @@ class DecodeGroup:
         self._ends: list[tuple[int, int, Sequence]] = []  # heap of (finish step, join number, member)
         self._joins = itertools.count()
         self._window: _WindowIndex | None = None  # built by the first window_sums call
+        #: where the members :meth:`advance` released last sat in the list lent to the batch (-1: unknown), in
+        #: the order it returned them: their indices in the scheduler's ``running`` (whose head is the group)
+        self.left_at: list[int] = []
         #: members whose last token comes before ``max_tokens`` (``max_model_len`` caps them)
         self.capped: set[Sequence] = set()
+        self._jn: dict[Sequence, int] = {}  # member → its join number (the order of ``members``)
+        self._list = _ChunkList()
 
     def __len__(self) -> int:
         return len(self.members)
@@ -101,7 +107,9 @@ class DecodeGroup:
         seq.num_computed_tokens = comp
         seq.group = self
         seq.__class__ = LockstepSequence
-        self.members[seq] = LockstepChunk(seq, 0, 1, True)
+        self.members[seq] = ch = LockstepChunk(seq, 0, 1, True)
+        self._jn[seq] = jn = next(self._joins)
+        self._list.add(ch, jn)
         self._phase[comp % self.block_size][seq] = None
         self._comp_sum += comp
         if self._window is not None:
@@ -110,13 +118,13 @@ class DecodeGroup:
             self.capped.add(seq)
         end = steps + limit - out
         self._finish[seq] = end
-        heapq.heappush(self._ends, (end, next(self._joins), seq))
+        heapq.heappush(self._ends, (end, jn, seq))
 
     def release(self, seq: Sequence) -> None:
         """Take ``seq`` out of the group, writing its current counters back as plain values."""
         out, comp, blocks = seq.num_output_tokens, seq.num_computed_tokens, seq.num_blocks
         offset = _COMP.__get__(seq)
-        del self.members[seq]
+        self._list.remove(self.members.pop(seq), self._jn.pop(seq))
         del self._phase[offset % self.block_size][seq]
         del self._finish[seq]
         self.capped.discard(seq)
@@ -134,8 +142,9 @@ class DecodeGroup:
 
     # --- what the scheduler asks ----------------------------------------------------------------------
     def chunks(self) -> list[SeqChunk]:
-        """The members' decode chunks, oldest first (a new list)."""
-        return list(self.members.values())
+        """The members' decode chunks, oldest first, as a list the caller may append to (and delete a
+        preempted member's chunk from) until the group's membership next changes or this is called again."""
+        return self._list.lend(self.members, self._jn)  # type: ignore[return-value]
 
     def start_sum(self) -> int:
         """Σ members' computed tokens (their decode chunks' ``start``)."""
@@ -198,14 +207,87 @@ class DecodeGroup:
         self.ahead -= steps
         self.t_last = t_last
         done: list[Sequence] = []
+        self.left_at = left = []
         ends, fin, now = self._ends, self._finish, self.steps
         while ends and ends[0][0] <= now:
             end, _, seq = heapq.heappop(ends)
             if fin.get(seq) == end:
                 assert end == now, "a member ran past its last token"
+                left.append(self._list.lent_index(self._jn[seq]))
                 self.release(seq)
                 done.append(seq)
         return done
+
+
+class _ChunkList:
+    """A group's member chunks in join order, kept as one list between steps. Copying thousands of chunks
+    each step (every one touched for its reference count) was what a decode step cost at rack scale, so
+    :meth:`lend` hands the list itself to the batch being built, which appends its other chunks behind the
+    members' (``lent`` of them) and may delete a preempted member's. While lent the list is not written:
+    a leaving member's index (found by bisection on the parallel join numbers ``order``) waits in
+    ``pending``, and :meth:`reclaim` (at the next join or lend) drops the batch's tail and those members.
+    A member whose chunk is not where its join number says (the batch deleted one: a preemption) drops the
+    list; the next :meth:`lend` rebuilds it from the group's dicts."""
+
+    def __init__(self) -> None:
+        self.chunks: list[LockstepChunk] | None = None
+        self.order: list[int] = []  # join numbers, ascending, parallel to ``chunks``
+        self.lent: int | None = None  # members' chunks at the head of the lent list
+        self.pending: list[int] = []  # indices of members that left while lent
+
+    def add(self, ch: LockstepChunk, jn: int) -> None:
+        self.reclaim()
+        if self.chunks is not None:
+            self.chunks.append(ch)
+            self.order.append(jn)
+
+    def remove(self, ch: LockstepChunk, jn: int) -> None:
+        lst = self.chunks
+        if lst is None:
+            return
+        i = bisect.bisect_left(self.order, jn)
+        if self.lent is not None:
+            if i < self.lent and i < len(lst) and lst[i] is ch and len(self.pending) < 64:
+                self.pending.append(i)
+            else:
+                self.drop()
+        elif i < len(lst) and lst[i] is ch:
+            del lst[i]
+            del self.order[i]
+        else:
+            self.drop()
+
+    def lent_index(self, jn: int) -> int:
+        """Index in the lent list of the member with join number ``jn`` (-1 when not lent, or not known)."""
+        if self.lent is None or self.chunks is None:
+            return -1
+        i = bisect.bisect_left(self.order, jn)
+        return i if i < self.lent and self.order[i] == jn else -1
+
+    def drop(self) -> None:
+        self.chunks = None
+        self.order = []
+        self.pending.clear()
+
+    def reclaim(self) -> None:
+        if self.lent is None:
+            return
+        lst, order = self.chunks, self.order
+        if lst is not None:
+            del lst[self.lent :]
+            for i in sorted(self.pending, reverse=True):
+                del lst[i]
+                del order[i]
+        self.pending.clear()
+        self.lent = None
+
+    def lend(self, members: dict[Sequence, LockstepChunk], jn: dict[Sequence, int]) -> list[LockstepChunk]:
+        self.reclaim()
+        if self.chunks is None:
+            self.chunks = list(members.values())
+            self.order = list(jn.values())
+        self.lent = len(self.chunks)
+        return self.chunks
 
 
 class _WindowIndex:

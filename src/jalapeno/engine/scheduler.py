@@ -520,9 +520,9 @@ class Scheduler:
         common += self._apply_chunks(batch, first, counts, tokens, timing, trim, up, latency, outputs)
         if common:
             latency.add(timing.t_first - timing.t0, common)
-        running = self.running
-        for seq in up.finished:
-            running.remove(seq)
+        group = self.group
+        grouped = self.num_grouped and group is not None
+        _drop_finished(self.running, up.finished, group.left_at if grouped else ())  # type: ignore[union-attr]
         if fast and self.group is not None:
             self._regroup(batch.chunks, nd)
         if self.config.recv_interval > 1:  # a step that prefilled ends the receive interval
@@ -664,6 +664,19 @@ class Scheduler:
             if running[n] is not seq or seq.num_blocks != -(-seq.num_computed_tokens // bs):
                 break
             group.join(seq, min(seq.max_tokens, max_len - seq.prompt_len))
+
+
+def _drop_finished(running: list[Sequence], finished: list[Sequence], at: Seq[int] = ()) -> None:
+    """Remove ``finished`` from ``running`` (order kept). ``at``: the indices in ``running`` of the first
+    ``len(at)`` of them, when known (the lockstep group's members: it knows where each sat), checked by
+    identity and deleted by index; the rest (or all, if an index is wrong) are removed one by one."""
+    k = len(at)
+    if k and k <= len(finished) and all(0 <= i < len(running) and running[i] is s for i, s in zip(at, finished)):
+        for i in sorted(at, reverse=True):
+            del running[i]
+        finished = finished[k:]
+    for seq in finished:
+        running.remove(seq)
 
 
 def _take_until_stop(seq: Sequence, ids: list[int], new: int) -> tuple[list[int], int, FinishReason | None]:

@@ -25,7 +25,10 @@ profiles too: their front-end latency is their engine's (``engine``: SGLang or T
 fitted value for that engine applies), and they add ``kv_handoff_ms``, the fixed per-request cost of handing a
 prefilled request to the decode pool (router decision, KV bootstrap handshake / memory registration, transfer
 completion notice), paid on the KV link (:class:`jalapeno.sim.cluster.KVLink` ``handoff_s``) on top of the wire
-time. Those values are FITTED on InferenceX disaggregated points (:data:`HANDOFF_FITTED`), not published.
+time. Those values are FITTED on InferenceX disaggregated points (:data:`HANDOFF_FITTED`), not published. A stack
+also carries ``prefill_token_ns``: what its prefill server spends per prompt token beyond the cost model's price
+(added to the prefill pool's ``efficiency.prefill_token_overhead_ns``; the decode pool is untouched), FITTED from
+the request rate its saturated prefill pools sustained (:data:`PREFILL_FITTED`, docs/fidelity.md).
 """
 
 from __future__ import annotations
@@ -45,8 +48,27 @@ HANDOFF_FITTED = (
     "FITTED (status fitted, not published): kv_handoff_ms by soft-L1 least squares on ln(pred/meas) of median TTFT "
     "over the fit half of a random configuration split (seed 0, per stack) of the InferenceX B200/MI355X "
     "disaggregated points at concurrency <= 64 (benchmarks/data/calibration-blackwell-amd.csv; 2026-12-01, python "
-    "benchmarks/disagg_fidelity.py --fit; docs/fidelity.md). dynamo-trt's 764 ms is driven by 3 of its 4 fit "
+    "benchmarks/disagg_fidelity.py --fit; docs/fidelity.md), with each stack's prefill_token_ns (PREFILL_FITTED) in place. dynamo-trt's 756 ms (764 before the refit) is driven by 3 of its 4 fit "
     "points (idle-system TTFTs of 1.25-1.75 s where reruns of the same layout measure 0.17 s): low confidence"
+)
+
+
+#: provenance of the disaggregated stacks' ``prefill_token_ns`` (status: fitted)
+PREFILL_FITTED = (
+    "FITTED (status fitted, not published): prefill_token_ns = median over the prefill-saturated points of the fit half "
+    "(random:0.5 configuration split, seed 0, per stack) of 1 / (measured prompt tokens/s per prefill worker, Little's "
+    "law) - the cost model's seconds per prompt token of a full prefill step; InferenceX B200/MI355X disaggregated "
+    "points, benchmarks/data/calibration-blackwell-amd.csv (2026-12-01, python benchmarks/disagg_fidelity.py "
+    "--fit-prefill; calibration.disagg.fit_prefill_token_ns; docs/fidelity.md), per stack and prefill weight "
+    "precision: a precision with 1-2 saturated points takes its stack's median over all precisions, one with none "
+    "gets none (0: B200 dynamo-sglang FP4, whose 4-GPU prefill workers never saturate). dynamo-trt: 1 saturated "
+    "fit point, fewer than the 3 a parameter needs, so none (0). Fitted on B200/MI355X only: on H100/H200 the B200 "
+    "value overprices SGLang's TTFT (docs/fidelity.md, cross-chip check). dpa_decode_moe_layer_us = median over "
+    "the fit half's "
+    "non-MTP points with a dp-attention + EP decode pool of (measured TPOT - the cost model's decode step at the "
+    "Little's-law batch) / MoE layers (calibration.disagg.fit_dpa_decode_moe_layer_us); the two B200 stacks have "
+    "1 and 2 such points, so they share their chip's median (3 points, 190 us: DeepEP's published low-latency "
+    "dispatch + combine at EP8 on H800 is 77 + 114 us, github.com/deepseek-ai/DeepEP README)"
 )
 
 
@@ -102,6 +124,27 @@ class ServingFramework:
     kv_handoff_ms: float = 0.0
     #: how the stack schedules prefill against decode (a disaggregated stack: its engine's)
     scheduling: SchedulingPolicy = MIXED_POLICY
+    #: a disaggregated stack: its prefill server's time per prompt token beyond the cost model, nanoseconds,
+    #: per weight precision of the prefill pool (``(weights, ns)`` pairs; a precision not listed: 0), added to
+    #: the prefill pool's ``prefill_token_overhead_ns``
+    prefill_token_ns: tuple[tuple[str, float], ...] = ()
+    #: a disaggregated stack: per MoE layer of a decode step of a dp-attention decode pool with expert
+    #: parallelism, the expert all-to-all's fixed cost beyond the cost model (low-latency dispatch + combine
+    #: kernels), microseconds (added to that pool's ``moe_layer_overhead_us``)
+    dpa_decode_moe_layer_us: float = 0.0
+    #: the calibration roots (``ChipSpec.calibration``: a calibrated chip, or the one a transferred chip took its
+    #: values from) on whose rows ``prefill_token_ns`` and ``dpa_decode_moe_layer_us`` were fitted; other chips
+    #: get 0 for both (not carried across vendors or generations: B200's SGLang prefill term overprices H200's
+    #: TTFT, docs/fidelity.md). Empty: every chip.
+    fitted_chips: tuple[str, ...] = ()
+
+    def fitted_on(self, chip) -> bool:
+        """Whether the stack's per-pool fitted terms apply to ``chip`` (a ChipSpec)."""
+        if not self.fitted_chips:
+            return True
+        cal = getattr(chip, "calibration", None)
+        root = (cal.transferred_from if cal is not None else None) or chip.key
+        return root in self.fitted_chips
 
 
 FRAMEWORKS: tuple[ServingFramework, ...] = (
@@ -109,13 +152,18 @@ FRAMEWORKS: tuple[ServingFramework, ...] = (
     ServingFramework("sglang", "SGLang", 41.1, (), _FIT, scheduling=SGLANG_POLICY),
     ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 52.0, ("trt", "trtllm", "tensorrt-llm"), _FIT),
     ServingFramework("dynamo-sglang", "NVIDIA Dynamo over SGLang (disaggregated)", 41.1, (), HANDOFF_FITTED,
-                     engine="sglang", kv_handoff_ms=60.9),
+                     engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 26812.4),),
+                     dpa_decode_moe_layer_us=190.0, fitted_chips=("b200",)),
     ServingFramework("dynamo-trt", "NVIDIA Dynamo over TensorRT-LLM (disaggregated)", 52.0, (), HANDOFF_FITTED,
-                     engine="trt-llm", kv_handoff_ms=764.2),
+                     engine="trt-llm", kv_handoff_ms=755.7, dpa_decode_moe_layer_us=190.0,
+                     fitted_chips=("b200",)),
     ServingFramework("mori-sglang", "SGLang PD with the MoRI KV transfer (disaggregated, ROCm)", 41.1, (),
-                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=83.8),
+                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=59.9,
+                     prefill_token_ns=(("native", 18286.9), ("fp4", 18792.9)),
+                     dpa_decode_moe_layer_us=51.3, fitted_chips=("mi355x",)),
     ServingFramework("sglang-disagg", "SGLang PD disaggregation (router + prefill/decode servers)", 41.1, (),
-                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=25.1),
+                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 18910.7),),
+                     dpa_decode_moe_layer_us=369.3, fitted_chips=("mi355x",)),
 )
 
 
@@ -153,10 +201,23 @@ def scheduling_policy(framework: str | ServingFramework | None) -> SchedulingPol
     return fw.scheduling
 
 
+def prefill_token_ns(framework: str | None, weights: str = "native") -> float:
+    """A disaggregated stack's prefill-server cost per prompt token beyond the cost model (ns) for a prefill pool
+    of ``weights`` precision; 0 for an engine profile, None, or a precision the stack has no value for."""
+    return dict(get_framework(framework).prefill_token_ns).get(weights, 0.0) if framework else 0.0
+
+
+def dpa_decode_moe_layer_us(framework: str | None) -> float:
+    """A disaggregated stack's extra per-MoE-layer cost of a dp-attention + EP decode step (us); 0 for an
+    engine profile or None."""
+    return get_framework(framework).dpa_decode_moe_layer_us if framework else 0.0
+
+
 def kv_handoff_ms(framework: str | None) -> float:
     """The per-request prefill -> decode handoff latency (ms) of a disaggregated stack; 0 for an engine
     profile or None."""
     return get_framework(framework).kv_handoff_ms if framework else 0.0
 
-
-__all__ = ["SchedulingPolicy", "SGLANG_POLICY", "MIXED_POLICY", "scheduling_policy", "ServingFramework", "FRAMEWORKS", "HANDOFF_FITTED", "get_framework", "apply_framework", "kv_handoff_ms"]
+__all__ = ["SchedulingPolicy", "SGLANG_POLICY", "MIXED_POLICY", "scheduling_policy", "ServingFramework", "FRAMEWORKS",
+           "HANDOFF_FITTED", "PREFILL_FITTED", "get_framework", "apply_framework", "dpa_decode_moe_layer_us",
+           "kv_handoff_ms", "prefill_token_ns"]

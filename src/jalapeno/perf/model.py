@@ -514,6 +514,7 @@ class CostModel:
             tm = np.hstack([tm, ext[len(work) : 2 * len(work)]])
             self._M_ext = np.ascontiguousarray(ext)
         self._M_ctx = np.ascontiguousarray(self._M[:, _CTX_COLS])  # rows' slopes in the context features
+        self._slopes: dict[tuple[int, float, float], list[float]] = {}  # memo of _ctx_slopes
         self._tc, self._tm = tc, tm
         tdp = float(self.chip.power.tdp_w)
         idle = float(self.chip.power.idle_w) if self.chip.power.idle_w and self.chip.power.idle_w.value else None
@@ -641,12 +642,53 @@ class CostModel:
             return fast
         return self._decode_steps_matrix(shape, k)
 
+    def decode_step_lists(self, shape: StepShape, k: int) -> tuple[list[float], list[float]]:
+        """:meth:`decode_steps` as two Python lists, the same floats: when the run is affine (see
+        :meth:`_decode_steps_affine`) each step's time and energy are evaluated in scalars, operation for
+        operation as the vectorised form does them (cheaper than numpy's per-call overhead for the few steps
+        between two events of a simulation)."""
+        if shape.prefill_tokens or k <= 0 or not shape.decode_tokens:
+            t, e = self.decode_steps(shape, k)
+            return t.tolist(), e.tolist()
+        line = self._affine_line(shape, k)
+        if line is None:
+            t, e = self._decode_steps_matrix(shape, k)
+            return t.tolist(), e.tolist()
+        a_t, b_t, a_e, b_e = line
+        verify = self._verify_s if shape.decode_tokens > shape.decode_seqs else 0.0
+        nc, idle, tdp = self.chips_per_replica, self.idle_w, self.tdp_w
+        ts: list[float] = []
+        es: list[float] = []
+        for j in range(k):
+            i = float(j)
+            t = a_t + b_t * i
+            if verify:
+                t = t + verify
+            x, cap = a_e + b_e * i + idle * t * nc, tdp * t * nc
+            ts.append(t)
+            es.append(cap if cap < x else x)
+        return ts, es
+
     def _decode_steps_affine(self, shape: StepShape, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`decode_steps` in closed form (the line of :meth:`_affine_line`, vectorised)."""
+        line = self._affine_line(shape, k)
+        if line is None:
+            return None
+        a_t, b_t, a_e, b_e = line
+        nc = self.chips_per_replica
+        i = np.arange(k, dtype=np.float64)
+        t = a_t + b_t * i
+        if self._verify_s and shape.decode_tokens > shape.decode_seqs:
+            t = t + self._verify_s
+        e = np.minimum(a_e + b_e * i + self.idle_w * t * nc, self.tdp_w * t * nc)
+        return t, e
+
+    def _affine_line(self, shape: StepShape, k: int) -> tuple[float, float, float, float] | None:
         """:meth:`decode_steps` in closed form. Over ``k`` decode steps every feature is affine in the step index
         ``i`` (contexts grow by one token per sequence per step), so each operator's compute and memory times are
         lines; when no operator changes bound inside the window (and no sliding-window cap starts to bind), the
         step time is one line ``A + B·i`` and the energy ``min(E + F·i + idle·t, tdp·t)``. None when that does
-        not hold (the matrix path then evaluates every step)."""
+        not hold (the matrix path then evaluates every step). Returns ``(A, B, E, F)``."""
         d = shape.decode_seqs
         r = shape.decode_tokens / d if d else 0.0
         km = k - 1
@@ -656,13 +698,14 @@ class CostModel:
             if shape.decode_ctx_sum_window + km * dcw > d * self.model.attention_window:
                 return None  # the window cap binds inside the run
         y0 = self._M.dot(np.array(self._feat(shape), dtype=np.float64)).tolist()
-        gv = self._M_ctx.dot(np.array((d, dcw, d * r, dcw * r)))
         if self.kv_sram_tokens:
             slopes = self._tier_slopes(shape, km, dcw)
             if slopes is None:
                 return None
-            gv = gv + self._M_ext.dot(np.array(slopes))
-        g = gv.tolist()
+            gv = self._M_ctx.dot(np.array((d, dcw, d * r, dcw * r))) + self._M_ext.dot(np.array(slopes))
+            g = gv.tolist()
+        else:
+            g = self._ctx_slopes(d, dcw, r)
         n = self._n
         a_t, b_t = y0[2 * n], g[2 * n]
         for j in range(n):
@@ -676,13 +719,19 @@ class CostModel:
             else:
                 a_t += tm
                 b_t += dm
-        nc = self.chips_per_replica
-        i = np.arange(k, dtype=np.float64)
-        t = a_t + b_t * i
-        if self._verify_s and shape.decode_tokens > shape.decode_seqs:
-            t = t + self._verify_s
-        e = np.minimum(y0[2 * n + 1] + g[2 * n + 1] * i + self.idle_w * t * nc, self.tdp_w * t * nc)
-        return t, e
+        return a_t, b_t, y0[2 * n + 1], g[2 * n + 1]
+
+    def _ctx_slopes(self, d: int, dcw: float, r: float) -> list[float]:
+        """Each row's growth per decode step, ``M_ctx · (d, dcw, d·r, dcw·r)``: it depends only on the batch
+        (sequences, those below the window, tokens per sequence), which stays the same over many events, so it
+        is kept per batch (a few hundred keys at most; cleared past 4,096)."""
+        key = (d, dcw, r)
+        g = self._slopes.get(key)
+        if g is None:
+            if len(self._slopes) > 4096:
+                self._slopes.clear()
+            g = self._slopes[key] = self._M_ctx.dot(np.array((d, dcw, d * r, dcw * r))).tolist()
+        return g
 
     def _tier_slopes(self, shape: StepShape, km: int, dcw: float) -> tuple[float, float] | None:
         """Per-step growth of the SRAM-tier features over ``km`` more decode steps, when they stay affine: the

@@ -116,6 +116,10 @@ class _SpecDecodeCollector:
             ("vllm:spec_decode_num_accepted_tokens", "num_accepted_tokens", "Draft tokens accepted"),
         ):
             yield CounterMetricFamily(name, doc, value=spec[key])
+        if "num_draft_requests" in spec:  # no vLLM name: decode steps the adaptive policy let speculate
+            yield CounterMetricFamily("jalapeno:spec_decode_num_draft_requests",
+                                      "Decode steps that asked the proposer for a draft (k > 0)",
+                                      value=spec["num_draft_requests"])
         per_pos = CounterMetricFamily(
             "vllm:spec_decode_num_accepted_tokens_per_pos", "Draft tokens accepted, by position", labels=["position"]
         )

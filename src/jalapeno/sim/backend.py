@@ -11,10 +11,17 @@ expected accepted length ``E = 1 + Σ_{i≤k} Π_{j≤i} a_j`` tokens per step o
 an integer accumulator per sequence (after ``s`` steps it has gained ``floor(s·E)`` tokens). The proposer's
 cost is added: a draft model's ``k`` decode steps (a second cost model), ``k`` MTP-layer passes (≈ ``k / L``
 of a one-token target decode step), or nothing for n-gram lookup.
+
+With a measured acceptance (``Speculation.policy`` set: ``simulate --acceptance FILE``) the simulator runs the
+engine's own adaptive-k policy instead (:class:`jalapeno.speculative.AdaptiveK`, the object the torch backend
+asks): each step every decode asks the policy for k (K, or 0 when its acceptance estimate is low), gets a draft
+with the measured probability ``draft_rate`` (an n-gram miss is a plain step), and accepts a prefix drawn from
+the measured chain a_1..a_k (a seeded generator: the same run, the same result). Only the fed tokens are priced.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import accumulate
@@ -26,11 +33,48 @@ import numpy as np
 from jalapeno.engine.batch import ScheduledBatch, StepResult
 from jalapeno.engine.interface import Backend, Capabilities
 from jalapeno.errors import ConfigError
+from jalapeno.perf.model import CostModel
 from jalapeno.perf.shape import StepShape, _pairs
+from jalapeno.speculative.proposer import AdaptiveK, KPolicy, SpeculativeStats
 
 #: denominator of the fixed-point accepted-length accumulator
 _ONE = 1 << 32
 _start = attrgetter("start")
+#: batches of up to this many steps are priced in Python floats (numpy's per-call overhead dominates there)
+_SCALAR_STEPS = 64
+
+
+def _numpy_sum(xs: Seq[float]) -> float:
+    """``float(np.sum(xs))`` of a float64 list, bit for bit, without building the array: numpy's pairwise
+    summation (a plain loop below 8 values; 8 interleaved partial sums up to 128; halves above, cut at a
+    multiple of 8)."""
+    n = len(xs)
+    if n < 8:
+        res = 0.0
+        for x in xs:
+            res += x
+        return res
+    if n <= 128:
+        r0, r1, r2, r3, r4, r5, r6, r7 = xs[:8]
+        i = 8
+        end = n - n % 8
+        while i < end:
+            r0 += xs[i]
+            r1 += xs[i + 1]
+            r2 += xs[i + 2]
+            r3 += xs[i + 3]
+            r4 += xs[i + 4]
+            r5 += xs[i + 5]
+            r6 += xs[i + 6]
+            r7 += xs[i + 7]
+            i += 8
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for j in range(end, n):
+            res += xs[j]
+        return res
+    half = n // 2
+    half -= half % 8
+    return _numpy_sum(xs[:half]) + _numpy_sum(xs[half:])
 
 
 class CostModelLike(Protocol):
@@ -53,6 +97,12 @@ class Speculation:
     num_tokens: int
     acceptance: float | tuple[float, ...]
     draft_cost_model: CostModelLike | None = None
+    #: a measured acceptance: run the engine's adaptive-k policy per sequence (None: every decode drafts k
+    #: tokens and gains the expected accepted length)
+    policy: KPolicy | None = None
+    #: P(a draft comes back | the policy asked for one), measured (n-gram lookups can miss)
+    draft_rate: float = 1.0
+    seed: int = 0
 
     def __post_init__(self) -> None:
         if self.method not in ("mtp", "draft", "ngram"):
@@ -64,6 +114,8 @@ class Speculation:
             raise ConfigError(f"--acceptance gives {len(acc)} rates for {self.num_tokens} speculative tokens")
         if any(not 0.0 <= a <= 1.0 for a in acc):
             raise ConfigError(f"--acceptance rates must be in [0, 1] (got {list(acc)})")
+        if not 0.0 <= self.draft_rate <= 1.0:
+            raise ConfigError(f"draft_rate must be in [0, 1] (got {self.draft_rate})")
         if self.method == "draft" and self.draft_cost_model is None:
             raise ConfigError("speculative decoding with a draft model needs the draft model's cost model")
 
@@ -102,6 +154,13 @@ class SimBackend(Backend):
         self.k = speculation.num_tokens if speculation else 0
         self._e_num = int(round(speculation.expected_tokens * _ONE)) if speculation else _ONE
         self._acc: dict[int | str, int] = {}
+        #: the engine's adaptive-k policy, fed by draws from the measured acceptance (None: expected values)
+        self.adaptive = AdaptiveK(speculation.policy) if speculation and speculation.policy else None
+        if self.adaptive is not None:
+            assert speculation is not None
+            self.max_multi_step = 1  # like the torch backend: speculation decodes one step at a time
+            self._rng = np.random.default_rng(speculation.seed)
+            self.stats = SpeculativeStats(self.k)
         model = cost_model.model  # the keys one query may read: sliding window or DSA top-k (fakes: sliding only)
         window = getattr(model, "attention_window", None) or getattr(model, "sliding_window", None)
         self.window: int | None = window or None
@@ -145,6 +204,12 @@ class SimBackend(Backend):
 
     def free_sequence(self, seq) -> None:
         self._acc.pop(seq.seq_id, None)
+        if self.adaptive is not None:
+            self.adaptive.forget(seq)
+
+    def spec_decode_stats(self) -> dict | None:
+        """The simulated run's acceptance counters (adaptive policy only): the same fields the engine records."""
+        return self.stats.to_dict() if self.adaptive is not None else None
 
     # ---------------------------------------------------------------------------------------------
     def shape_of(self, batch: ScheduledBatch) -> StepShape:
@@ -270,9 +335,83 @@ class SimBackend(Backend):
                 e[0] += c.energy_j / self.num_layers
         return t, e
 
+    def _speculate(self, batch: ScheduledBatch) -> tuple[list[int], int, StepShape | None, int]:
+        """One step of the adaptive policy: (tokens each chunk gains, slots the scheduler reserved that stay
+        empty, the drafting decodes' shape for the proposer's cost, Σ those empty slots' context)."""
+        spec, adaptive, rng, stats = self.speculation, self.adaptive, self._rng, self.stats
+        assert spec is not None and adaptive is not None
+        rates = spec.rates
+        counts, asks, unused, drafted, drafted_ctx = [], [], 0, 0, 0
+        nd = batch.num_decodes
+        for i, c in enumerate(batch.chunks):  # every decode asks the policy first, as the torch backend does
+            seq = c.seq
+            if not c.sample:
+                counts.append(0)
+            elif not (i < nd or seq.num_output_tokens and c.start >= seq.num_tokens - 1):
+                counts.append(1)  # a finished prompt gains its first token
+            else:
+                counts.append(1)
+                asks.append((i, min(c.num_tokens - 1, adaptive.k_for(seq), seq.remaining_tokens - 1)))
+        for i, k in asks:  # ... then the drafts are verified and the policy learns
+            c = batch.chunks[i]
+            got = 0
+            if k > 0:
+                stats.num_draft_requests += 1
+                if rng.random() < spec.draft_rate:
+                    draws = rng.random(k)
+                    while got < k and draws[got] < rates[got]:
+                        got += 1
+                    stats.record(k, got)
+                    adaptive.record(c.seq, k, got)
+                    drafted += 1
+                    drafted_ctx += c.start + 1 + k
+                else:
+                    adaptive.skip(c.seq)
+                    k = 0
+            else:
+                adaptive.skip(c.seq)
+            unused += max(0, c.num_tokens - 1 - k)
+            counts[i] = got + 1
+        d_shape = StepShape(decode_seqs=drafted, decode_tokens=drafted * (1 + self.k), decode_ctx_sum=drafted_ctx,
+                            decode_ctx_sum_window=drafted_ctx) if drafted else None
+        return counts, unused, d_shape, drafted
+
+    def _execute_adaptive(self, batch: ScheduledBatch) -> StepResult:
+        """A one-step batch under the adaptive policy: price the tokens actually fed (drafts that exist)."""
+        counts, unused, d_shape, drafted = self._speculate(batch)
+        shape = self._shapes(batch, False)[0]
+        if unused:  # reserved draft slots with no draft: not fed, not attended
+            ctx = shape.decode_ctx_sum - unused
+            shape = dataclasses.replace(shape, decode_tokens=shape.decode_tokens - unused, decode_ctx_sum=ctx,
+                                        decode_ctx_sum_window=ctx if not self.window else shape.decode_ctx_sum_window)
+        c = self.cm.step(shape)
+        dur, en = float(c.time_s), float(c.energy_j)
+        pshape = dataclasses.replace(shape, decode_seqs=drafted, decode_tokens=d_shape.decode_tokens if d_shape else 0,
+                                     decode_ctx_sum=d_shape.decode_ctx_sum if d_shape else 0,
+                                     decode_ctx_sum_window=d_shape.decode_ctx_sum if d_shape else 0)
+        extra = self._proposer(pshape, 1) if (drafted or shape.prefill_tokens) else None
+        if extra is not None:
+            dur += float(extra[0][0])
+            en += float(extra[1][0])
+        if batch.loaded_tokens:
+            t_load = self.cm.kv_load_time_s(batch.loaded_tokens)  # type: ignore[attr-defined]
+            dur += t_load
+            en += t_load * self.idle_power_w
+        if self.trace is not None:
+            self.trace.append({"steps": 1, "prefill_tokens": shape.prefill_tokens, "decode_seqs": shape.decode_seqs,
+                               "decode_ctx_sum": shape.decode_ctx_sum, "duration_s": dur, "step_durations": [dur],
+                               "energy_j": en, "drafted": drafted})
+        return StepResult(tokens=[], duration_s=dur, energy_j=en, step_durations=[dur], token_counts=counts)
+
     def execute(self, batch: ScheduledBatch) -> StepResult:
+        if self.adaptive is not None:
+            return self._execute_adaptive(batch)
         steps = batch.num_steps
         shape, nxt = self._shapes(batch, steps > 1)
+        # the scalar path only for the plain cost model (``self.cm`` may be swapped for a wrapper that records
+        # the step/decode_steps calls, as calibration's TangentBackend does, or be a test's fake)
+        if steps <= _SCALAR_STEPS and type(self.cm) is CostModel and self.speculation is None and not batch.loaded_tokens:
+            return self._execute_lists(batch, shape, nxt)
         if steps > 1 and not shape.prefill_tokens:
             durs, ens = self.cm.decode_steps(shape, steps)
             extra = self._proposer(shape, steps)
@@ -323,6 +462,42 @@ class SimBackend(Backend):
             step_durations=dl,
             token_counts=counts,
         )
+
+    def _execute_lists(self, batch: ScheduledBatch, shape: StepShape, nxt: StepShape | None) -> StepResult:
+        """:meth:`execute` for a few steps without speculation or KV loads, in Python floats: the same step
+        times and energies (``CostModel.decode_step_lists``), the energy summed as numpy sums an array."""
+        steps = batch.num_steps
+        cm = self.cm
+        if steps > 1 and not shape.prefill_tokens:
+            dl, el = cm.decode_step_lists(shape, steps)  # type: ignore[attr-defined]
+        else:
+            c = cm.step(shape)
+            dl, el = [c.time_s], [c.energy_j]
+            if steps > 1:  # the first step finished some prompts; then everyone decodes
+                assert nxt is not None
+                d2, e2 = cm.decode_step_lists(nxt, steps - 1)  # type: ignore[attr-defined]
+                dl += d2
+                el += e2
+        run = steps
+        if steps > 1 and batch.stop_at_s is not None:
+            ends = list(accumulate(dl, initial=batch.start_s))  # step ends, summed one by one
+            run = min(steps, bisect_left(ends, batch.stop_at_s, 1))  # the first end >= stop_at_s
+            dl, el = dl[:run], el[:run]
+        energy = _numpy_sum(el)
+        if self.trace is not None:
+            self.trace.append(
+                {
+                    "steps": run,
+                    "prefill_tokens": shape.prefill_tokens,
+                    "decode_seqs": shape.decode_seqs,
+                    "decode_ctx_sum": shape.decode_ctx_sum,
+                    "duration_s": _numpy_sum(dl),
+                    "step_durations": dl,
+                    "energy_j": energy,
+                }
+            )
+        return StepResult(tokens=[], duration_s=float(sum(dl)), energy_j=energy, step_durations=dl,
+                          token_counts=self._token_counts(batch, run))
 
     def _token_counts(self, batch: ScheduledBatch, steps: int) -> Seq[int]:
         """Tokens each chunk gained over ``steps`` steps (every chunk of a multi-step batch samples)."""

@@ -107,6 +107,10 @@ class Cluster:
         self.link = link
         self.all = self.prefill + self.decode
         self._transfers: list[tuple[float, int, Sequence, Engine]] = []
+        #: per decode worker (by id): the transfers on their way to it, and the KV blocks they pre-allocate
+        #: (running totals of what ``_transfers`` holds, so admission checks do not scan the heap)
+        self._inbound_n: dict[int, int] = {id(d): 0 for d in self.decode}
+        self._inbound_blocks: dict[int, int] = {id(d): 0 for d in self.decode}
         self._tick = itertools.count()
         self._finished_direct: list[Sequence] = []
         # free-at times of each worker's KV link lanes (by id), and the total time transfers waited for one
@@ -119,12 +123,24 @@ class Cluster:
         #: prefilled requests waiting for room in a decode worker: (KV ready at, sending worker, sequence)
         self._handoffs: deque[tuple[float, Engine, Sequence]] = deque()
         self._admission_wait_s = 0.0
+        self._params: dict[int, SamplingParams] = {}
 
     # --- Target protocol ------------------------------------------------------------------------
+    def _earliest_busy(self) -> tuple[float, Engine | None]:
+        """The earliest clock among the workers with work, and its worker (the first such; inf, None: none)."""
+        t_min, first = float("inf"), None
+        for e in self.all:
+            s = e.scheduler
+            if s.running or s.waiting:
+                t = e.clock.now()
+                if t < t_min:
+                    t_min, first = t, e
+        return t_min, first
+
     def now(self) -> float:
-        busy = [e.clock.now() for e in self.all if e.has_unfinished()]
-        if busy:
-            return min(busy)
+        t, first = self._earliest_busy()
+        if first is not None:
+            return t
         if self._transfers:
             return self._transfers[0][0]
         return max(e.clock.now() for e in self.all)
@@ -156,10 +172,17 @@ class Cluster:
         max_tokens = 1 if self.decode else call.max_tokens
         e.add_request(
             prompt_len=call.prompt_len,
-            sampling=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+            sampling=self._sampling(max_tokens),
             arrival_s=call.arrive_s,
             user_data=call,
         )
+
+    def _sampling(self, max_tokens: int) -> SamplingParams:
+        """The (frozen, shared) sampling parameters of a request of ``max_tokens`` that ignores EOS."""
+        sp = self._params.get(max_tokens)
+        if sp is None:
+            sp = self._params[max_tokens] = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        return sp
 
     def _horizon(self, skip: Engine, external: float | None) -> float | None:
         h = float("inf") if external is None else external
@@ -174,15 +197,16 @@ class Cluster:
         return None if h == float("inf") else h
 
     def advance(self, horizon: float | None) -> list[Sequence]:
-        busy = [e for e in self.all if e.has_unfinished()]
-        t_step = min((e.clock.now() for e in busy), default=float("inf"))
+        t_step, e = self._earliest_busy()
         if self._transfers and self._transfers[0][0] <= t_step:
             t, _, seq, dst = heapq.heappop(self._transfers)
+            self._inbound_n[id(dst)] -= 1
+            self._inbound_blocks[id(dst)] -= dst.block_manager.blocks_for(seq.prompt_len + 1)
             if not dst.has_unfinished():
                 _idle(dst, t)
             dst.add_sequence(seq)
             return []
-        e = min(busy, key=lambda x: x.clock.now())
+        assert e is not None
         e.next_event_s = self._horizon(e, horizon)
         done = e.step_finished()
         if not self.decode:
@@ -201,22 +225,30 @@ class Cluster:
         self._dispatch(e.clock.now())
         return out
 
-    def _room(self, d: Engine, tokens: int) -> bool:
+    def _room(self, d: Engine, tokens: int, waiting_held: int) -> bool:
         """Whether decode worker ``d`` can pre-allocate one more request of ``tokens`` prompt tokens: a free
-        sequence slot and free KV blocks, counting the requests it holds waiting or has inbound."""
+        sequence slot and free KV blocks, counting the requests it holds waiting (``waiting_held``: their
+        blocks, :meth:`_waiting_held`) or has inbound."""
         s, bm = d.scheduler, d.block_manager
-        inbound = [x[2] for x in self._transfers if x[3] is d]
-        if len(s.running) + len(s.waiting) + len(inbound) >= d.config.max_num_seqs:
+        if len(s.running) + len(s.waiting) + self._inbound_n[id(d)] >= d.config.max_num_seqs:
             return False
-        held = sum(bm.blocks_for(q.prompt_len + 1) for q in (*s.waiting, *inbound))
+        held = self._inbound_blocks[id(d)] + waiting_held
         return bm.num_free - held >= bm.blocks_for(tokens + 1)
+
+    @staticmethod
+    def _waiting_held(d: Engine) -> int:
+        """KV blocks the requests waiting in decode worker ``d`` will take at admission (prompt + first token)."""
+        bm = d.block_manager
+        return sum(bm.blocks_for(q.prompt_len + 1) for q in d.scheduler.waiting)
 
     def _dispatch(self, now: float) -> None:
         """Hand waiting prefilled requests, in arrival order, to the least-loaded decode worker with room; a
         transfer starts when its KV is ready, or at ``now`` (when the room appeared) if it had to wait."""
+        # the decode workers' waiting queues do not change during one dispatch (only their inbound transfers)
+        waiting_held = [self._waiting_held(d) for d in self.decode] if self._handoffs else []
         while self._handoffs:
             ready, src, seq = self._handoffs[0]
-            fits = [d for d in self.decode if self._room(d, seq.prompt_len)]
+            fits = [d for d, w in zip(self.decode, waiting_held) if self._room(d, seq.prompt_len, w)]
             if not fits:
                 return
             self._handoffs.popleft()
@@ -227,7 +259,7 @@ class Cluster:
             t = self._transfer(src, dst, start, seq.prompt_len)
             nxt = Sequence(
                 None,
-                SamplingParams(max_tokens=call.max_tokens, ignore_eos=True),
+                self._sampling(call.max_tokens),
                 prompt_len=seq.prompt_len,
                 arrival_s=call.arrive_s,
                 user_data=call,
@@ -236,6 +268,8 @@ class Cluster:
             nxt.num_computed_tokens = seq.prompt_len
             nxt.first_token_s = nxt.last_token_s = t
             heapq.heappush(self._transfers, (t, next(self._tick), nxt, dst))
+            self._inbound_n[id(dst)] += 1
+            self._inbound_blocks[id(dst)] += dst.block_manager.blocks_for(seq.prompt_len + 1)
 
     def _transfer(self, src: Engine, dst: Engine, ready: float, tokens: int) -> float:
         """Queue one KV transfer on the earliest-free lanes of ``src`` and ``dst``; returns its arrival time."""
@@ -258,7 +292,7 @@ class Cluster:
         return self._admission_wait_s / self._num_transfers if self._num_transfers else 0.0
 
     def _inbound(self, d: Engine) -> int:
-        return sum(1 for x in self._transfers if x[3] is d)
+        return self._inbound_n[id(d)]
 
     def result_parts(self) -> tuple[float, int, np.ndarray, np.ndarray]:
         end = max(e.clock.now() for e in self.all)

@@ -160,6 +160,8 @@ def register(app: typer.Typer) -> None:
         framework: Annotated[Optional[str], typer.Option(help="Serving framework profile: vllm | sglang | trt-llm, or a disaggregated stack dynamo-sglang | dynamo-trt | mori-sglang | sglang-disagg (its per-request latency; default: the chip's generic one).")] = None,
         decode_max_num_seqs: Annotated[Optional[int], typer.Option(help="Disaggregated: most sequences one decode worker holds; a prefilled request waits for a slot (and KV room) before its transfer (default: --max-num-seqs).")] = None,
         kv_handoff_ms: Annotated[Optional[float], typer.Option("--kv-handoff-ms", help="Disaggregated: fixed per-request prefill->decode handoff latency (ms; default: the --framework stack's fitted value, e.g. dynamo-trt).")] = None,
+        prefill_token_ns: Annotated[Optional[float], typer.Option("--prefill-token-ns", help="Disaggregated: the prefill server's time per prompt token beyond the cost model (ns; default: the --framework stack's fitted value, e.g. mori-sglang).")] = None,
+        dpa_decode_moe_layer_us: Annotated[Optional[float], typer.Option("--dpa-decode-moe-layer-us", help="Disaggregated: per MoE layer of a dp-attention + EP decode step, the expert all-to-all's fixed cost beyond the cost model (us; default: the --framework stack's fitted value).")] = None,
         power_cap_w: Annotated[Optional[float], typer.Option("--power-cap-w", help="Cap each chip's power (W): clocks lowered until the modelled power fits (DVFS; docs/design.md).")] = None,
         kv_sram_gb: Annotated[float, typer.Option("--kv-sram-gb", help="KV tier: GB of each chip's SRAM that holds KV blocks (chips whose SRAM is kv_resident: jalapeno, tpu-8i); decode reads them at SRAM bandwidth.")] = 0.0,
         kv_offload: Annotated[Optional[str], typer.Option("--kv-offload", help="KV offload tier for preempted sequences (instead of recompute): host:GB[:GBPS] (the chip's host link by default) or ssd:GB:GBPS, per chip.")] = None,
@@ -202,7 +204,8 @@ def register(app: typer.Typer) -> None:
             seed=seed, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             block_size=block_size, trace=str(trace) if trace else None,
             hardware_dir=[str(d) for d in hardware_dir or []], framework=framework,
-            kv_handoff_ms=kv_handoff_ms, decode_max_num_seqs=decode_max_num_seqs,
+            kv_handoff_ms=kv_handoff_ms, prefill_token_ns=prefill_token_ns,
+            dpa_decode_moe_layer_us=dpa_decode_moe_layer_us, decode_max_num_seqs=decode_max_num_seqs,
             power_cap_w=power_cap_w, kv_sram_gb=kv_sram_gb, kv_offload=kv_offload,
             chip_features=_on_off(chip_features), early_stop=early_stop,
         )

@@ -16,6 +16,7 @@ from typing import Any
 from jalapeno.errors import ConfigError
 from jalapeno.perf.types import KV_PRECISIONS, WEIGHT_PRECISIONS
 from jalapeno.sim.backend import Speculation
+from jalapeno.speculative.proposer import KPolicy, MeasuredAcceptance
 from jalapeno.sim.client import run_workload
 from jalapeno.sim.cluster import Cluster, KVLink
 from jalapeno.sim.factory import DEFAULT_MIN_NUM_SEQS, SimLimits, build_sim_engines, cost_model_for
@@ -130,6 +131,13 @@ class Scenario:
     #: disaggregated: fixed per-request prefill -> decode handoff latency (ms) on the KV link; None = the
     #: framework profile's (a disaggregated stack such as dynamo-trt carries a fitted value; engines 0)
     kv_handoff_ms: float | None = None
+    #: disaggregated: the prefill server's time per prompt token beyond the cost model (ns), added to the prefill
+    #: pool's ``efficiency.prefill_token_overhead_ns``; None = the framework profile's (a fitted stack value)
+    prefill_token_ns: float | None = None
+    #: disaggregated: per MoE layer of a decode step of a dp-attention decode pool with EP > 1, the expert
+    #: all-to-all's fixed cost beyond the cost model (us), added to its ``moe_layer_overhead_us``; None = the
+    #: framework profile's (a fitted stack value)
+    dpa_decode_moe_layer_us: float | None = None
     #: disaggregated: most sequences one decode worker holds (SGLang --max-running-requests, TRT-LLM
     #: max_batch_size); a prefilled request waits for a slot before its KV is sent. None = --max-num-seqs
     decode_max_num_seqs: int | None = None
@@ -237,13 +245,18 @@ def _validate(sc: Scenario) -> None:
         raise ConfigError(f"--request-rate must be > 0 requests/s (got {sc.request_rate})")
     if sc.kv_handoff_ms is not None and not sc.kv_handoff_ms >= 0:
         raise ConfigError(f"--kv-handoff-ms must be >= 0 milliseconds (got {sc.kv_handoff_ms})")
+    if sc.dpa_decode_moe_layer_us is not None and not sc.dpa_decode_moe_layer_us >= 0:
+        raise ConfigError(f"--dpa-decode-moe-layer-us must be >= 0 microseconds (got {sc.dpa_decode_moe_layer_us})")
+    if sc.prefill_token_ns is not None and not sc.prefill_token_ns >= 0:
+        raise ConfigError(f"--prefill-token-ns must be >= 0 nanoseconds (got {sc.prefill_token_ns})")
     if sc.power_cap_w is not None and not sc.power_cap_w > 0:
         raise ConfigError(f"--power-cap-w must be > 0 watts (got {sc.power_cap_w})")
     if sc.spec_decode is not None and sc.spec_decode not in ("mtp", "draft", "ngram"):
         raise ConfigError(f"--spec-decode {sc.spec_decode!r} must be mtp, draft or ngram")
 
 
-def _parse_acceptance(text: str | float, k: int) -> float | tuple[float, ...]:
+def _parse_acceptance(text: str | float, k: int) -> "float | tuple[float, ...] | MeasuredAcceptance":
+    """Rates given inline, or a measured run's file (``generate --json`` / ``bench --json``)."""
     if isinstance(text, str) and (text.endswith(".json") or os.path.isfile(text)):
         from jalapeno.speculative.proposer import read_acceptance_file
 
@@ -322,6 +335,68 @@ def handoff_ms(sc: Scenario) -> float:
     return float(sc.kv_handoff_ms) if sc.kv_handoff_ms is not None else kv_handoff_ms(sc.framework)
 
 
+def _stack_fitted_on(sc: Scenario, hardware: str | None) -> bool:
+    """Whether the scenario's disaggregated stack has its per-pool fitted terms for the chip ``hardware``
+    (``ServingFramework.fitted_chips``: the chip families whose rows they were fitted on)."""
+    from jalapeno.hardware import get_chip
+    from jalapeno.perf.frameworks import get_framework
+
+    fw = get_framework(sc.framework)
+    if not fw.fitted_chips or not hardware:
+        return True
+    chip = get_chip(hardware, list(sc.hardware_dir)) if sc.hardware_dir else get_chip(hardware)
+    return fw.fitted_on(chip)
+
+
+def prefill_token_ns(sc: Scenario) -> float:
+    """The disaggregated prefill server's extra time per prompt token (ns): the scenario's, else its stack's for
+    the prefill pool's weight precision, where the stack was fitted on the prefill pool's chip family."""
+    from jalapeno.perf.frameworks import prefill_token_ns as stack_value
+
+    if sc.prefill_token_ns is not None:
+        return float(sc.prefill_token_ns)
+    if not sc.disaggregated or not sc.framework or not _stack_fitted_on(sc, sc.prefill_hardware or sc.hardware):
+        return 0.0
+    return stack_value(sc.framework, sc.prefill_precision or sc.precision)
+
+
+def _pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None, field: str = "", extra: float = 0.0):
+    """A pool's cost model: the chip's (or ``efficiency``), with ``extra`` added to the efficiency ``field`` (a
+    disaggregated stack's fitted term for this pool) when positive."""
+    cm = _cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
+                     efficiency=efficiency)
+    if extra <= 0:
+        return cm
+    eff = cm.eff.model_copy(update={field: getattr(cm.eff, field) + extra})
+    return _cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
+                       efficiency=eff)
+
+
+def _prefill_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):
+    """The prefill pool's cost model, plus the stack's per-prompt-token prefill cost (:func:`prefill_token_ns`)
+    on ``prefill_token_overhead_ns``."""
+    return _pool_model(sc, arch, q, efficiency, "prefill_token_overhead_ns", prefill_token_ns(sc))
+
+
+def dpa_decode_moe_layer_us(sc: Scenario) -> float:
+    """The dp-attention decode pool's extra per-MoE-layer all-to-all cost (us): the scenario's, else its stack's."""
+    from jalapeno.perf.frameworks import dpa_decode_moe_layer_us as stack_value
+
+    v = sc.dpa_decode_moe_layer_us
+    if v is not None:
+        return float(v)
+    if not sc.framework or not _stack_fitted_on(sc, sc.decode_hardware or sc.hardware):
+        return 0.0
+    return stack_value(sc.framework)
+
+
+def _decode_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):
+    """The decode pool's cost model; with dp-attention and EP > 1, plus the stack's per-MoE-layer all-to-all
+    cost (:func:`dpa_decode_moe_layer_us`) on ``moe_layer_overhead_us``."""
+    extra = dpa_decode_moe_layer_us(sc) if q.dp_attention and q.ep > 1 else 0.0
+    return _pool_model(sc, arch, q, efficiency, "moe_layer_overhead_us", extra)
+
+
 def _kv_link(cm_p, cm_d, n_p: int, n_d: int, handoff_s: float = 0.0) -> KVLink:
     """The link the KV cache crosses between the pools: the scale-up fabric (NVLink) when both pools are one
     chip type inside one scale-up domain (GB200 NVL72: ``domain_size`` 72 ≥ all their chips), else the
@@ -385,7 +460,11 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
                 raise ConfigError("--spec-decode draft needs --draft-model (e.g. llama-3.1-8b)")
             d_arch = load_model(sc.draft_model)
             draft = _cost_model(sc, d_arch, cm.chip.key, cm.parallel.tp if d_arch.num_heads % cm.parallel.tp == 0 else 1, 1, False)
-        return Speculation(sc.spec_decode, sc.spec_tokens, _parse_acceptance(sc.acceptance, sc.spec_tokens), draft)  # type: ignore[arg-type]
+        acc = _parse_acceptance(sc.acceptance, sc.spec_tokens)
+        if isinstance(acc, MeasuredAcceptance):  # a measured run: the engine's adaptive k, its draft rate
+            return Speculation(sc.spec_decode, sc.spec_tokens, acc.chain, draft,  # type: ignore[arg-type]
+                               policy=KPolicy(sc.spec_tokens), draft_rate=acc.draft_rate, seed=sc.seed)
+        return Speculation(sc.spec_decode, sc.spec_tokens, acc, draft)  # type: ignore[arg-type]
 
     in_flight = sc.concurrency or sc.max_concurrency or DEFAULT_MIN_NUM_SEQS
     limits = SimLimits(sc.max_num_seqs, sc.max_num_batched_tokens, sc.block_size)
@@ -405,8 +484,8 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
         roles = [("serving", cm.chip)]
     else:
         pp_, dp_ = sc.pool("prefill"), sc.pool("decode")
-        cm_p, cm_d = (_cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
-                                  efficiency=efficiency) for q in (pp_, dp_))
+        cm_p = _prefill_pool_model(sc, arch, pp_, efficiency)
+        cm_d = _decode_pool_model(sc, arch, dp_, efficiency)
         n_p, n_d = pp_.workers, dp_.workers
         pre = build_sim_engines(cm_p, n_p, limits=limits, in_flight=in_flight)
         dec_limits = replace(limits, max_num_seqs=sc.decode_max_num_seqs or limits.max_num_seqs)
@@ -424,7 +503,10 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
         m["kv_transfer"] = {"fabric": link.fabric, "gb_per_s": link.bytes_per_s / 1e9,
                             "send_lanes": link.send_lanes, "recv_lanes": link.recv_lanes,
                             "mean_queue_ms": target.kv_queue_s_mean() * 1e3, "handoff_ms": link.handoff_s * 1e3,
-                            "mean_admission_wait_ms": target.admission_wait_s_mean() * 1e3}
+                            "mean_admission_wait_ms": target.admission_wait_s_mean() * 1e3,
+                            "prefill_token_ns": prefill_token_ns(sc),
+                            "dpa_decode_moe_layer_us": dpa_decode_moe_layer_us(sc) if dp_.dp_attention and dp_.ep > 1
+                            else 0.0}
     m["sim"] = {
         "steps": result.num_steps,
         "preemptions": sum(e.stats.num_preemptions for e in engines),

@@ -11,10 +11,14 @@ from jalapeno.speculative.proposer import (
     AdaptiveK,
     Draft,
     DraftRequest,
+    KPolicy,
+    MeasuredAcceptance,
     NgramProposer,
     Proposer,
     SpeculativeConfig,
     SpeculativeStats,
+    acceptance_from_counters,
+    read_acceptance_file,
     spec_config_from_options,
 )
 
@@ -23,9 +27,13 @@ __all__ = [
     "AdaptiveK",
     "Draft",
     "DraftRequest",
+    "KPolicy",
+    "MeasuredAcceptance",
     "NgramProposer",
     "Proposer",
     "SpeculativeConfig",
     "SpeculativeStats",
+    "acceptance_from_counters",
+    "read_acceptance_file",
     "spec_config_from_options",
 ]

@@ -42,10 +42,18 @@ class StepMetadata:
     starts: list[int]  # first fed position of each sequence
     contexts: list[int]  # context_lens as Python ints
     _masks: dict = field(default_factory=dict)
+    _groups: list = field(default_factory=list)
 
     @property
     def is_decode(self) -> bool:
         return self.max_q == 1
+
+    @property
+    def is_fresh(self) -> bool:
+        """Every sequence starts at position 0 and feeds the same number of tokens (one prompt, or equal-length
+        prompts, with nothing cached before them): each one's keys are exactly its own new tokens, so attention
+        needs neither the cache gather nor a mask (plain causal attention over the step's own K/V)."""
+        return self.pad_index is None and not any(self.starts)
 
     @property
     def query_pos(self) -> torch.Tensor:
@@ -72,6 +80,36 @@ class StepMetadata:
                 m &= (q - k) < window
             self._masks[window] = m[:, None]
         return self._masks[window]
+
+    def groups(self) -> list[tuple[torch.Tensor, "StepMetadata"]]:
+        """The step's sequences grouped by query length, each group as (its flat query rows ``[n]``, its own
+        metadata): attention group by group pads no query. Without it a mixed step pads every decode row of one
+        query to the longest prefill chunk (7 decode rows beside a 512-token prompt: 8 x 512 queries over the
+        longest context, ~18x the attention the step needs). Built once per step, shared by every layer."""
+        if not self._groups:
+            offsets = [0]
+            for n in self.query_lens:
+                offsets.append(offsets[-1] + n)
+            by_len: dict[int, list[int]] = {}
+            for i, n in enumerate(self.query_lens):
+                by_len.setdefault(n, []).append(i)
+            self._groups = [self._subset(seqs, offsets) for seqs in by_len.values()]
+        return self._groups
+
+    def _subset(self, seqs: list[int], offsets: list[int]) -> tuple[torch.Tensor, "StepMetadata"]:
+        """Flat query rows and metadata of sequences ``seqs`` (equal query lengths: no padding)."""
+        dev = self.gather_slots.device
+        rows = torch.cat([torch.arange(offsets[i], offsets[i + 1]) for i in seqs]).to(dev)
+        idx = torch.tensor(seqs, dtype=torch.int64, device=dev)
+        ctx = [self.contexts[i] for i in seqs]
+        sub = StepMetadata(
+            positions=self.positions[rows], slot_mapping=self.slot_mapping[rows],
+            query_lens=[self.query_lens[i] for i in seqs], context_lens=self.context_lens[idx],
+            block_tables=self.block_tables[idx], gather_slots=self.gather_slots[idx, : max(ctx)].contiguous(),
+            pad_index=None, max_q=self.query_lens[seqs[0]], block_size=self.block_size,
+            starts=[self.starts[i] for i in seqs], contexts=ctx,
+        )
+        return rows, sub
 
     @staticmethod
     def build(seqs: list[SeqSlice], block_size: int, device: torch.device) -> "StepMetadata":
@@ -123,18 +161,57 @@ def paged_attention(
     scale: float,
     window: int | None = None,
     sinks: torch.Tensor | None = None,
+    new_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Attention of the step's queries ``q [T, H, D]`` over the paged cache; returns ``[T, H, Dv]``.
 
     ``k_cache``/``v_cache`` are ``[num_blocks, block_size, kv_heads, D|Dv]`` (they may be views of one latent
     tensor for MLA). ``window`` limits keys to ``q_pos - k_pos < window``; ``sinks [H]`` adds one learned logit
     per head to the softmax denominator (GPT-OSS). Dispatches to the Triton kernel for CUDA decode.
+    ``new_kv``: the step's own keys and values ``[T, kv_heads, D|Dv]`` (already written to the cache); when the
+    step is :attr:`StepMetadata.is_fresh` prompts they are the whole context, and attention runs causally on
+    them directly (:func:`fresh_prefill_attention`).
     """
     if q.is_cuda and meta.is_decode:
         from jalapeno.kernels.paged_attention import paged_decode
 
         return paged_decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale, window, sinks)
+    if new_kv is not None and sinks is None and meta.max_q > 1 and meta.is_fresh:
+        if window is None or meta.max_q <= window:  # the window reaches back past position 0: plain causal
+            return fresh_prefill_attention(q, new_kv[0], new_kv[1], len(meta.starts), scale)
+    if meta.pad_index is not None:  # mixed query lengths (decode rows beside a prefill chunk): no padding
+        return grouped_attention(q, k_cache, v_cache, meta, scale, window, sinks)
     return paged_attention_ref(q, k_cache, v_cache, meta, scale, window, sinks)
+
+
+def fresh_prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: int, scale: float) -> torch.Tensor:
+    """Causal attention of ``b`` equal-length prompts fed from position 0 over their own keys: ``q [T, H, D]``,
+    ``k [T, kvh, D]``, ``v [T, kvh, Dv]`` -> ``[T, H, Dv]``. No cache gather, no ``[L, L]`` mask: SDPA's causal
+    flash kernel skips the blocks above the diagonal (docs/performance.md, "Prefill")."""
+    t, h, d = q.shape
+    n = t // b
+    qb, kb, vb = (x.view(b, n, *x.shape[1:]).transpose(1, 2) for x in (q, k, v))  # [b, heads, n, dim]
+    out = F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale, enable_gqa=h != k.shape[1])
+    return out.transpose(1, 2).reshape(t, h, v.shape[-1])
+
+
+def grouped_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: StepMetadata,
+    scale: float,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`paged_attention` of a step with mixed query lengths, one :meth:`StepMetadata.groups` group at a
+    time (the decode rows together, each prefill chunk length alone), so no query is padded to the longest."""
+    parts = [(rows, paged_attention(q[rows], k_cache, v_cache, sub, scale, window, sinks))
+             for rows, sub in meta.groups()]
+    out = parts[0][1].new_empty(q.shape[0], *parts[0][1].shape[1:])
+    for rows, o in parts:
+        out.index_copy_(0, rows, o)
+    return out
 
 
 def paged_attention_ref(

@@ -130,8 +130,14 @@ class TorchBackend(Backend):
         return n
 
     def _budget_blocks(self, block_size: int) -> int:
+        """Blocks the budget holds. A draft model's paged KV has as many blocks as the target's (it is indexed
+        by the same block table), so the budget is split between the two caches in proportion to their bytes
+        per token: each block costs the target's and the draft's share."""
         per_elem = torch.finfo(self.dtype).bits // 8
-        per_block = block_size * self.config.kv_elems_per_token_layer() * self.config.num_layers * per_elem
+        per_token = self.config.kv_elems_per_token_layer() * self.config.num_layers
+        if self.speculator is not None:
+            per_token += self.speculator.draft_kv_elems_per_token
+        per_block = block_size * per_token * per_elem
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
             budget = free * self.gpu_memory_fraction

@@ -7,7 +7,7 @@ while ``x @ Wt`` with the same matrix stored *input-major* (``Wt = W.t().contigu
 reaches ~24-27 GB/s for tall matrices (``out > in``: q/k/v, gate/up, the LM head): each input element scales
 one contiguous row of ``Wt`` into the output. Wide matrices (``down_proj``) stream faster row-major. For a few
 rows (batched decode) on two threads oneDNN's matmul beats MKL's ``sgemm`` (most on row-major weights: it re-packs an
-input-major one on each call); for prefill-sized GEMMs MKL is as fast on either layout.
+input-major one on each call); prefill-sized GEMMs on row-major weights run oneDNN too (10-20 % faster than MKL at 96-2048 rows on two threads).
 
 No single layout wins both regimes (docs/performance.md): input-major tall matrices make one-sequence decode
 ~25% faster, but cost batched decode ~25% (oneDNN re-packs them, MKL's small-M ``sgemm`` is slow with two
@@ -37,8 +37,8 @@ from torch import nn
 WEIGHT_LAYOUTS = ("batched", "single")
 #: oneDNN (mkldnn) is compiled into this torch build
 ONEDNN = torch.backends.mkldnn.is_available()
-#: rows up to which oneDNN runs (decode batches); prefill-sized GEMMs are compute-bound and MKL's ``sgemm``
-#: is as fast on either layout there, while oneDNN re-packs an input-major weight on every call
+#: rows up to which oneDNN runs on an input-major weight (decode batches): oneDNN re-packs such a weight on
+#: every call, which costs more than it gains on prefill-sized GEMMs (row-major weights take oneDNN at any size)
 ONEDNN_MAX_ROWS = 64
 #: rows up to which ``x @ Wt`` (MKL's M=1..few GEMM on an input-major weight) beats oneDNN (measured, fp32)
 GEMV_MAX_ROWS = 1
@@ -114,9 +114,10 @@ def relayout(module: nn.Module, to_input_major: bool) -> None:
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     """``x @ w.T + b`` for ``x [..., in]`` and ``w [out, in]`` in any layout, picking the fastest kernel.
 
-    Input-major CPU weights: one row runs ``x @ Wt`` (MKL streams the rows of ``Wt``). 2-64 rows on more than
-    one thread run oneDNN's matmul (MKL's multi-threaded small-M ``sgemm`` is the slow case; on one thread MKL
-    is as fast). Anything else (CUDA, bf16, prefill-sized GEMMs, ...) is ``F.linear``. All paths agree to float32
+    Input-major CPU weights: one row runs ``x @ Wt`` (MKL streams the rows of ``Wt``). Several rows on more
+    than one thread run oneDNN's matmul (MKL's multi-threaded ``sgemm`` is the slower one there, most at small
+    M; on one thread MKL is as fast): any number of rows on a row-major weight, up to :data:`ONEDNN_MAX_ROWS`
+    on an input-major one. Anything else (CUDA, bf16, one thread, ...) is ``F.linear``. All paths agree to float32
     rounding (tests/torch/test_linear.py).
     """
     if x.is_cuda or x.dtype != torch.float32 or w.dtype != torch.float32:
@@ -128,8 +129,11 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
             return out if b is None else out.add_(b)
         out = torch.matmul(x, w.t())
         return out if b is None else out.add_(b)
-    small_batch = GEMV_MAX_ROWS < rows <= ONEDNN_MAX_ROWS
-    if small_batch and ONEDNN and x.device.type == "cpu" and torch.get_num_threads() > 1:
+    # oneDNN for several rows on 2+ threads: any number of rows on a row-major weight (prefill too: ~10-20 %
+    # less time per GEMM than MKL's sgemm at 96-2048 rows, docs/performance.md "Prefill"); up to
+    # ONEDNN_MAX_ROWS on an input-major one, which oneDNN re-packs on every call
+    multi_row = rows > GEMV_MAX_ROWS and (rows <= ONEDNN_MAX_ROWS or w.is_contiguous())
+    if multi_row and ONEDNN and x.device.type == "cpu" and torch.get_num_threads() > 1:
         out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), w, b, "none", [], "")
         return out.view(*x.shape[:-1], w.shape[0])
     return F.linear(x, w, b)

@@ -108,10 +108,13 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave
     Pairs are ``(i, i + dim/2)`` (HF ``rotate_half``), or ``(2i, 2i+1)`` when ``interleave`` (DeepSeek); the
     interleaved result is returned de-interleaved (first halves, then second halves) exactly as HF does, which
     leaves q.k unchanged because q and k get the same layout. With ``x = (x1, x2)`` the result is
-    ``(x1 cos - x2 sin, x2 cos + x1 sin)`` = ``x * cos + (x2, x1) * (-sin, sin)``: three ops.
+    ``(x1 cos - x2 sin, x2 cos + x1 sin)`` = ``x * cos + (x2, x1) * (-sin, sin)``: three ops, the last two
+    in place on the halves of ``x * cos`` (no swapped copy of ``x``).
     """
     half = x.shape[-1] // 2
     if interleave:
         x = x.unflatten(-1, (half, 2)).transpose(-1, -2).flatten(-2)
-    swapped = x.unflatten(-1, (2, half)).flip(-2).flatten(-2)
-    return torch.addcmul(x * cos, swapped, sin)
+    out = x * cos
+    out[..., :half].addcmul_(x[..., half:], sin[..., :half])
+    out[..., half:].addcmul_(x[..., :half], sin[..., half:])
+    return out

@@ -163,6 +163,7 @@ class Speculator:
                     f"({vocab}); use a draft model of the same family and tokenizer"
                 )
             self.proposer: Proposer = DraftModelProposer(draft.model, runner, dtype)
+            self.draft_kv_elems_per_token = draft.config.kv_elems_per_token_layer() * draft.config.num_layers
         elif config.method == "self":
             layers = config.draft_layers if config.draft_layers is not None else max(1, num_layers // 4)
             if layers >= num_layers:
@@ -175,6 +176,8 @@ class Speculator:
             self.proposer = NgramProposer(config.ngram_max, config.ngram_min)
         self.config = config
         self.vocab = vocab
+        if config.method != "draft":  # n-gram keeps no KV; the self-speculative draft reuses the target's
+            self.draft_kv_elems_per_token = 0
         self.adaptive = AdaptiveK(config)
         self.stats = SpeculativeStats(config.num_speculative_tokens)
 
@@ -189,14 +192,19 @@ class Speculator:
             k = min(c.num_tokens - 1, self.adaptive.k_for(seq), seq.remaining_tokens - 1,
                     max_positions - c.start - 1)
             if k > 0:
+                self.stats.num_draft_requests += 1
                 requests.append(DraftRequest(seq, c.start, k))
                 index.append(i)
+            else:
+                self.adaptive.skip(seq)
         if not requests:
             return {}
         out = {}
-        for i, d in zip(index, self.proposer.propose(requests)):
+        for i, r, d in zip(index, requests, self.proposer.propose(requests)):
             if d.tokens:
                 out[i] = d
+            else:
+                self.adaptive.skip(r.seq)  # an n-gram miss: no draft, no verification
         return out
 
     def verify(self, seq, logits: torch.Tensor, draft: Draft) -> list[int]:
@@ -219,3 +227,8 @@ class Speculator:
     def forget(self, seq) -> None:
         self.adaptive.forget(seq)
         self.proposer.forget(seq)
+
+    def reset(self) -> None:
+        """Start a new engine's run: counters and the adaptive policy's workload prior from zero."""
+        self.adaptive.reset()
+        self.stats = SpeculativeStats(self.config.num_speculative_tokens)

@@ -77,7 +77,7 @@ class Attention(nn.Module):
         k_cache, v_cache = cache
         write_kv(k_cache, meta.slot_mapping, k)
         write_kv(v_cache, meta.slot_mapping, v)
-        o = paged_attention(q, k_cache, v_cache, meta, self.scale, self.window, self.sinks)
+        o = paged_attention(q, k_cache, v_cache, meta, self.scale, self.window, self.sinks, new_kv=(k, v))
         return run_linear(self.o_proj, o.reshape(t, h * d))
 
 

@@ -187,3 +187,20 @@ def test_fp32_weights_and_kv_are_accepted_and_priced_at_four_bytes(capsys) -> No
     bf16 = run_json(capsys, *args)
     fp32 = run_json(capsys, *args, "--precision", "fp32", "--kv-dtype", "fp32")
     assert 1.6 < fp32["median_tpot_ms"] / bf16["median_tpot_ms"] < 2.05
+
+
+def test_scheduler_recv_interval_delays_admission_and_bad_values_are_one_line():
+    """SGLang's --scheduler-recv-interval: new requests are polled every N decode steps, so at a load where
+    requests keep arriving mid-run TTFT grows with N; TPOT (the decode steps) barely moves."""
+    from jalapeno.errors import ConfigError
+    from jalapeno.sim.scenario import Scenario, run_scenario
+
+    base = dict(model="llama-3.1-8b", hardware="h200", framework="sglang", concurrency=16, num_prompts=64,
+                isl=512, osl=128)
+    one = run_scenario(Scenario(**base))
+    thirty = run_scenario(Scenario(**base, scheduler_recv_interval=30))
+    assert thirty["median_ttft_ms"] > one["median_ttft_ms"] * 1.5
+    with pytest.raises(ConfigError, match="scheduler-recv-interval must be >= 1"):
+        run_scenario(Scenario(**base, scheduler_recv_interval=0))
+    with pytest.raises(ConfigError, match="--framework"):
+        run_scenario(Scenario(**{**base, "framework": None}, scheduler_recv_interval=30))

@@ -131,6 +131,9 @@ class Scenario:
     #: disaggregated: fixed per-request prefill -> decode handoff latency (ms) on the KV link; None = the
     #: framework profile's (a disaggregated stack such as dynamo-trt carries a fitted value; engines 0)
     kv_handoff_ms: float | None = None
+    #: SGLang's ``--scheduler-recv-interval`` (decode steps between polls for new requests; InferenceX's B200
+    #: SGLang scripts launch with 30 at concurrency >= 16, else 10); None = the --framework profile's (1)
+    scheduler_recv_interval: int | None = None
     #: disaggregated: the prefill server's time per prompt token beyond the cost model (ns), added to the prefill
     #: pool's ``efficiency.prefill_token_overhead_ns``; None = the framework profile's (a fitted stack value)
     prefill_token_ns: float | None = None
@@ -243,6 +246,12 @@ def _validate(sc: Scenario) -> None:
         raise ConfigError("give --concurrency N (closed loop) or --request-rate R (open loop)")
     if sc.request_rate is not None and not sc.request_rate > 0:
         raise ConfigError(f"--request-rate must be > 0 requests/s (got {sc.request_rate})")
+    if sc.scheduler_recv_interval is not None:
+        if not sc.scheduler_recv_interval >= 1:
+            raise ConfigError(f"--scheduler-recv-interval must be >= 1 decode steps (got {sc.scheduler_recv_interval})")
+        if not sc.framework or sc.disaggregated:
+            raise ConfigError("--scheduler-recv-interval applies to an aggregated run with a --framework profile "
+                              "(e.g. --framework sglang); drop it or add --framework")
     if sc.kv_handoff_ms is not None and not sc.kv_handoff_ms >= 0:
         raise ConfigError(f"--kv-handoff-ms must be >= 0 milliseconds (got {sc.kv_handoff_ms})")
     if sc.dpa_decode_moe_layer_us is not None and not sc.dpa_decode_moe_layer_us >= 0:
@@ -474,7 +483,10 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
         if sc.framework:  # the stack's prefill scheduling (SGLang: prefill batches alone); aggregated runs only
             from jalapeno.perf.frameworks import scheduling_policy
 
-            limits = replace(limits, scheduling=scheduling_policy(sc.framework))
+            policy = scheduling_policy(sc.framework)
+            if sc.scheduler_recv_interval is not None:
+                policy = replace(policy, recv_interval=int(sc.scheduler_recv_interval))
+            limits = replace(limits, scheduling=policy)
         engines = build_sim_engines(cm, replicas, speculation=speculation_for(cm), limits=limits, in_flight=in_flight)
         target = engines[0] if replicas == 1 else Cluster(engines)
         result = run_workload(target, wl, stop)

@@ -444,17 +444,7 @@ class SimBackend(Backend):
         counts = self._token_counts(batch, run)
         energy = float(ens.sum())
         if self.trace is not None:
-            self.trace.append(
-                {
-                    "steps": run,
-                    "prefill_tokens": shape.prefill_tokens,
-                    "decode_seqs": shape.decode_seqs,
-                    "decode_ctx_sum": shape.decode_ctx_sum,
-                    "duration_s": float(durs.sum()),
-                    "step_durations": dl,
-                    "energy_j": energy,
-                }
-            )
+            self._record(run, shape, float(durs.sum()), dl, energy)
         return StepResult(
             tokens=[],
             duration_s=float(sum(dl)),
@@ -462,6 +452,13 @@ class SimBackend(Backend):
             step_durations=dl,
             token_counts=counts,
         )
+
+    def _record(self, run: int, shape: StepShape, duration_s: float, durations: list, energy_j: float) -> None:
+        """Append one executed batch to ``self.trace`` (the caller checks that it traces)."""
+        if self.trace is not None:
+            self.trace.append({"steps": run, "prefill_tokens": shape.prefill_tokens, "decode_seqs": shape.decode_seqs,
+                               "decode_ctx_sum": shape.decode_ctx_sum, "duration_s": duration_s,
+                               "step_durations": durations, "energy_j": energy_j})
 
     def _execute_lists(self, batch: ScheduledBatch, shape: StepShape, nxt: StepShape | None) -> StepResult:
         """:meth:`execute` for a few steps without speculation or KV loads, in Python floats: the same step
@@ -485,17 +482,7 @@ class SimBackend(Backend):
             dl, el = dl[:run], el[:run]
         energy = _numpy_sum(el)
         if self.trace is not None:
-            self.trace.append(
-                {
-                    "steps": run,
-                    "prefill_tokens": shape.prefill_tokens,
-                    "decode_seqs": shape.decode_seqs,
-                    "decode_ctx_sum": shape.decode_ctx_sum,
-                    "duration_s": _numpy_sum(dl),
-                    "step_durations": dl,
-                    "energy_j": energy,
-                }
-            )
+            self._record(run, shape, _numpy_sum(dl), dl, energy)
         return StepResult(tokens=[], duration_s=float(sum(dl)), energy_j=energy, step_durations=dl,
                           token_counts=self._token_counts(batch, run))
 

@@ -72,9 +72,9 @@ def bench(
 
     from jalapeno.bench.client import EndpointConfig
     from jalapeno.bench.dataset import WorkloadSpec, build_requests, load_tokenizer
-    from jalapeno.bench.loadgen import BenchFailed, LoadSpec, arrival_offsets, run_benchmark
+    from jalapeno.bench.loadgen import BenchFailed, LoadSpec, run_benchmark
     from jalapeno.metrics import SLO
-    from jalapeno.bench.summary import print_comparison, print_summary
+    from jalapeno.bench.summary import print_summary
 
     console = Console()
     _check_options(endpoint, dataset, range_mode, num_chips, base_url, compare_sim, hardware)
@@ -123,23 +123,30 @@ def bench(
         console.print(f"{failed} of {len(result.outcomes)} requests failed; first error: {first}", markup=False)
 
     if compare_sim:
-        from jalapeno.bench.compare import simulate_workload
-
-        predicted = simulate_workload(
-            requests,
-            arrival_offsets(len(requests), load),
-            load,
-            hardware=hardware,  # type: ignore[arg-type]
-            model=sim_model or model_name,
-            tp=tp,
-            precision=sim_precision,
-            slo=slo,
-            prompt_lens=[o.prompt_tokens if o.success else r.prompt_len for o, r in zip(result.outcomes, requests)],
-        )
-        print_comparison(console, result.metrics, predicted, f"Measured vs simulated ({hardware}, TP{tp})")
-        result.metadata["simulated"] = predicted
-
+        _compare_with_sim(console, result, requests, load, hardware, sim_model or model_name, tp, sim_precision, slo)
     _write(output, result, save_detailed, console)
+
+
+def _compare_with_sim(console, result, requests, load, hardware, model: str, tp: int, precision, slo) -> None:
+    """``--compare-sim``: simulate the same requests (the prompt lengths the server reported) and print and keep
+    the comparison in ``result.metadata["simulated"]``."""
+    from jalapeno.bench.compare import simulate_workload
+    from jalapeno.bench.loadgen import arrival_offsets
+    from jalapeno.bench.summary import print_comparison
+
+    predicted = simulate_workload(
+        requests,
+        arrival_offsets(len(requests), load),
+        load,
+        hardware=hardware,
+        model=model,
+        tp=tp,
+        precision=precision,
+        slo=slo,
+        prompt_lens=[o.prompt_tokens if o.success else r.prompt_len for o, r in zip(result.outcomes, requests)],
+    )
+    print_comparison(console, result.metrics, predicted, f"Measured vs simulated ({hardware}, TP{tp})")
+    result.metadata["simulated"] = predicted
 
 
 def _check_options(endpoint: str, dataset: str, range_mode: str, num_chips: float, base_url: str,

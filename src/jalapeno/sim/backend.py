@@ -335,9 +335,9 @@ class SimBackend(Backend):
                 e[0] += c.energy_j / self.num_layers
         return t, e
 
-    def _speculate(self, batch: ScheduledBatch) -> tuple[list[int], int, StepShape | None, int]:
+    def _speculate(self, batch: ScheduledBatch) -> tuple[list[int], int, int, int]:
         """One step of the adaptive policy: (tokens each chunk gains, slots the scheduler reserved that stay
-        empty, the drafting decodes' shape for the proposer's cost, Σ those empty slots' context)."""
+        empty, decodes that drafted, Σ the drafting decodes' context for the proposer's cost)."""
         spec, adaptive, rng, stats = self.speculation, self.adaptive, self._rng, self.stats
         assert spec is not None and adaptive is not None
         rates = spec.rates
@@ -372,13 +372,11 @@ class SimBackend(Backend):
                 adaptive.skip(c.seq)
             unused += max(0, c.num_tokens - 1 - k)
             counts[i] = got + 1
-        d_shape = StepShape(decode_seqs=drafted, decode_tokens=drafted * (1 + self.k), decode_ctx_sum=drafted_ctx,
-                            decode_ctx_sum_window=drafted_ctx) if drafted else None
-        return counts, unused, d_shape, drafted
+        return counts, unused, drafted, drafted_ctx
 
     def _execute_adaptive(self, batch: ScheduledBatch) -> StepResult:
         """A one-step batch under the adaptive policy: price the tokens actually fed (drafts that exist)."""
-        counts, unused, d_shape, drafted = self._speculate(batch)
+        counts, unused, drafted, drafted_ctx = self._speculate(batch)
         shape = self._shapes(batch, False)[0]
         if unused:  # reserved draft slots with no draft: not fed, not attended
             ctx = shape.decode_ctx_sum - unused
@@ -386,9 +384,8 @@ class SimBackend(Backend):
                                         decode_ctx_sum_window=ctx if not self.window else shape.decode_ctx_sum_window)
         c = self.cm.step(shape)
         dur, en = float(c.time_s), float(c.energy_j)
-        pshape = dataclasses.replace(shape, decode_seqs=drafted, decode_tokens=d_shape.decode_tokens if d_shape else 0,
-                                     decode_ctx_sum=d_shape.decode_ctx_sum if d_shape else 0,
-                                     decode_ctx_sum_window=d_shape.decode_ctx_sum if d_shape else 0)
+        pshape = dataclasses.replace(shape, decode_seqs=drafted, decode_tokens=drafted * (1 + self.k),
+                                     decode_ctx_sum=drafted_ctx, decode_ctx_sum_window=drafted_ctx)
         extra = self._proposer(pshape, 1) if (drafted or shape.prefill_tokens) else None
         if extra is not None:
             dur += float(extra[0][0])
@@ -398,9 +395,8 @@ class SimBackend(Backend):
             dur += t_load
             en += t_load * self.idle_power_w
         if self.trace is not None:
-            self.trace.append({"steps": 1, "prefill_tokens": shape.prefill_tokens, "decode_seqs": shape.decode_seqs,
-                               "decode_ctx_sum": shape.decode_ctx_sum, "duration_s": dur, "step_durations": [dur],
-                               "energy_j": en, "drafted": drafted})
+            self._record(1, shape, dur, [dur], en)
+            self.trace[-1]["drafted"] = drafted
         return StepResult(tokens=[], duration_s=dur, energy_j=en, step_durations=[dur], token_counts=counts)
 
     def execute(self, batch: ScheduledBatch) -> StepResult:
@@ -455,10 +451,10 @@ class SimBackend(Backend):
 
     def _record(self, run: int, shape: StepShape, duration_s: float, durations: list, energy_j: float) -> None:
         """Append one executed batch to ``self.trace`` (the caller checks that it traces)."""
-        if self.trace is not None:
-            self.trace.append({"steps": run, "prefill_tokens": shape.prefill_tokens, "decode_seqs": shape.decode_seqs,
-                               "decode_ctx_sum": shape.decode_ctx_sum, "duration_s": duration_s,
-                               "step_durations": durations, "energy_j": energy_j})
+        assert self.trace is not None
+        self.trace.append({"steps": run, "prefill_tokens": shape.prefill_tokens, "decode_seqs": shape.decode_seqs,
+                           "decode_ctx_sum": shape.decode_ctx_sum, "duration_s": duration_s,
+                           "step_durations": durations, "energy_j": energy_j})
 
     def _execute_lists(self, batch: ScheduledBatch, shape: StepShape, nxt: StepShape | None) -> StepResult:
         """:meth:`execute` for a few steps without speculation or KV loads, in Python floats: the same step

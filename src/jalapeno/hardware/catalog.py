@@ -11,7 +11,6 @@ Names resolve case-insensitively by key, name or alias; spaces and underscores c
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 import re
@@ -24,8 +23,19 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from jalapeno.errors import SpecError, UnknownNameError
-from jalapeno.hardware.probe import LOCAL_KEY, default_probe_dir
 from jalapeno.hardware.schema import ChipSpec, Fact, MemoryLevel
+
+#: key of the probed chip (``jalapeno simulate --hardware local``)
+LOCAL_KEY = "local"
+
+
+def default_probe_dir() -> Path:
+    """Where ``hardware probe`` writes by default and where ``--hardware local`` looks:
+    ``$JALAPENO_CACHE/hardware`` (default ``~/.cache/jalapeno/hardware``). Defined here, not in
+    :mod:`jalapeno.hardware.probe`, so that resolving a chip does not import the probe's benchmarks."""
+    env = os.environ.get("JALAPENO_CACHE")
+    root = Path(env) if env else Path.home() / ".cache" / "jalapeno"
+    return root / "hardware"
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "chips"
 ENV_VAR = "JALAPENO_HARDWARE_PATH"
@@ -231,6 +241,8 @@ class Catalog(Mapping[str, ChipSpec]):
             compact = norm.replace("-", "")
             key = next((k for n, k in self._index.items() if n.replace("-", "") == compact), None)
         if key is None:
+            import difflib  # only for the error message (start-up time is part of the simulator's budget)
+
             close = difflib.get_close_matches(norm, list(self._index), n=5, cutoff=0.6)
             suggestions = list(dict.fromkeys(self._index[c] for c in close))
             hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""

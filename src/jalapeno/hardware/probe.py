@@ -26,18 +26,8 @@ from typing import Any, Protocol
 import yaml
 
 from jalapeno.errors import ConfigError
+from jalapeno.hardware.catalog import LOCAL_KEY, default_probe_dir  # noqa: F401 (re-exported)
 from jalapeno.hardware.schema import ChipSpec
-
-#: key of the probed chip (``jalapeno simulate --hardware local``)
-LOCAL_KEY = "local"
-
-
-def default_probe_dir() -> Path:
-    """Where ``hardware probe`` writes by default and where ``--hardware local`` looks:
-    ``$JALAPENO_CACHE/hardware`` (default ``~/.cache/jalapeno/hardware``)."""
-    env = os.environ.get("JALAPENO_CACHE")
-    root = Path(env) if env else Path.home() / ".cache" / "jalapeno"
-    return root / "hardware"
 
 
 # ---- execution choices from measurements (pure) ----------------------------------------------------------------

@@ -8,7 +8,6 @@ resolve to this entry. :func:`load_model` accepts a catalogue name, one of those
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
@@ -85,6 +84,8 @@ def resolve_name(query: str) -> str:
             return next(iter(hits))
         if hits:
             raise UnknownNameError(f"model {query!r} is ambiguous: it matches {', '.join(sorted(hits))}")
+    import difflib  # only for the error message
+
     close = difflib.get_close_matches(q, list(index), n=5, cutoff=0.5)
     close_names = sorted({n for key in close for n in index[key]})
     hint = f"did you mean {', '.join(close_names)}? " if close_names else ""

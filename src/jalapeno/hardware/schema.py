@@ -29,7 +29,7 @@ Topology = Literal["switch", "torus2d", "torus3d", "boardfly", "dragonfly", "mes
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Fact(_Strict):

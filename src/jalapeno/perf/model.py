@@ -515,6 +515,7 @@ class CostModel:
             self._M_ext = np.ascontiguousarray(ext)
         self._M_ctx = np.ascontiguousarray(self._M[:, _CTX_COLS])  # rows' slopes in the context features
         self._slopes: dict[tuple[int, float, float], list[float]] = {}  # memo of _ctx_slopes
+        self._terms: dict[int, tuple[float, float, float]] = {}  # memo of ops.routing_terms by step tokens
         self._tc, self._tm = tc, tm
         tdp = float(self.chip.power.tdp_w)
         idle = float(self.chip.power.idle_w) if self.chip.power.idle_w and self.chip.power.idle_w.value else None
@@ -552,7 +553,7 @@ class CostModel:
         return float(cs), shape.decode_ctx_sum_window * (cs / c)
 
     def _feat(self, shape: StepShape) -> list[float]:
-        x = features(shape, self._routing)
+        x = features(shape, self._routing, self._terms)
         if self.kv_sram_tokens:
             x.extend(self._tier_x(shape))
         return x
@@ -588,7 +589,8 @@ class CostModel:
         return self.levels["WS" if self.weights_in_sram else "W"].name
 
     def _x(self, shape: StepShape) -> np.ndarray:
-        return np.array(self._feat(shape), dtype=np.float64)
+        x = self._feat(shape)
+        return np.fromiter(x, np.float64, len(x))  # np.array(x, dtype=np.float64), a little cheaper
 
     def features(self, shape: StepShape) -> np.ndarray:
         """The step's feature vector (:data:`~jalapeno.perf.ops.FEATURES` order, this model's routing)."""
@@ -619,7 +621,7 @@ class CostModel:
         """Time (s), energy (J), FLOPs and bytes of one step of one replica (an empty step costs nothing)."""
         if not (shape.prefill_tokens or shape.decode_tokens):
             return StepCost(0.0, 0.0)
-        y = self._M.dot(np.array(self._feat(shape), dtype=np.float64)).tolist()
+        y = self._M.dot(self._x(shape)).tolist()
         n = self._n
         t = sum([c if c > m else m for c, m in zip(y[:n], y[n : 2 * n])]) + y[2 * n]
         if self._verify_s and shape.decode_tokens > shape.decode_seqs:
@@ -693,11 +695,12 @@ class CostModel:
         r = shape.decode_tokens / d if d else 0.0
         km = k - 1
         dcw = float(d)
-        if self.model.attention_window:
+        window = self.model.attention_window
+        if window:
             dcw = float(shape.decode_below_window)
-            if shape.decode_ctx_sum_window + km * dcw > d * self.model.attention_window:
+            if shape.decode_ctx_sum_window + km * dcw > d * window:
                 return None  # the window cap binds inside the run
-        y0 = self._M.dot(np.array(self._feat(shape), dtype=np.float64)).tolist()
+        y0 = self._M.dot(self._x(shape)).tolist()
         if self.kv_sram_tokens:
             slopes = self._tier_slopes(shape, km, dcw)
             if slopes is None:
@@ -708,8 +711,7 @@ class CostModel:
             g = self._ctx_slopes(d, dcw, r)
         n = self._n
         a_t, b_t = y0[2 * n], g[2 * n]
-        for j in range(n):
-            tc, dc, tm, dm = y0[j], g[j], y0[n + j], g[n + j]
+        for tc, dc, tm, dm in zip(y0[:n], g[:n], y0[n : 2 * n], g[n : 2 * n]):
             first = tc >= tm
             if first != (tc + dc * km >= tm + dm * km):
                 return None  # this operator changes bound inside the run

@@ -91,37 +91,56 @@ class Routing:
         return cls(keep, n, z, k / ep, var, min(k, n))
 
 
-def features(shape: StepShape, moe: "float | Routing") -> list[float]:
-    """Feature vector (as a list, :data:`FEATURES` order) of one step. ``moe``: the model's :class:`Routing`,
-    or just 1 - k/E (1.0 if dense) for no expert-parallel imbalance."""
-    t = shape.prefill_tokens + shape.decode_tokens
-    r = shape.decode_tokens / shape.decode_seqs if shape.decode_seqs else 0.0
+def routing_terms(t: int, moe: "float | Routing") -> tuple[float, float, float]:
+    """The ``U``, ``Ue`` and ``Tm`` features of a step of ``t`` tokens (they depend on nothing else)."""
     ro = moe if isinstance(moe, Routing) else None
     u = 1.0 - (ro.keep if ro is not None else moe) ** t
     ue, tm = u, float(t)
     if ro is not None and ro.z and t:
         ue = min(1.0, u + ro.z * math.sqrt(u * (1.0 - u) / ro.experts_per_rank))
         tm = min(t * ro.pair_cap, t * ro.pair_mean + ro.z * math.sqrt(t * ro.pair_var)) / ro.pair_mean
+    return u, ue, tm
+
+
+def features(shape: StepShape, moe: "float | Routing",
+             memo: "dict[int, tuple[float, float, float]] | None" = None) -> list[float]:
+    """Feature vector (as a list, :data:`FEATURES` order) of one step. ``moe``: the model's :class:`Routing`,
+    or just 1 - k/E (1.0 if dense) for no expert-parallel imbalance. ``memo``: a dict the caller keeps for one
+    ``moe``, of :func:`routing_terms` by token count (a simulation prices the same few batch sizes again and
+    again; the same floats either way)."""
+    pt, dt, ps, ds = shape.prefill_tokens, shape.decode_tokens, shape.prefill_seqs, shape.decode_seqs
+    t = pt + dt
+    r = dt / ds if ds else 0.0
+    if memo is None:
+        u, ue, tm = routing_terms(t, moe)
+    else:
+        terms = memo.get(t)
+        if terms is None:
+            if len(memo) > 4096:
+                memo.clear()
+            terms = memo[t] = routing_terms(t, moe)
+        u, ue, tm = terms
+    c, cw = shape.decode_ctx_sum, shape.decode_ctx_sum_window
     return [
         1.0,
         t,
-        shape.prefill_tokens,
-        shape.decode_tokens,
-        shape.decode_tokens + shape.prefill_seqs,
+        pt,
+        dt,
+        dt + ps,
         shape.prefill_attn_pairs,
         shape.prefill_attn_pairs_window,
         shape.prefill_kv_tokens,
         shape.prefill_kv_tokens_window,
-        shape.decode_ctx_sum,
-        shape.decode_ctx_sum_window,
-        shape.decode_ctx_sum * r,
-        shape.decode_ctx_sum_window * r,
+        c,
+        cw,
+        c * r,
+        cw * r,
         u,
         ue,
         tm,
-        shape.decode_seqs + shape.prefill_seqs,
-        1.0 if shape.prefill_tokens else 0.0,
-        ue if shape.prefill_tokens else 0.0,
+        ds + ps,
+        1.0 if pt else 0.0,
+        ue if pt else 0.0,
     ]
 
 

@@ -316,3 +316,36 @@ def test_chunk_list_equals_the_members_through_joins_leaves_and_lending():
             tail = Sequence(None, SamplingParams(max_tokens=4), prompt_len=5)
             lent.extend(SeqChunk(tail, 0, 5, True) for _ in range(rng.randrange(3)))
     assert [c.seq for c in g.chunks()] == live
+
+
+def test_blocks_for_equals_a_count_over_the_members():
+    """``DecodeGroup.blocks_for(extra)`` (one pass over the phases) and with the caller's ``slack_counts()``
+    both equal Σ over members of the new blocks ``extra`` more tokens need, counted member by member, through
+    joins, releases, steps and look-aheads."""
+    import random
+
+    from jalapeno.engine.lockstep import DecodeGroup
+    from jalapeno.engine.sequence import Sequence
+
+    rng = random.Random(19)
+    g = DecodeGroup(16)
+    live: list = []
+    for _ in range(400):
+        if rng.random() < 0.6:
+            s = Sequence(None, SamplingParams(max_tokens=10_000), prompt_len=rng.randrange(1, 200))
+            s.num_output_tokens = 1
+            s.num_computed_tokens = s.prompt_len
+            s.num_blocks = -(-s.prompt_len // 16)
+            s.last_token_s = g.t_last
+            g.ahead = 0
+            g.join(s, 10_000)
+            live.append(s)
+        if live and rng.random() < 0.2:
+            g.release(live.pop(rng.randrange(len(live))))
+        g.ahead = rng.randrange(0, 5)
+        for extra in (0, 1, 3, 15, 16, 17, 40):
+            held = g.ahead
+            want = sum(-(-(s.num_computed_tokens + held + extra) // 16) - -(-(s.num_computed_tokens + held) // 16)
+                       for s in live)
+            assert g.blocks_for(extra) == want == g.blocks_for(extra, g.slack_counts())
+        g.advance(1, g.t_last)

@@ -182,7 +182,15 @@ class DecodeGroup:
         when the caller has it)."""
         bs = self.block_size
         total = 0
-        for sl, cnt in self.slack_counts() if slacks is None else slacks:
+        if slacks is None:  # one pass over the phases, without building the (slack, count) list
+            base = self.steps + self.ahead
+            for p, m in enumerate(self._phase):
+                if m:
+                    sl = -(p + base) % bs
+                    if sl < extra:
+                        total -= len(m) * ((sl - extra) // bs)
+            return total
+        for sl, cnt in slacks:
             if sl < extra:
                 total -= cnt * ((sl - extra) // bs)
         return total

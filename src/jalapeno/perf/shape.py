@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+_new = object.__new__
+
 
 def _pairs(chunk: int, prefix: int, window: int | None) -> float:
     """(query, key) pairs of causal attention for ``chunk`` new tokens after ``prefix`` cached ones,
@@ -50,6 +52,31 @@ class StepShape:
     @property
     def tokens(self) -> int:
         return self.prefill_tokens + self.decode_tokens
+
+    @classmethod
+    def of(
+        cls, prefill_tokens: int, prefill_seqs: int, prefill_attn_pairs: float, prefill_attn_pairs_window: float,
+        prefill_kv_tokens: int, prefill_kv_tokens_window: int, decode_seqs: int, decode_tokens: int,
+        decode_ctx_sum: int, decode_ctx_sum_window: int, decode_below_window: int,
+    ) -> "StepShape":
+        """``StepShape(...)`` with every field given, in field order, ≈ 4× cheaper: the frozen dataclass's
+        ``__init__`` sets each field through ``object.__setattr__``; this writes the new instance's dict
+        directly. The same object (equal, same hash, still frozen); the simulator builds one or two shapes
+        per engine step."""
+        s = _new(cls)
+        d = s.__dict__
+        d["prefill_tokens"] = prefill_tokens
+        d["prefill_seqs"] = prefill_seqs
+        d["prefill_attn_pairs"] = prefill_attn_pairs
+        d["prefill_attn_pairs_window"] = prefill_attn_pairs_window
+        d["prefill_kv_tokens"] = prefill_kv_tokens
+        d["prefill_kv_tokens_window"] = prefill_kv_tokens_window
+        d["decode_seqs"] = decode_seqs
+        d["decode_tokens"] = decode_tokens
+        d["decode_ctx_sum"] = decode_ctx_sum
+        d["decode_ctx_sum_window"] = decode_ctx_sum_window
+        d["decode_below_window"] = decode_below_window
+        return s
 
     @classmethod
     def from_lists(

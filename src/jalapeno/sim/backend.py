@@ -282,12 +282,12 @@ class SimBackend(Backend):
         if not window:
             decode_ctx_window = decode_ctx
             next_ctx_window = next_ctx
-        first = StepShape(prefill_tokens, prefill_seqs, prefill_pairs, prefill_pairs_window, prefill_kv,
-                          prefill_kv_window, decode_seqs, decode_tokens, decode_ctx, decode_ctx_window, decode_below)
+        first = StepShape.of(prefill_tokens, prefill_seqs, prefill_pairs, prefill_pairs_window, prefill_kv,
+                             prefill_kv_window, decode_seqs, decode_tokens, decode_ctx, decode_ctx_window, decode_below)
         if not (multi and prefill_tokens):  # a decode-only multi-step batch is priced from its first shape alone
             return first, None
         b = len(batch.chunks)
-        return first, StepShape(0, 0, 0.0, 0.0, 0, 0, b, b * per, next_ctx, next_ctx_window, next_below)
+        return first, StepShape.of(0, 0, 0.0, 0.0, 0, 0, b, b * per, next_ctx, next_ctx_window, next_below)
 
     def _proposer(self, shape: StepShape, steps: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Time and energy the draft proposer adds to each of ``steps`` steps."""

@@ -43,3 +43,16 @@ def test_memoised_routing_terms_equal_fresh_ones():
                               ds * rng.choice([1, 2, 4]), rng.randrange(10**6), rng.randrange(10**6), rng.randrange(64))
             assert features(shape, moe, memo) == features(shape, moe)
         assert memo  # the memo was used
+
+
+def test_step_timing_of_equals_the_dataclass_constructor():
+    from jalapeno.engine.timing import StepTiming
+
+    assert list(inspect.signature(StepTiming.of).parameters) == [f.name for f in dataclasses.fields(StepTiming)]
+    rng = random.Random(5)
+    for _ in range(200):
+        v = (rng.random(), rng.random(), rng.random(), rng.randrange(1, 64))
+        a, b = StepTiming.of(*v), StepTiming(*v)
+        assert a == b and hash(a) == hash(b) and repr(a) == repr(b) and list(vars(a)) == list(vars(b))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            a.t0 = 1.0  # type: ignore[misc]

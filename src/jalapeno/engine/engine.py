@@ -198,7 +198,7 @@ class Engine:
         t_first, t_last, step_ends = self.clock.advance_steps(durations)
         if step_ends is not None:
             self.latency.add_steps(step_ends, len(batch.chunks))
-        return StepTiming(t0, t_first, t_last, len(durations))
+        return StepTiming.of(t0, t_first, t_last, len(durations))
 
     def _apply(
         self, batch: ScheduledBatch, result: StepResult, t0: float, outputs: list[RequestOutput] | None

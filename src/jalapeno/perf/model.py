@@ -516,6 +516,7 @@ class CostModel:
         self._M_ctx = np.ascontiguousarray(self._M[:, _CTX_COLS])  # rows' slopes in the context features
         self._slopes: dict[tuple[int, float, float], list[float]] = {}  # memo of _ctx_slopes
         self._terms: dict[int, tuple[float, float, float]] = {}  # memo of ops.routing_terms by step tokens
+        self._terms_of: object = None  # ... for this routing (set at the first _feat)
         self._tc, self._tm = tc, tm
         tdp = float(self.chip.power.tdp_w)
         idle = float(self.chip.power.idle_w) if self.chip.power.idle_w and self.chip.power.idle_w.value else None
@@ -553,7 +554,10 @@ class CostModel:
         return float(cs), shape.decode_ctx_sum_window * (cs / c)
 
     def _feat(self, shape: StepShape) -> list[float]:
-        x = features(shape, self._routing, self._terms)
+        ro = self._routing
+        if self._terms_of is not ro:  # the memo belongs to one routing (tests swap it for the balanced one)
+            self._terms, self._terms_of = {}, ro
+        x = features(shape, ro, self._terms)
         if self.kv_sram_tokens:
             x.extend(self._tier_x(shape))
         return x

@@ -188,3 +188,51 @@ def test_prefill_step_is_measured_through_the_runner() -> None:
     t = pr.PREFILL_TOKENS
     assert res.prefill_flops == pr.prefill_flops(params, 64 * 128, 1, 64, 128, t)
     assert res.prefill_step_s is not None and res.prefill_step_s > 0
+
+
+def test_rows_table_is_compute_default_times_tflops_over_the_largest_rows() -> None:
+    from jalapeno.hardware.small_m import rows_table
+
+    # 0.01 / 0.05 / 0.1 TFLOPS at 1 / 32 / 512 rows, prefill fraction 0.8 -> 0.08 / 0.4 / 0.8
+    assert rows_table({1: 0.01, 32: 0.05, 512: 0.1}, 0.8) == {1: 0.08, 32: 0.4, 512: 0.8}
+    assert rows_table({512: 0.1}, 0.8) is None
+
+
+def test_rows_are_measured_at_every_table_size() -> None:
+    pytest.importorskip("torch")
+    res = pr.ProbeResult("cpu", "hand-made", 16.0)
+    pr.measure_matmul_rows(res, 0.01)
+    assert sorted(res.rows_tflops) == list(pr.ROWS_TABLE) and all(v > 0 for v in res.rows_tflops.values())
+
+
+def test_overlap_fit_recovers_the_terms_that_made_the_steps(tmp_path: Path) -> None:
+    """Decode steps by batch made by the cost model with memory fraction 0.6, overlap 0.4 and a rows table (plus
+    6 layers x 10 us of overhead, which the probe's steps carry): the probe's fit finds 0.6 and 0.4 again, writes
+    them with the table into the chip YAML, and the chip loads with them."""
+    from jalapeno.hardware.schema import ChipSpec
+    from jalapeno.hardware.small_m import rows_table
+    from jalapeno.models.hf_config import arch_from_config
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    res = pr.ProbeResult("cpu", "hand-made", 16.0, read_gbps={2: 20.0}, copy_gbps={2: 18.0},
+                         matmul_tflops={"fp32": {"prefill-512": 0.1}})
+    res.step_overhead_us, res.layer_overhead_us, res.seq_overhead_us = 0.0, 10.0, 0.0
+    res.rows_tflops = {1: 0.01, 8: 0.03, 32: 0.05, 512: 0.1}
+    res.decode_bytes, res.decode_layers = 90e6, 6
+    chip = ChipSpec.model_validate(pr.chip_dict(res, "local", "hand-made"))
+    truth = chip.efficiency.model_copy(update={"memory_default": 0.6, "compute_memory_overlap": 0.4,
+                                               "compute_by_rows": rows_table(res.rows_tflops, 1.0),
+                                               "layer_overhead_us": 0.0})
+    cm = cost_model_for(arch_from_config(pr.llama_config(6, *pr.CROSSOVER_MODEL), "t"), chip, precision="fp32",
+                        kv="fp32", efficiency=truth)
+    for b in (1, 4, 8, 16, 32):
+        res.fused_step_s[b] = cm.step(StepShape.from_lists(decode_ctx=[pr.CROSSOVER_CTX] * b)).time_s + 60e-6
+        res.torch_step_s[b] = 2 * res.fused_step_s[b]
+    path = pr.write_chip(res, tmp_path, "local", "hand-made for tests")
+    eff = load_spec_file(path).efficiency
+    assert eff.memory_default == pytest.approx(0.6, abs=1e-3)
+    assert eff.compute_memory_overlap == pytest.approx(0.4)
+    assert eff.compute_by_rows == {1: 0.1, 8: 0.3, 32: 0.5, 512: 1.0}
+    assert eff.fitted["compute_memory_overlap"].status == "fitted"
+    assert "(worst 0.0%)" in eff.fitted["compute_memory_overlap"].note

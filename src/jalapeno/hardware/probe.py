@@ -161,6 +161,8 @@ class ProbeResult:
     prefill_flops: float | None = None
     prefill_step_s: float | None = None
     power_w: dict[str, float] = field(default_factory=dict)
+    #: TFLOPS of a GEMM with M rows at ROWS_KN (the dtype the torch backend runs here), by M
+    rows_tflops: dict[int, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -274,6 +276,27 @@ def measure_matmul(res: ProbeResult, quick: bool, budget_s: float) -> None:
                 res.notes.append(f"matmul {name} {label}: skipped ({str(exc).splitlines()[0]})")
                 break
             res.matmul_tflops.setdefault(name, {})[label] = 2 * m * k * n / s / 1e12
+
+
+#: GEMM rows of the small-M table (decode batches, speculative verification, prefill chunks) and the K x N they
+#: are measured at: SmolLM2-135M's hidden x intermediate, the crossover model's MLP (3.5 MB in fp32, so the weights
+#: sit in the last-level cache between runs: the time is the GEMM's own, the weight stream from DRAM is priced apart)
+ROWS_TABLE = (1, 4, 8, 16, 32, 64, 128, 512)
+ROWS_KN = (576, 1536)
+
+
+def measure_matmul_rows(res: ProbeResult, budget_s: float) -> None:
+    """TFLOPS of an M x K x N GEMM for every M in ROWS_TABLE (K x N = ROWS_KN) in the dtype the torch backend
+    computes in on this device (float32 on CPU, bfloat16 on CUDA): how GEMM efficiency falls with fewer rows."""
+    import torch
+
+    dt = torch.float32 if res.device == "cpu" else torch.bfloat16
+    k, n = ROWS_KN
+    sync = _sync(res.device)
+    w = torch.randn(k, n, device=res.device).to(dt)
+    for m in ROWS_TABLE:
+        x = torch.randn(m, k, device=res.device).to(dt)
+        res.rows_tflops[m] = 2 * m * k * n / _best_time(lambda: x @ w, budget_s, sync) / 1e12
 
 
 def read_caches() -> dict[str, int]:
@@ -397,6 +420,12 @@ def panel_batches(quick: bool) -> list[int]:
     return [1, 4, 16] if quick else [1, 4, 8, 16, 32]
 
 
+#: hidden, intermediate and vocabulary size of the crossover model (SmolLM2-135M's layers, a small vocabulary)
+CROSSOVER_MODEL = (576, 1536, 2048)
+#: context tokens of each sequence in the crossover steps, the decoded token included
+CROSSOVER_CTX = 65
+
+
 def measure_crossover(res: ProbeResult, quick: bool, budget_s: float) -> None:
     """Seconds per pure decode step, fused C kernel vs PyTorch ops, by batch, on a random model with
     SmolLM2-135M's layer shapes (1 layer quick, 6 otherwise). No C compiler → skipped with a note."""
@@ -414,11 +443,11 @@ def measure_crossover(res: ProbeResult, quick: bool, budget_s: float) -> None:
     import torch
 
     layers = 1 if quick else 6
-    loaded = random_llama(layers, 576, 1536, 2048, "cpu")
+    loaded = random_llama(layers, *CROSSOVER_MODEL, "cpu")
     res.decode_bytes = float(sum(t.numel() * t.element_size() for t in loaded.model.parameters()))
     res.decode_layers = layers
     batches = crossover_batches(quick)
-    ctx = 64  # tokens already in each sequence's cache
+    ctx = CROSSOVER_CTX - 1  # tokens already in each sequence's cache
     per_seq = ctx // 16 + 1
     runner = ModelRunner(loaded.model, per_seq * max(batches), 16, "cpu", torch.float32)
     for b in batches:
@@ -520,6 +549,7 @@ def chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
         "efficiency": eff,
         "notes": [*_measurement_notes(res), *res.notes],
     }
+    cap = 0
     if res.fused_step_s and res.torch_step_s:
         kernel = {b: min(t, res.dot_step_s.get(b, t)) for b, t in res.fused_step_s.items()}  # its better GEMMs
         cap = choose_fused_max_batch(kernel, res.torch_step_s)
@@ -531,7 +561,38 @@ def chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
         if panel is not None:
             out["execution"]["panel_min_rows"] = _fact(
                 panel, source, "smallest measured decode batch from which the kernel's panel GEMMs beat its dot tiles")
+    if cap:
+        _add_small_m(out, res, cap, source)
     return out
+
+
+def _add_small_m(out: dict[str, Any], res: ProbeResult, cap: int, source: str) -> None:
+    """Fit the small-M terms (:mod:`jalapeno.hardware.small_m`) on the chip as measured so far and write them, with
+    the memory and compute fractions refitted alongside, into ``out``'s efficiency block (provenance in
+    ``efficiency.fitted``). Nothing changes when the probe lacks what the fit needs."""
+    from jalapeno.hardware.small_m import fit_small_m
+
+    fit = fit_small_m(res, ChipSpec.model_validate(out), cap)
+    if fit is None:
+        return
+    eff = out["efficiency"]
+    ms = ", ".join(f"{b}: {fit.measured_s[b] * 1e3:.2f}/{fit.priced_s[b] * 1e3:.2f}" for b in sorted(fit.measured_s))
+    k, n = ROWS_KN
+    rows = ", ".join(f"{m}: {v:.3g}" for m, v in sorted(res.rows_tflops.items()))
+    eff.update(compute_default=fit.compute_default, memory_default=fit.memory_default,
+               compute_by_rows=fit.compute_by_rows, compute_memory_overlap=fit.overlap)
+    eff["source"] += (
+        f"; small-M terms: compute_by_rows = compute_default x the TFLOPS of an M x {k} x {n} GEMM over its "
+        f"{max(res.rows_tflops)}-row TFLOPS; compute_memory_overlap fitted on the decode steps by batch (the engine's "
+        f"path, less the layers' overhead) jointly with memory_default (batch 1 exact) and compute_default (the "
+        f"prefill step)")
+    fitted = eff.setdefault("fitted", {})
+    fitted["compute_memory_overlap"] = {
+        "value": fit.overlap, "status": "fitted", "source": source,
+        "note": f"decode step ms measured/priced by batch: {ms} (worst {fit.worst_error:.1%})"}
+    fitted["compute_by_rows"] = {
+        "value": fit.compute_by_rows[min(fit.compute_by_rows)], "status": "measured", "source": source,
+        "note": f"the 1-row fraction; fp32 TFLOPS of M x {k} x {n} by M: {rows}"}
 
 
 def _net_of_layer_overhead(res: ProbeResult, step: float) -> float:
@@ -573,6 +634,9 @@ def _measurement_notes(res: ProbeResult) -> list[str]:
     lines = [f"read GB/s by threads: {fmt(res.read_gbps)}", f"copy GB/s by threads: {fmt(res.copy_gbps)}"]
     for d, shapes in res.matmul_tflops.items():
         lines.append(f"matmul {d} TFLOPS: " + ", ".join(f"{s} {v:.3g}" for s, v in shapes.items()))
+    if res.rows_tflops:
+        lines.append(f"matmul TFLOPS by rows (M x {ROWS_KN[0]} x {ROWS_KN[1]}): " + ", ".join(
+            f"{m}: {v:.3g}" for m, v in sorted(res.rows_tflops.items())))
     if res.caches_kb:
         lines.append("caches KiB: " + ", ".join(f"{k} {v}" for k, v in res.caches_kb.items()))
     if res.fused_step_s:
@@ -599,6 +663,7 @@ def run_probe(device: str = "cpu", quick: bool = False, log: Callable[[str], Non
     steps: list[tuple[str, Callable[[], None]]] = [
         ("memory bandwidth", lambda: measure_bandwidth(res, 64 if quick else 512, budget)),
         ("matmul throughput", lambda: measure_matmul(res, quick, budget)),
+        ("matmul throughput by rows", lambda: measure_matmul_rows(res, budget)),
         ("engine overheads", lambda: measure_overheads(res, quick)),
         ("fused decode crossover", lambda: measure_crossover(res, quick, budget)),
         ("power", lambda: measure_power(res, lambda: measure_bandwidth(ProbeResult(device, name, 0), 64, 0.3))),

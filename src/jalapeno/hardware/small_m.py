@@ -1,0 +1,121 @@
+"""The probe's small-M terms (docs/cost-model.md, "Small-M GEMMs"): a GEMM efficiency table by rows, measured,
+and a compute/memory overlap, fitted on the probe's own decode steps by batch.
+
+The roofline prices a decode step below the ridge at its weight read alone, whatever the batch; on a CPU a GEMM
+with few rows runs at a fraction of a large one's rate and its compute does not hide under the weight stream, so
+the probe's fused decode steps grow with the batch (9.0 -> 15.6 ms from batch 1 to 16 on the 2-core EPYC VM) where
+the roofline stays flat. Pure functions of a :class:`~jalapeno.hardware.probe.ProbeResult`: the cost model prices
+each measured step (:meth:`CostModel.op_times`), and the fit picks the memory fraction that reproduces the batch-1
+step exactly, the overlap that best reproduces the other batches, and the compute fraction that reproduces the
+prefill step, alternately until they settle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from jalapeno.hardware.probe import ProbeResult
+    from jalapeno.hardware.schema import ChipSpec
+
+#: the decode batches the overlap is fitted on: the closed loop's (issue 16's grid runs up to concurrency 32)
+FIT_MAX_BATCH = 32
+#: overlap candidates (fraction of min(compute, memory) hidden under max)
+OVERLAP_GRID = np.linspace(0.0, 1.0, 101)
+
+
+@dataclass(frozen=True)
+class SmallMFit:
+    """The fitted fractions and how well they price the probe's steps."""
+
+    compute_default: float
+    memory_default: float
+    overlap: float
+    compute_by_rows: dict[int, float]
+    measured_s: dict[int, float]  # decode batch -> the step the engine's path took (less its layer overhead)
+    priced_s: dict[int, float]  # the same steps as the fit prices them
+    worst_error: float  # largest |priced / measured - 1| over the fitted batches
+
+
+def rows_table(rows_tflops: dict[int, float], compute_default: float) -> dict[int, float] | None:
+    """``compute_by_rows`` from the GEMM-by-rows microbenchmark: each row count's TFLOPS over the largest row
+    count's, times ``compute_default`` (the fraction a real prefill step reached: the table meets it at the prefill's
+    rows). None when fewer than two row counts were measured."""
+    if len(rows_tflops) < 2:
+        return None
+    top = rows_tflops[max(rows_tflops)]
+    return {m: round(min(1.0, compute_default * v / top), 5) for m, v in sorted(rows_tflops.items())}
+
+
+def engine_decode_steps(res: ProbeResult, cap: int) -> dict[int, float]:
+    """Seconds of the probe's decode steps on the path the engine takes at each batch (the fused kernel, panel or
+    dot-tile GEMMs whichever was faster, up to the crossover ``cap``; PyTorch above), batches <= FIT_MAX_BATCH."""
+    out = {}
+    for b, fused in sorted(res.fused_step_s.items()):
+        if b > FIT_MAX_BATCH:
+            continue
+        out[b] = min(fused, res.dot_step_s.get(b, fused)) if b <= cap else res.torch_step_s.get(b, fused)
+    return out
+
+
+def _priced(tc: np.ndarray, tm: np.ndarray, f: np.ndarray, overlap: np.ndarray) -> np.ndarray:
+    """Step time per (memory fraction, overlap) candidate: sum over operators of max(c, m / f) + (1 - overlap) x
+    min(c, m / f) (``tc``, ``tm``: the operators' compute and memory times at memory fraction 1)."""
+    m = tm[None, :] / f[:, None]
+    ov = overlap[:, None]
+    return (np.maximum(tc, m) + (1.0 - ov) * np.minimum(tc, m)).sum(axis=1)
+
+
+def _solve_memory(tc: np.ndarray, tm: np.ndarray, target: float, overlap: np.ndarray) -> np.ndarray:
+    """Per overlap candidate, the memory fraction f in (0, 1] that prices the step at ``target`` (bisection: the
+    priced time falls as f grows); 1 where even f = 1 prices above the target."""
+    lo, hi = np.full(overlap.shape, 1e-3), np.ones(overlap.shape)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        slow = _priced(tc, tm, mid, overlap) > target
+        lo, hi = np.where(slow, mid, lo), np.where(slow, hi, mid)
+    return hi
+
+
+def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> SmallMFit | None:
+    """Fit (memory fraction, overlap, compute fraction) on the probe's decode steps by batch and its prefill step
+    (each less the crossover model's per-layer overhead), pricing them with the cost model on ``chip`` (its
+    overheads set aside: the probe times the runner alone). None when the probe has no rows table, no decode steps
+    at two batches, or no batch-1 step."""
+    from jalapeno.hardware import probe as pr
+    from jalapeno.models.hf_config import arch_from_config
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    steps = engine_decode_steps(res, cap)
+    if 1 not in steps or len(steps) < 2 or not res.decode_layers or len(res.rows_tflops) < 2:
+        return None
+    arch = arch_from_config(pr.llama_config(res.decode_layers, *pr.CROSSOVER_MODEL), "probe-crossover-llama")
+    measured = {b: pr._net_of_layer_overhead(res, t) for b, t in steps.items()}
+    prefill = pr._net_of_layer_overhead(res, res.prefill_step_s) if res.prefill_step_s else None
+    cd = chip.efficiency.compute_default
+    zero = {k: 0.0 for k in ("step_overhead_us", "layer_overhead_us", "seq_overhead_us")}
+    f, ov, table = 1.0, 1.0, {}
+    for _ in range(rounds):
+        table = rows_table(res.rows_tflops, cd) or {}
+        eff = chip.efficiency.model_copy(update={**zero, "compute_default": cd, "memory_default": 1.0,
+                                                 "compute_by_rows": table, "compute_memory_overlap": None})
+        cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff)
+        parts = {b: cm.op_times(StepShape.from_lists(decode_ctx=[pr.CROSSOVER_CTX] * b))[:2] for b in measured}
+        fs = _solve_memory(*parts[1], measured[1], OVERLAP_GRID)
+        err = sum(np.log(_priced(*parts[b], fs, OVERLAP_GRID) / t) ** 2 for b, t in measured.items())
+        best = int(np.argmin(err))
+        f, ov = float(fs[best]), float(OVERLAP_GRID[best])
+        if prefill is None:
+            break
+        tc, tm, _ = cm.op_times(StepShape.from_lists(prefill=[(pr.PREFILL_TOKENS, 0)]))
+        got = float(_priced(tc, tm, np.array([f]), np.array([ov]))[0])
+        cd = min(1.0, cd * got / prefill)  # compute scales as 1 / cd; the memory share is small in a prefill
+    priced = {b: float(_priced(*parts[b], np.array([f]), np.array([ov]))[0]) for b in measured}
+    worst = max(abs(priced[b] / t - 1) for b, t in measured.items())
+    return SmallMFit(round(cd, 4), round(f, 4), round(ov, 2), rows_table(res.rows_tflops, cd) or table,
+                     measured, priced, worst if math.isfinite(worst) else 1.0)

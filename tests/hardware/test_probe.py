@@ -190,12 +190,15 @@ def test_prefill_step_is_measured_through_the_runner() -> None:
     assert res.prefill_step_s is not None and res.prefill_step_s > 0
 
 
-def test_rows_table_is_compute_default_times_tflops_over_the_largest_rows() -> None:
+def test_rows_table_follows_the_path_the_engine_takes() -> None:
+    """Up to the fused crossover the kernel's GEMMs at compute_default; above it PyTorch's, scaled so the largest
+    row count meets compute_default: 0.05 / 0.1 TFLOPS at 32 / 512 rows with fraction 0.8 -> 0.4 / 0.8."""
     from jalapeno.hardware.small_m import rows_table
 
-    # 0.01 / 0.05 / 0.1 TFLOPS at 1 / 32 / 512 rows, prefill fraction 0.8 -> 0.08 / 0.4 / 0.8
-    assert rows_table({1: 0.01, 32: 0.05, 512: 0.1}, 0.8) == {1: 0.08, 32: 0.4, 512: 0.8}
-    assert rows_table({512: 0.1}, 0.8) is None
+    res = pr.ProbeResult("cpu", "hand-made", 16.0, rows_tflops={1: 0.01, 8: 0.03, 32: 0.05, 512: 0.1})
+    assert rows_table(res, 0.8, 8) == {1: 0.8, 4: 0.8, 8: 0.8, 32: 0.4, 512: 0.8}
+    assert rows_table(res, 0.8, 128) == {m: 0.8 for m in pr.ROWS_TABLE}
+    assert rows_table(pr.ProbeResult("cpu", "hand-made", 16.0, rows_tflops={512: 0.1}), 0.8, 8) is None
 
 
 def test_rows_are_measured_at_every_table_size() -> None:
@@ -222,17 +225,16 @@ def test_overlap_fit_recovers_the_terms_that_made_the_steps(tmp_path: Path) -> N
     res.decode_bytes, res.decode_layers = 90e6, 6
     chip = ChipSpec.model_validate(pr.chip_dict(res, "local", "hand-made"))
     truth = chip.efficiency.model_copy(update={"memory_default": 0.6, "compute_memory_overlap": 0.4,
-                                               "compute_by_rows": rows_table(res.rows_tflops, 1.0),
-                                               "layer_overhead_us": 0.0})
+                                               "compute_by_rows": rows_table(res, 1.0, 8), "layer_overhead_us": 0.0})
     cm = cost_model_for(arch_from_config(pr.llama_config(6, *pr.CROSSOVER_MODEL), "t"), chip, precision="fp32",
                         kv="fp32", efficiency=truth)
-    for b in (1, 4, 8, 16, 32):
-        res.fused_step_s[b] = cm.step(StepShape.from_lists(decode_ctx=[pr.CROSSOVER_CTX] * b)).time_s + 60e-6
-        res.torch_step_s[b] = 2 * res.fused_step_s[b]
+    for b in (1, 4, 8, 16, 32):  # the engine's path: the fused kernel up to batch 8, PyTorch above (2x faster there)
+        t = cm.step(StepShape.from_lists(decode_ctx=[pr.CROSSOVER_CTX] * b)).time_s + 60e-6
+        res.fused_step_s[b], res.torch_step_s[b] = (t, 2 * t) if b <= 8 else (2 * t, t)
     path = pr.write_chip(res, tmp_path, "local", "hand-made for tests")
     eff = load_spec_file(path).efficiency
     assert eff.memory_default == pytest.approx(0.6, abs=1e-3)
     assert eff.compute_memory_overlap == pytest.approx(0.4)
-    assert eff.compute_by_rows == {1: 0.1, 8: 0.3, 32: 0.5, 512: 1.0}
+    assert eff.compute_by_rows == {1: 1.0, 4: 1.0, 8: 1.0, 32: 0.5, 512: 1.0}
     assert eff.fitted["compute_memory_overlap"].status == "fitted"
     assert "(worst 0.0%)" in eff.fitted["compute_memory_overlap"].note

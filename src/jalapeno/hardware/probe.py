@@ -582,8 +582,10 @@ def _add_small_m(out: dict[str, Any], res: ProbeResult, cap: int, source: str) -
     eff.update(compute_default=fit.compute_default, memory_default=fit.memory_default,
                compute_by_rows=fit.compute_by_rows, compute_memory_overlap=fit.overlap)
     eff["source"] += (
-        f"; small-M terms: compute_by_rows = compute_default x the TFLOPS of an M x {k} x {n} GEMM over its "
-        f"{max(res.rows_tflops)}-row TFLOPS; compute_memory_overlap fitted on the decode steps by batch (the engine's "
+        f"; small-M terms: compute_by_rows = the GEMM rate of the path the engine takes at M rows: the fused "
+        f"kernel's up to the crossover ({cap}) at compute_default (its per-row cost in the compute-bound decode steps "
+        f"is the large-GEMM rate), PyTorch's above it, compute_default x its M x {k} x {n} TFLOPS over its "
+        f"{max(res.rows_tflops, default=PREFILL_TOKENS)}-row TFLOPS; compute_memory_overlap fitted on the decode steps by batch (the engine's "
         f"path, less the layers' overhead) jointly with memory_default (batch 1 exact) and compute_default (the "
         f"prefill step)")
     fitted = eff.setdefault("fitted", {})
@@ -592,7 +594,7 @@ def _add_small_m(out: dict[str, Any], res: ProbeResult, cap: int, source: str) -
         "note": f"decode step ms measured/priced by batch: {ms} (worst {fit.worst_error:.1%})"}
     fitted["compute_by_rows"] = {
         "value": fit.compute_by_rows[min(fit.compute_by_rows)], "status": "measured", "source": source,
-        "note": f"the 1-row fraction; fp32 TFLOPS of M x {k} x {n} by M: {rows}"}
+        "note": f"the 1-row fraction; PyTorch GEMM TFLOPS of M x {k} x {n} by M: {rows}"}
 
 
 def _net_of_layer_overhead(res: ProbeResult, step: float) -> float:

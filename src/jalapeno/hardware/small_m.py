@@ -41,14 +41,22 @@ class SmallMFit:
     worst_error: float  # largest |priced / measured - 1| over the fitted batches
 
 
-def rows_table(rows_tflops: dict[int, float], compute_default: float) -> dict[int, float] | None:
-    """``compute_by_rows`` from the GEMM-by-rows microbenchmark: each row count's TFLOPS over the largest row
-    count's, times ``compute_default`` (the fraction a real prefill step reached: the table meets it at the prefill's
-    rows). None when fewer than two row counts were measured."""
-    if len(rows_tflops) < 2:
+def rows_table(res: ProbeResult, compute_default: float, cap: int) -> dict[int, float] | None:
+    """``compute_by_rows`` by the path the engine takes at each row count of ROWS_TABLE: up to the fused kernel's
+    crossover ``cap``, the kernel, at ``compute_default`` (its per-row cost where the probe's decode steps are
+    compute-bound, 16-32 rows, is at or above the fp32 matmul peak: its GEMMs are not small-M-starved; what makes
+    its steps grow with the batch is compute that does not hide under the weight stream, the overlap); above it,
+    PyTorch's GEMM at ROWS_KN, each row count's TFLOPS over the largest's times ``compute_default`` (the fraction a
+    real prefill step reached: the table meets it at the prefill's rows). None when the PyTorch rows were not
+    measured."""
+    from jalapeno.hardware.probe import ROWS_TABLE
+
+    if len(res.rows_tflops) < 2:
         return None
-    top = rows_tflops[max(rows_tflops)]
-    return {m: round(min(1.0, compute_default * v / top), 5) for m, v in sorted(rows_tflops.items())}
+    top = res.rows_tflops[max(res.rows_tflops)]
+    out = {m: compute_default for m in ROWS_TABLE if m <= cap}
+    out.update({m: compute_default * v / top for m, v in res.rows_tflops.items() if m > cap})
+    return {m: round(min(1.0, v), 5) for m, v in sorted(out.items())}
 
 
 def engine_decode_steps(res: ProbeResult, cap: int) -> dict[int, float]:
@@ -92,7 +100,7 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
     from jalapeno.sim.factory import cost_model_for
 
     steps = engine_decode_steps(res, cap)
-    if 1 not in steps or len(steps) < 2 or not res.decode_layers or len(res.rows_tflops) < 2:
+    if 1 not in steps or len(steps) < 2 or not res.decode_layers or rows_table(res, 1.0, cap) is None:
         return None
     arch = arch_from_config(pr.llama_config(res.decode_layers, *pr.CROSSOVER_MODEL), "probe-crossover-llama")
     measured = {b: pr._net_of_layer_overhead(res, t) for b, t in steps.items()}
@@ -101,7 +109,7 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
     zero = {k: 0.0 for k in ("step_overhead_us", "layer_overhead_us", "seq_overhead_us")}
     f, ov, table = 1.0, 1.0, {}
     for _ in range(rounds):
-        table = rows_table(res.rows_tflops, cd) or {}
+        table = rows_table(res, cd, cap) or {}
         eff = chip.efficiency.model_copy(update={**zero, "compute_default": cd, "memory_default": 1.0,
                                                  "compute_by_rows": table, "compute_memory_overlap": None})
         cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff)
@@ -117,5 +125,5 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
         cd = min(1.0, cd * got / prefill)  # compute scales as 1 / cd; the memory share is small in a prefill
     priced = {b: float(_priced(*parts[b], np.array([f]), np.array([ov]))[0]) for b in measured}
     worst = max(abs(priced[b] / t - 1) for b, t in measured.items())
-    return SmallMFit(round(cd, 4), round(f, 4), round(ov, 2), rows_table(res.rows_tflops, cd) or table,
+    return SmallMFit(round(cd, 4), round(f, 4), round(ov, 2), rows_table(res, cd, cap) or table,
                      measured, priced, worst if math.isfinite(worst) else 1.0)

@@ -238,3 +238,20 @@ def test_overlap_fit_recovers_the_terms_that_made_the_steps(tmp_path: Path) -> N
     assert eff.compute_by_rows == {1: 1.0, 4: 1.0, 8: 1.0, 32: 0.5, 512: 1.0}
     assert eff.fitted["compute_memory_overlap"].status == "fitted"
     assert "(worst 0.0%)" in eff.fitted["compute_memory_overlap"].note
+
+
+def test_refit_of_the_quiet_probe_prices_its_decode_steps_by_batch() -> None:
+    """The lead's quiet probe (2026-12-01 23:34 UTC, before the small-M terms; tests/hardware/data): refitted from
+    its recorded steps, the overlap is partial and every decode batch 1-32 on the engine's path (dot tiles at 1-4
+    rows, panels from 8: 7.47 -> 21.68 ms) is priced within 10 %, where the roofline max prices batch 16 at about
+    batch 1's time (the miss that motivated the terms: 1.7x)."""
+    from jalapeno.hardware.schema import ChipSpec
+    from jalapeno.hardware.small_m import engine_decode_steps, fit_small_m, probe_from_chip
+
+    old = load_spec_file(Path(__file__).parent / "data" / "local_probe_quiet_2334.yaml")
+    res = probe_from_chip(old)
+    steps = engine_decode_steps(res, 128)
+    assert steps[1] == pytest.approx(7.56e-3) and steps[16] == pytest.approx(15.60e-3)
+    fit = fit_small_m(res, ChipSpec.model_validate(pr.chip_dict(res, "local", "refit")), 128)
+    assert fit is not None and 0.05 < fit.overlap < 0.5 and fit.worst_error < 0.10
+    assert fit.priced_s[16] / fit.priced_s[1] > 1.6  # measured 15.51 / 7.47 = 2.08 (less the layers' overhead)

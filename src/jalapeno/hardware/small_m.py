@@ -127,3 +127,46 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
     worst = max(abs(priced[b] / t - 1) for b, t in measured.items())
     return SmallMFit(round(cd, 4), round(f, 4), round(ov, 2), rows_table(res, cd, cap) or table,
                      measured, priced, worst if math.isfinite(worst) else 1.0)
+
+
+def _pairs(line: str) -> dict[int, list[float]]:
+    """``"1: 9.04/13.29, 4: 9.94/18.03"`` -> {1: [9.04, 13.29], 4: [9.94, 18.03]}."""
+    out = {}
+    for item in line.split(":", 1)[1].split(","):
+        k, _, v = item.strip().partition(": ")
+        out[int(k)] = [float(x) for x in v.split("/")]
+    return out
+
+
+def probe_from_chip(chip: ChipSpec) -> ProbeResult:
+    """The measurements a probed chip's YAML records (its notes, efficiency block and bandwidth), as a
+    :class:`ProbeResult` to refit without probing again (a probe written before the small-M terms existed). The
+    crossover model's weight bytes are counted from its shape; the PyTorch GEMM by rows is taken from the notes'
+    ``decode-1`` / ``decode-32`` / ``prefill-512`` rates (rows above the crossover, where the table uses them)."""
+    import re
+
+    from jalapeno.hardware import probe as pr
+    from jalapeno.models.hf_config import arch_from_config
+
+    notes = {n.split(":", 1)[0]: n for n in chip.notes}
+    res = pr.ProbeResult("cpu", chip.name, float(chip.main_memory.capacity_gb) if chip.main_memory else 0.0)
+    res.read_gbps = {k: v[0] for k, v in _pairs(notes["read GB/s by threads"]).items()}
+    res.copy_gbps = {k: v[0] for k, v in _pairs(notes["copy GB/s by threads"]).items()}
+    mm = dict(re.findall(r"(decode-1|decode-32|prefill-512) ([0-9.e-]+)", notes["matmul fp32 TFLOPS"]))
+    res.matmul_tflops = {"fp32": {k: float(v) for k, v in mm.items()}}
+    res.rows_tflops = {int(k.split("-")[1]): float(v) for k, v in mm.items()}
+    steps = _pairs(notes["decode step ms fused/pytorch by batch"])
+    res.fused_step_s = {b: v[0] / 1e3 for b, v in steps.items()}
+    res.torch_step_s = {b: v[1] / 1e3 for b, v in steps.items()}
+    dot = notes.get("decode step ms fused panels/dot tiles by batch")
+    res.dot_step_s = {b: v[1] / 1e3 for b, v in _pairs(dot).items()} if dot else {}
+    eff = chip.efficiency
+    res.step_overhead_us, res.layer_overhead_us = eff.step_overhead_us, eff.layer_overhead_us
+    res.seq_overhead_us = eff.seq_overhead_us
+    res.decode_layers = 6
+    arch = arch_from_config(pr.llama_config(6, *pr.CROSSOVER_MODEL), "probe-crossover-llama")
+    res.decode_bytes = 4.0 * arch.total_params()
+    got = re.search(r"\(([0-9.]+) GFLOP in ([0-9.]+) ms", eff.source)
+    if got:
+        res.prefill_flops, res.prefill_step_s = float(got[1]) * 1e9, float(got[2]) / 1e3
+    return res

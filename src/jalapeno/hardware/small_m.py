@@ -1,13 +1,14 @@
-"""The probe's small-M terms (docs/cost-model.md, "Small-M GEMMs"): a GEMM efficiency table by rows, measured,
-and a compute/memory overlap, fitted on the probe's own decode steps by batch.
+"""The probe's small-M terms (docs/cost-model.md, "Small-M GEMMs"): a GEMM efficiency table by rows that follows
+the path the engine takes, and a compute/memory overlap fitted on the probe's own decode steps by batch.
 
-The roofline prices a decode step below the ridge at its weight read alone, whatever the batch; on a CPU a GEMM
-with few rows runs at a fraction of a large one's rate and its compute does not hide under the weight stream, so
-the probe's fused decode steps grow with the batch (9.0 -> 15.6 ms from batch 1 to 16 on the 2-core EPYC VM) where
-the roofline stays flat. Pure functions of a :class:`~jalapeno.hardware.probe.ProbeResult`: the cost model prices
-each measured step (:meth:`CostModel.op_times`), and the fit picks the memory fraction that reproduces the batch-1
-step exactly, the overlap that best reproduces the other batches, and the compute fraction that reproduces the
-prefill step, alternately until they settle.
+The roofline prices a decode step below the ridge at its weight read alone, whatever the batch; on the 2-core EPYC
+VM the probe's fused decode steps grow with the batch (7.5 -> 15.5 ms from batch 1 to 16 on the engine's path)
+because the kernel's compute does not hide under its weight stream (its GEMMs themselves run near the matmul peak
+from 16 rows; PyTorch's small-M GEMM, much slower, is what runs only above the crossover). Pure functions of a
+:class:`~jalapeno.hardware.probe.ProbeResult`: the cost model prices each measured step (:meth:`CostModel.op_times`),
+and the fit picks the memory fraction that reproduces the batch-1 step exactly, the overlap that best reproduces
+the other batches, and the compute fraction that reproduces the prefill step, alternately until they settle.
+:func:`probe_from_chip` rebuilds the measurements from a probe YAML's notes, to refit without probing again.
 """
 
 from __future__ import annotations

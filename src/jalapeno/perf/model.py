@@ -577,7 +577,8 @@ class CostModel:
         for j, o in enumerate(work if eff.compute_by_rows is not None else ()):
             fl = o.flops if o.time_flops is None else o.time_flops
             nz = np.flatnonzero(fl[:NF])
-            if not o.dtype or len(nz) != 1 or int(nz[0]) not in _GEMM_ROW_FEATURES or "W" not in o.bytes:
+            weights = "W" in o.bytes or "WS" in o.bytes  # main memory, or pinned in SRAM by _place
+            if not o.dtype or len(nz) != 1 or int(nz[0]) not in _GEMM_ROW_FEATURES or not weights:
                 continue
             idx.append(j)
             feat.append(int(nz[0]))

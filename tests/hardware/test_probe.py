@@ -127,6 +127,21 @@ def test_simulate_hardware_local_resolves_the_probed_chip(tmp_path: Path, monkey
     assert "local" in capsys.readouterr().out
 
 
+def test_a_local_chip_on_the_hardware_path_overrides_the_probed_one(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/hardware.md: a ``local.yaml`` in ``JALAPENO_HARDWARE_PATH`` overrides the probe directory's."""
+    from jalapeno.hardware import get_chip
+
+    monkeypatch.setenv("JALAPENO_CACHE", str(tmp_path / "cache"))
+    _hand_made_local(tmp_path / "cache")
+    other = tmp_path / "other"
+    res = pr.ProbeResult("cpu", "other machine", 8.0, read_gbps={1: 10.0}, matmul_tflops={"fp32": {"prefill-512": 0.2}})
+    pr.write_chip(res, other, "local", "hand-made for tests")
+    assert get_chip("local").name == "local hand-made"
+    monkeypatch.setenv("JALAPENO_HARDWARE_PATH", str(other))
+    assert get_chip("local").name == "local other machine"
+
+
 def test_hardware_local_without_a_probe_says_how_to_get_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     from jalapeno.cli import main

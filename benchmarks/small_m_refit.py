@@ -1,9 +1,12 @@
 """Refit a probed chip's small-M terms from the measurements its YAML records, without probing again.
 
-    python benchmarks/small_m_refit.py IN.yaml OUT_DIR      # writes OUT_DIR/local.yaml
+    jalapeno hardware probe                                  # measures; writes ~/.cache/jalapeno/hardware/local.yaml
+    python benchmarks/small_m_refit.py IN.yaml OUT_DIR      # fits; writes OUT_DIR/local.yaml
 
-For a probe written before ``efficiency.compute_by_rows`` / ``compute_memory_overlap`` existed (docs/cost-model.md
-"Small-M GEMMs"): its notes hold the decode steps by batch, the matmul rates and the prefill step the fit needs.
+The fit of ``efficiency.compute_by_rows`` / ``compute_memory_overlap`` (docs/cost-model.md "Small-M GEMMs";
+``jalapeno.calibration.probe_fit``) needs the cost model, which the hardware package (where the probe lives) may
+not import, so it is this second step. A probe's notes hold the decode steps by batch, the GEMM rates by rows and
+the prefill step the fit needs; OUT_DIR may be IN's own directory (the file is then replaced).
 Then simulate with ``--hardware-dir OUT_DIR`` (or ``JALAPENO_CACHE`` pointing at OUT_DIR's parent for ``local``).
 """
 
@@ -15,15 +18,14 @@ from pathlib import Path
 
 import yaml
 
-from jalapeno.hardware import probe as pr
+from jalapeno.calibration.probe_fit import fitted_chip_dict, probe_from_chip
 from jalapeno.hardware.catalog import load_spec_file
-from jalapeno.hardware.small_m import probe_from_chip
 
 
 def main() -> None:
     src, out = Path(sys.argv[1]), Path(sys.argv[2])
     chip = load_spec_file(src)
-    data = pr.chip_dict(probe_from_chip(chip), chip.key, f"benchmarks/small_m_refit.py {src.name} "
+    data = fitted_chip_dict(probe_from_chip(chip), chip.key, f"benchmarks/small_m_refit.py {src.name} "
                         f"({_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC)")
     data["notes"] = [*chip.notes, "small-M terms refitted from the notes above by benchmarks/small_m_refit.py"]
     data["description"] = chip.description

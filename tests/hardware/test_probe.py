@@ -208,7 +208,7 @@ def test_prefill_step_is_measured_through_the_runner() -> None:
 def test_rows_table_follows_the_path_the_engine_takes() -> None:
     """Up to the fused crossover the kernel's GEMMs at compute_default; above it PyTorch's, scaled so the largest
     row count meets compute_default: 0.05 / 0.1 TFLOPS at 32 / 512 rows with fraction 0.8 -> 0.4 / 0.8."""
-    from jalapeno.hardware.small_m import rows_table
+    from jalapeno.calibration.probe_fit import rows_table
 
     res = pr.ProbeResult("cpu", "hand-made", 16.0, rows_tflops={1: 0.01, 8: 0.03, 32: 0.05, 512: 0.1})
     assert rows_table(res, 0.8, 8) == {1: 0.8, 4: 0.8, 8: 0.8, 32: 0.4, 512: 0.8}
@@ -225,10 +225,10 @@ def test_rows_are_measured_at_every_table_size() -> None:
 
 def test_overlap_fit_recovers_the_terms_that_made_the_steps(tmp_path: Path) -> None:
     """Decode steps by batch made by the cost model with memory fraction 0.6, overlap 0.4 and a rows table (plus
-    6 layers x 10 us of overhead, which the probe's steps carry): the probe's fit finds 0.6 and 0.4 again, writes
-    them with the table into the chip YAML, and the chip loads with them."""
+    6 layers x 10 us of overhead, which the probe's steps carry): the fit finds 0.6 and 0.4 again and writes them
+    with the table into a chip mapping that validates; the probe alone (hardware, below the cost model) does not."""
     from jalapeno.hardware.schema import ChipSpec
-    from jalapeno.hardware.small_m import rows_table
+    from jalapeno.calibration.probe_fit import rows_table
     from jalapeno.models.hf_config import arch_from_config
     from jalapeno.perf.shape import StepShape
     from jalapeno.sim.factory import cost_model_for
@@ -246,13 +246,16 @@ def test_overlap_fit_recovers_the_terms_that_made_the_steps(tmp_path: Path) -> N
     for b in (1, 4, 8, 16, 32):  # the engine's path: the fused kernel up to batch 8, PyTorch above (2x faster there)
         t = cm.step(StepShape.from_lists(decode_ctx=[pr.CROSSOVER_CTX] * b)).time_s + 60e-6
         res.fused_step_s[b], res.torch_step_s[b] = (t, 2 * t) if b <= 8 else (2 * t, t)
-    path = pr.write_chip(res, tmp_path, "local", "hand-made for tests")
-    eff = load_spec_file(path).efficiency
+    from jalapeno.calibration.probe_fit import fitted_chip_dict
+
+    eff = ChipSpec.model_validate(fitted_chip_dict(res, "local", "hand-made for tests")).efficiency
     assert eff.memory_default == pytest.approx(0.6, abs=1e-3)
     assert eff.compute_memory_overlap == pytest.approx(0.4)
     assert eff.compute_by_rows == {1: 1.0, 4: 1.0, 8: 1.0, 32: 0.5, 512: 1.0}
     assert eff.fitted["compute_memory_overlap"].status == "fitted"
     assert "(worst 0.0%)" in eff.fitted["compute_memory_overlap"].note
+    plain = load_spec_file(pr.write_chip(res, tmp_path, "local", "hand-made for tests")).efficiency
+    assert plain.compute_by_rows is None and plain.compute_memory_overlap is None
 
 
 def test_refit_of_the_quiet_probe_prices_its_decode_steps_by_batch() -> None:
@@ -261,7 +264,7 @@ def test_refit_of_the_quiet_probe_prices_its_decode_steps_by_batch() -> None:
     rows, panels from 8: 7.47 -> 21.68 ms) is priced within 10 %, where the roofline max prices batch 16 at about
     batch 1's time (the miss that motivated the terms: 1.7x)."""
     from jalapeno.hardware.schema import ChipSpec
-    from jalapeno.hardware.small_m import engine_decode_steps, fit_small_m, probe_from_chip
+    from jalapeno.calibration.probe_fit import engine_decode_steps, fit_small_m, probe_from_chip
 
     old = load_spec_file(Path(__file__).parent / "data" / "local_probe_quiet_2334.yaml")
     res = probe_from_chip(old)

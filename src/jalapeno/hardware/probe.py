@@ -549,7 +549,6 @@ def chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
         "efficiency": eff,
         "notes": [*_measurement_notes(res), *res.notes],
     }
-    cap = 0
     if res.fused_step_s and res.torch_step_s:
         kernel = {b: min(t, res.dot_step_s.get(b, t)) for b, t in res.fused_step_s.items()}  # its better GEMMs
         cap = choose_fused_max_batch(kernel, res.torch_step_s)
@@ -561,40 +560,7 @@ def chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
         if panel is not None:
             out["execution"]["panel_min_rows"] = _fact(
                 panel, source, "smallest measured decode batch from which the kernel's panel GEMMs beat its dot tiles")
-    if cap:
-        _add_small_m(out, res, cap, source)
     return out
-
-
-def _add_small_m(out: dict[str, Any], res: ProbeResult, cap: int, source: str) -> None:
-    """Fit the small-M terms (:mod:`jalapeno.hardware.small_m`) on the chip as measured so far and write them, with
-    the memory and compute fractions refitted alongside, into ``out``'s efficiency block (provenance in
-    ``efficiency.fitted``). Nothing changes when the probe lacks what the fit needs."""
-    from jalapeno.hardware.small_m import fit_small_m
-
-    fit = fit_small_m(res, ChipSpec.model_validate(out), cap)
-    if fit is None:
-        return
-    eff = out["efficiency"]
-    ms = ", ".join(f"{b}: {fit.measured_s[b] * 1e3:.2f}/{fit.priced_s[b] * 1e3:.2f}" for b in sorted(fit.measured_s))
-    k, n = ROWS_KN
-    rows = ", ".join(f"{m}: {v:.3g}" for m, v in sorted(res.rows_tflops.items()))
-    eff.update(compute_default=fit.compute_default, memory_default=fit.memory_default,
-               compute_by_rows=fit.compute_by_rows, compute_memory_overlap=fit.overlap)
-    eff["source"] += (
-        f"; small-M terms: compute_by_rows = the GEMM rate of the path the engine takes at M rows: the fused "
-        f"kernel's up to the crossover ({cap}) at compute_default (its per-row cost in the compute-bound decode steps "
-        f"is the large-GEMM rate), PyTorch's above it, compute_default x its M x {k} x {n} TFLOPS over its "
-        f"{max(res.rows_tflops, default=PREFILL_TOKENS)}-row TFLOPS; compute_memory_overlap fitted on the decode steps by batch (the engine's "
-        f"path, less the layers' overhead) jointly with memory_default (batch 1 exact) and compute_default (the "
-        f"prefill step)")
-    fitted = eff.setdefault("fitted", {})
-    fitted["compute_memory_overlap"] = {
-        "value": fit.overlap, "status": "fitted", "source": source,
-        "note": f"decode step ms measured/priced by batch: {ms} (worst {fit.worst_error:.1%})"}
-    fitted["compute_by_rows"] = {
-        "value": fit.compute_by_rows[min(fit.compute_by_rows)], "status": "measured", "source": source,
-        "note": f"the 1-row fraction; PyTorch GEMM TFLOPS of M x {k} x {n} by M: {rows}"}
 
 
 def _net_of_layer_overhead(res: ProbeResult, step: float) -> float:

@@ -1,4 +1,5 @@
-"""The probe's small-M terms (docs/cost-model.md, "Small-M GEMMs"): a GEMM efficiency table by rows that follows
+"""The probe's small-M terms, fitted on what ``jalapeno hardware probe`` measured (here, above the cost model: the
+hardware package cannot import it; ``benchmarks/small_m_refit.py`` applies the fit to a probe YAML) (docs/cost-model.md, "Small-M GEMMs"): a GEMM efficiency table by rows that follows
 the path the engine takes, and a compute/memory overlap fitted on the probe's own decode steps by batch.
 
 The roofline prices a decode step below the ridge at its weight read alone, whatever the batch; on the 2-core EPYC
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -142,8 +143,9 @@ def _pairs(line: str) -> dict[int, list[float]]:
 def probe_from_chip(chip: ChipSpec) -> ProbeResult:
     """The measurements a probed chip's YAML records (its notes, efficiency block and bandwidth), as a
     :class:`ProbeResult` to refit without probing again (a probe written before the small-M terms existed). The
-    crossover model's weight bytes are counted from its shape; the PyTorch GEMM by rows is taken from the notes'
-    ``decode-1`` / ``decode-32`` / ``prefill-512`` rates (rows above the crossover, where the table uses them)."""
+    crossover model's weight bytes are counted from its shape; the PyTorch GEMM by rows from the notes' by-rows line,
+    or on an older probe their ``decode-1`` / ``decode-32`` / ``prefill-512`` rates (the table uses rows above the
+    crossover only)."""
     import re
 
     from jalapeno.hardware import probe as pr
@@ -155,7 +157,9 @@ def probe_from_chip(chip: ChipSpec) -> ProbeResult:
     res.copy_gbps = {k: v[0] for k, v in _pairs(notes["copy GB/s by threads"]).items()}
     mm = dict(re.findall(r"(decode-1|decode-32|prefill-512) ([0-9.e-]+)", notes["matmul fp32 TFLOPS"]))
     res.matmul_tflops = {"fp32": {k: float(v) for k, v in mm.items()}}
-    res.rows_tflops = {int(k.split("-")[1]): float(v) for k, v in mm.items()}
+    by_rows = next((n for k, n in notes.items() if k.startswith("matmul TFLOPS by rows")), None)
+    res.rows_tflops = {m: v[0] for m, v in _pairs(by_rows).items()} if by_rows else \
+        {int(k.split("-")[1]): float(v) for k, v in mm.items()}  # a probe from before the by-rows shapes
     steps = _pairs(notes["decode step ms fused/pytorch by batch"])
     res.fused_step_s = {b: v[0] / 1e3 for b, v in steps.items()}
     res.torch_step_s = {b: v[1] / 1e3 for b, v in steps.items()}
@@ -171,3 +175,48 @@ def probe_from_chip(chip: ChipSpec) -> ProbeResult:
     if got:
         res.prefill_flops, res.prefill_step_s = float(got[1]) * 1e9, float(got[2]) / 1e3
     return res
+
+
+def add_small_m(out: dict[str, Any], res: ProbeResult, cap: int, source: str) -> None:
+    """Fit the small-M terms on the chip as measured so far and write them, with
+    the memory and compute fractions refitted alongside, into ``out``'s efficiency block (provenance in
+    ``efficiency.fitted``). Nothing changes when the probe lacks what the fit needs."""
+    from jalapeno.hardware.probe import PREFILL_TOKENS, ROWS_KN
+    from jalapeno.hardware.schema import ChipSpec
+
+    fit = fit_small_m(res, ChipSpec.model_validate(out), cap)
+    if fit is None:
+        return
+    eff = out["efficiency"]
+    ms = ", ".join(f"{b}: {fit.measured_s[b] * 1e3:.2f}/{fit.priced_s[b] * 1e3:.2f}" for b in sorted(fit.measured_s))
+    k, n = ROWS_KN
+    rows = ", ".join(f"{m}: {v:.3g}" for m, v in sorted(res.rows_tflops.items()))
+    eff.update(compute_default=fit.compute_default, memory_default=fit.memory_default,
+               compute_by_rows=fit.compute_by_rows, compute_memory_overlap=fit.overlap)
+    eff["source"] += (
+        f"; small-M terms: compute_by_rows = the GEMM rate of the path the engine takes at M rows: the fused "
+        f"kernel's up to the crossover ({cap}) at compute_default (its per-row cost in the compute-bound decode steps "
+        f"is the large-GEMM rate), PyTorch's above it, compute_default x its M x {k} x {n} TFLOPS over its "
+        f"{max(res.rows_tflops, default=PREFILL_TOKENS)}-row TFLOPS; compute_memory_overlap fitted on the decode "
+        f"steps by batch (the engine's path, less the layers' overhead) jointly with memory_default (batch 1 exact) and compute_default (the "
+        f"prefill step)")
+    fitted = eff.setdefault("fitted", {})
+    fitted["compute_memory_overlap"] = {
+        "value": fit.overlap, "status": "fitted", "source": source,
+        "note": f"decode step ms measured/priced by batch: {ms} (worst {fit.worst_error:.1%})"}
+    fitted["compute_by_rows"] = {
+        "value": fit.compute_by_rows[min(fit.compute_by_rows)], "status": "measured", "source": source,
+        "note": f"the 1-row fraction; PyTorch GEMM TFLOPS of M x {k} x {n} by M: {rows}"}
+
+
+def fitted_chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
+    """The probe's chip mapping (:func:`jalapeno.hardware.probe.chip_dict`) with the small-M terms fitted into its
+    efficiency block when the probe measured what the fit needs (the crossover steps, the GEMM by rows)."""
+    from jalapeno.hardware import probe as pr
+
+    out = pr.chip_dict(res, key, source)
+    cap = int(out.get("execution", {}).get("fused_max_batch", {}).get("value") or 0)
+    if cap:
+        add_small_m(out, res, cap, source)
+    return out
+

@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                          "against the cost model's full prefill step; calibration.disagg.fit_prefill_token_ns) and "
                          "dpa_decode_moe_layer_us from its dp-attention decode pools' TPOT (fit_dpa_decode_moe_layer_us), "
                          "the held-out split's the same way as a check; print JSON and stop")
+    ap.add_argument("--filter", default="", help="only the points whose label matches this regular expression "
+                                                  "(e.g. 'mi355x.*c=(32|64)'), for quick looks")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
 
@@ -119,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     held_keys = {repr(config_key(s)) for _, s in held_set}
     points = [p for p in all_points if "disagg=True" in p.col("notes")]
     jobs, excluded = [], defaultdict(int)
+    if a.filter:
+        import re
+
+        points = [p for p in points if re.search(a.filter, p.label)]
     for p in points:
         s = to_sim_spec(p)
         if isinstance(s, Excluded):

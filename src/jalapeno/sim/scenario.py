@@ -516,6 +516,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
                             "send_lanes": link.send_lanes, "recv_lanes": link.recv_lanes,
                             "mean_queue_ms": target.kv_queue_s_mean() * 1e3, "handoff_ms": link.handoff_s * 1e3,
                             "mean_admission_wait_ms": target.admission_wait_s_mean() * 1e3,
+                            "mean_decode_step_wait_ms": target.step_wait_s_mean() * 1e3,
                             "prefill_token_ns": prefill_token_ns(sc),
                             "dpa_decode_moe_layer_us": dpa_decode_moe_layer_us(sc) if dp_.dp_attention and dp_.ep > 1
                             else 0.0}

@@ -158,7 +158,7 @@ FRAMEWORKS: tuple[ServingFramework, ...] = (
                      engine="trt-llm", kv_handoff_ms=755.7, dpa_decode_moe_layer_us=190.0,
                      fitted_chips=("b200",)),
     ServingFramework("mori-sglang", "SGLang PD with the MoRI KV transfer (disaggregated, ROCm)", 41.1, (),
-                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=59.9,
+                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=78.5,
                      prefill_token_ns=(("native", 20649.5), ("fp4", 20536.1)),
                      dpa_decode_moe_layer_us=51.3, fitted_chips=("mi355x",)),
     ServingFramework("sglang-disagg", "SGLang PD disaggregation (router + prefill/decode servers)", 41.1, (),

@@ -156,7 +156,7 @@ FRAMEWORKS: tuple[ServingFramework, ...] = (
     ServingFramework("sglang", "SGLang", 41.1, (), _FIT, scheduling=SGLANG_POLICY),
     ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 52.0, ("trt", "trtllm", "tensorrt-llm"), _FIT),
     ServingFramework("dynamo-sglang", "NVIDIA Dynamo over SGLang (disaggregated)", 41.1, (), HANDOFF_FITTED,
-                     engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 30249.1),),
+                     engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 30519.1),),
                      dpa_decode_moe_layer_us=190.0, fitted_chips=("b200",)),
     ServingFramework("dynamo-trt", "NVIDIA Dynamo over TensorRT-LLM (disaggregated)", 52.0, (), HANDOFF_FITTED,
                      engine="trt-llm", kv_handoff_ms=755.7, dpa_decode_moe_layer_us=190.0,

@@ -11,7 +11,9 @@ Disaggregated serving: a request prefills in the prefill pool (``max_tokens=1``:
 (``kv_bytes_per_token × prompt``) crosses the link between the pools (:class:`KVLink`: ``handoff + latency +
 bytes / bandwidth``; the handoff is the disaggregated stack's fixed per-request cost: routing the request to a
 decode worker, the KV bootstrap handshake and the completion notice), and it then decodes in the decode pool. Its TTFT ends when the KV (and first token) reach the
-decode worker. Each worker's link lanes are servers with their own virtual-time queue: a transfer starts when
+decode worker, or, when that worker is mid-step, at the end of that step: a decode server's loop polls its
+transfers once per iteration and streams the first token at the next one (SGLang ``process_decode_queue`` ->
+``process_batch_result_prebuilt``; ``first_token_at_step``). Each worker's link lanes are servers with their own virtual-time queue: a transfer starts when
 its KV is ready and both the sending worker's and the receiving worker's earliest-free lane are free, so a busy
 link delays the next request's KV.
 

@@ -2,6 +2,8 @@
 
     jalapeno hardware probe                                  # measures; writes ~/.cache/jalapeno/hardware/local.yaml
     python benchmarks/small_m_refit.py IN.yaml OUT_DIR      # fits; writes OUT_DIR/local.yaml
+    jalapeno calibrate --probe IN.yaml [--out OUT_DIR]      # the same fit from the CLI (a thin caller of both:
+                                                            # jalapeno.calibration.probe_fit.refit_probe_file)
 
 The fit of ``efficiency.compute_by_rows`` / ``compute_memory_overlap`` (docs/cost-model.md "Small-M GEMMs";
 ``jalapeno.calibration.probe_fit``) needs the cost model, which the hardware package (where the probe lives) may
@@ -12,32 +14,16 @@ Then simulate with ``--hardware-dir OUT_DIR`` (or ``JALAPENO_CACHE`` pointing at
 
 from __future__ import annotations
 
-import datetime as _dt
 import sys
 from pathlib import Path
 
-import yaml
-
-from jalapeno.calibration.probe_fit import fitted_chip_dict, probe_from_chip
-from jalapeno.hardware.catalog import load_spec_file
+from jalapeno.calibration.probe_fit import refit_probe_file
 
 
 def main() -> None:
     src, out = Path(sys.argv[1]), Path(sys.argv[2])
-    chip = load_spec_file(src)
-    data = fitted_chip_dict(probe_from_chip(chip), chip.key, f"benchmarks/small_m_refit.py {src.name} "
-                        f"({_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC)")
-    data["notes"] = [*chip.notes, "small-M terms refitted from the notes above by benchmarks/small_m_refit.py"]
-    data["description"] = chip.description
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{chip.key}.yaml"
-    path.write_text(f"# {chip.key}: {src.name} with its small-M terms refitted (benchmarks/small_m_refit.py)\n"
-                    + yaml.safe_dump(data, sort_keys=False, width=120), encoding="utf-8")
-    eff = load_spec_file(path).efficiency
-    print(f"{path}: compute_default {eff.compute_default}, memory_default {eff.memory_default}, "
-          f"compute_memory_overlap {eff.compute_memory_overlap}")
-    if "compute_memory_overlap" in eff.fitted:
-        print(eff.fitted["compute_memory_overlap"].note)
+    print(refit_probe_file(src, out, f"benchmarks/small_m_refit.py {src.name}")[1])
+
 
 if __name__ == "__main__":
     main()

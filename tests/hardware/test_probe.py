@@ -273,3 +273,28 @@ def test_refit_of_the_quiet_probe_prices_its_decode_steps_by_batch() -> None:
     fit = fit_small_m(res, ChipSpec.model_validate(pr.chip_dict(res, "local", "refit")), 128)
     assert fit is not None and 0.05 < fit.overlap < 0.5 and fit.worst_error < 0.10
     assert fit.priced_s[16] / fit.priced_s[1] > 1.6  # measured 15.51 / 7.47 = 2.08 (less the layers' overhead)
+
+
+def test_calibrate_probe_writes_the_refitted_chip_and_bad_files_are_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`jalapeno calibrate --probe` (the CLI of the second step): the quiet probe's chip comes back with the small-M
+    terms the fit finds (the same as calling it directly) and loads; a missing file or a catalogue chip (no probe
+    measurements in its notes) is one line, exit 2."""
+    from jalapeno.calibration.probe_fit import fit_small_m, probe_from_chip
+    from jalapeno.cli import main
+    from jalapeno.hardware.schema import ChipSpec
+
+    src = Path(__file__).parent / "data" / "local_probe_quiet_2334.yaml"
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--probe", str(src), "--out", str(tmp_path)])
+    assert exc.value.code in (0, None)
+    eff = load_spec_file(tmp_path / "local.yaml").efficiency
+    res = probe_from_chip(load_spec_file(src))
+    fit = fit_small_m(res, ChipSpec.model_validate(pr.chip_dict(res, "local", "refit")), 128)
+    assert eff.compute_memory_overlap == pytest.approx(fit.overlap) and eff.compute_by_rows
+    capsys.readouterr()
+    for bad in (tmp_path / "missing.yaml", Path(pr.__file__).parent / "chips" / "h100.yaml"):
+        with pytest.raises(SystemExit) as exc:
+            main(["calibrate", "--probe", str(bad), "--out", str(tmp_path / "x")])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -1,5 +1,5 @@
 """The probe's small-M terms, fitted on what ``jalapeno hardware probe`` measured (here, above the cost model: the
-hardware package cannot import it; ``benchmarks/small_m_refit.py`` applies the fit to a probe YAML) (docs/cost-model.md, "Small-M GEMMs"): a GEMM efficiency table by rows that follows
+hardware package cannot import it; ``jalapeno calibrate --probe local.yaml`` applies the fit to a probe YAML) (docs/cost-model.md, "Small-M GEMMs"): a GEMM efficiency table by rows that follows
 the path the engine takes, and a compute/memory overlap fitted on the probe's own decode steps by batch.
 
 The roofline prices a decode step below the ridge at its weight read alone, whatever the batch; on the 2-core EPYC
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -220,3 +221,33 @@ def fitted_chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
         add_small_m(out, res, cap, source)
     return out
 
+
+
+def refit_probe_file(src: Path, out_dir: Path, command: str) -> tuple[Path, str]:
+    """Fit the small-M terms of the probe YAML ``src`` from the measurements its notes record and write the chip
+    to ``out_dir`` (``src``'s own directory replaces the file). Returns the path and a one-line summary."""
+    import datetime as _dt
+
+    import yaml
+
+    from jalapeno.errors import CalibrationError
+    from jalapeno.hardware.catalog import load_spec_file
+
+    chip = load_spec_file(src)
+    if not any("decode" in n for n in chip.notes):
+        raise CalibrationError(f"{src}: not a `jalapeno hardware probe` chip (its notes record no decode steps "
+                               "by batch); probe this machine first: jalapeno hardware probe")
+    data = fitted_chip_dict(probe_from_chip(chip), chip.key,
+                            f"{command} ({_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC)")
+    data["notes"] = [*chip.notes, f"small-M terms refitted from the notes above by {command}"]
+    data["description"] = chip.description
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{chip.key}.yaml"
+    path.write_text(f"# {chip.key}: {src.name} with its small-M terms refitted ({command})\n"
+                    + yaml.safe_dump(data, sort_keys=False, width=120), encoding="utf-8")
+    eff = load_spec_file(path).efficiency
+    line = (f"{path}: compute_default {eff.compute_default}, memory_default {eff.memory_default}, "
+            f"compute_memory_overlap {eff.compute_memory_overlap}")
+    if "compute_memory_overlap" in eff.fitted:
+        line += f"; {eff.fitted['compute_memory_overlap'].note}"
+    return path, line

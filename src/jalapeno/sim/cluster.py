@@ -199,12 +199,7 @@ class Cluster:
     def advance(self, horizon: float | None) -> list[Sequence]:
         t_step, e = self._earliest_busy()
         if self._transfers and self._transfers[0][0] <= t_step:
-            t, _, seq, dst = heapq.heappop(self._transfers)
-            self._inbound_n[id(dst)] -= 1
-            self._inbound_blocks[id(dst)] -= dst.block_manager.blocks_for(seq.prompt_len + 1)
-            if not dst.has_unfinished():
-                _idle(dst, t)
-            dst.add_sequence(seq)
+            self._land(t_step)
             return []
         assert e is not None
         e.next_event_s = self._horizon(e, horizon)
@@ -224,6 +219,24 @@ class Cluster:
             self._handoffs.append((float(seq.finish_s), e, seq))
         self._dispatch(e.clock.now())
         return out
+
+    def _land(self, t_step: float) -> None:
+        """Hand every KV transfer that lands by ``t_step`` (the earliest busy worker's clock) to its decode
+        worker, oldest first. While each lands on a worker that already has work, the cluster's clock
+        (:meth:`now`) does not move and no call is due in between, so landing them in one event is what
+        landing them one event each did; a landing on an idle worker ends the batch (its clock may lead)."""
+        transfers, inbound_n, inbound_blocks = self._transfers, self._inbound_n, self._inbound_blocks
+        while transfers and transfers[0][0] <= t_step:
+            t, _, seq, dst = heapq.heappop(transfers)
+            key = id(dst)
+            inbound_n[key] -= 1
+            inbound_blocks[key] -= dst.block_manager.blocks_for(seq.prompt_len + 1)
+            idle = not dst.has_unfinished()
+            if idle:
+                _idle(dst, t)
+            dst.add_sequence(seq)
+            if idle:
+                return
 
     def _room(self, d: Engine, tokens: int, waiting_held: int) -> bool:
         """Whether decode worker ``d`` can pre-allocate one more request of ``tokens`` prompt tokens: a free

@@ -106,11 +106,15 @@ class Cluster:
             raise ValueError("a disaggregated cluster needs the KV link between its pools")
         self.link = link
         self.all = self.prefill + self.decode
-        self._transfers: list[tuple[float, int, Sequence, Engine]] = []
-        #: per decode worker (by id): the transfers on their way to it, and the KV blocks they pre-allocate
+        #: KV transfers on their way: (lands at, tie, sequence, index of the decode worker)
+        self._transfers: list[tuple[float, int, Sequence, int]] = []
+        #: per decode worker (by index): the transfers on their way to it, and the KV blocks they pre-allocate
         #: (running totals of what ``_transfers`` holds, so admission checks do not scan the heap)
-        self._inbound_n: dict[int, int] = {id(d): 0 for d in self.decode}
-        self._inbound_blocks: dict[int, int] = {id(d): 0 for d in self.decode}
+        self._inbound_n: list[int] = [0] * len(self.decode)
+        self._inbound_blocks: list[int] = [0] * len(self.decode)
+        #: every worker with whether it is a prefill worker of a disaggregated cluster (its completions reach
+        #: the client only after a KV transfer)
+        self._kinds = [(e, bool(self.decode) and i < len(self.prefill)) for i, e in enumerate(self.all)]
         self._tick = itertools.count()
         self._finished_direct: list[Sequence] = []
         # free-at times of each worker's KV link lanes (by id), and the total time transfers waited for one
@@ -166,16 +170,23 @@ class Cluster:
         return len(s.running) + len(s.waiting)
 
     def submit(self, call: Call) -> None:
-        e = min(self.prefill, key=self._load)
-        if not e.has_unfinished():
-            _idle(e, call.arrive_s)
-        max_tokens = 1 if self.decode else call.max_tokens
-        e.add_request(
-            prompt_len=call.prompt_len,
-            sampling=self._sampling(max_tokens),
-            arrival_s=call.arrive_s,
-            user_data=call,
-        )
+        self.submit_many([call])
+
+    def submit_many(self, calls: list[Call]) -> None:
+        """Each call, in order, to the least-loaded prefill (or only) worker (the first such), as a
+        length-only request; the loads are counted once and kept up to date as requests are added."""
+        prefill = self.prefill
+        loads = [self._load(e) for e in prefill]
+        one = self._sampling(1) if self.decode else None
+        for call in calls:
+            i = loads.index(min(loads))
+            e = prefill[i]
+            if not e.has_unfinished():
+                _idle(e, call.arrive_s)
+            seq = Sequence(None, one or self._sampling(call.max_tokens), prompt_len=call.prompt_len,
+                           arrival_s=call.arrive_s, user_data=call)
+            e.add_sequence(seq)
+            loads[i] = self._load(e)
 
     def _sampling(self, max_tokens: int) -> SamplingParams:
         """The (frozen, shared) sampling parameters of a request of ``max_tokens`` that ignores EOS."""
@@ -188,12 +199,13 @@ class Cluster:
         h = float("inf") if external is None else external
         if self._transfers:
             h = min(h, self._transfers[0][0])
-        for e in self.all:
+        for e, sends_kv in self._kinds:
             if e is not skip:
                 b = _bound(e)
-                if e in self.prefill and self.decode and b < float("inf"):
+                if sends_kv and b < float("inf"):
                     b += self.link.fixed_s  # type: ignore[union-attr]
-                h = min(h, b)
+                if b < h:
+                    h = b
         return None if h == float("inf") else h
 
     def advance(self, horizon: float | None) -> list[Sequence]:
@@ -227,26 +239,16 @@ class Cluster:
         landing them one event each did; a landing on an idle worker ends the batch (its clock may lead)."""
         transfers, inbound_n, inbound_blocks = self._transfers, self._inbound_n, self._inbound_blocks
         while transfers and transfers[0][0] <= t_step:
-            t, _, seq, dst = heapq.heappop(transfers)
-            key = id(dst)
-            inbound_n[key] -= 1
-            inbound_blocks[key] -= dst.block_manager.blocks_for(seq.prompt_len + 1)
+            t, _, seq, j = heapq.heappop(transfers)
+            dst = self.decode[j]
+            inbound_n[j] -= 1
+            inbound_blocks[j] -= dst.block_manager.blocks_for(seq.prompt_len + 1)
             idle = not dst.has_unfinished()
             if idle:
                 _idle(dst, t)
             dst.add_sequence(seq)
             if idle:
                 return
-
-    def _room(self, d: Engine, tokens: int, waiting_held: int) -> bool:
-        """Whether decode worker ``d`` can pre-allocate one more request of ``tokens`` prompt tokens: a free
-        sequence slot and free KV blocks, counting the requests it holds waiting (``waiting_held``: their
-        blocks, :meth:`_waiting_held`) or has inbound."""
-        s, bm = d.scheduler, d.block_manager
-        if len(s.running) + len(s.waiting) + self._inbound_n[id(d)] >= d.config.max_num_seqs:
-            return False
-        held = self._inbound_blocks[id(d)] + waiting_held
-        return bm.num_free - held >= bm.blocks_for(tokens + 1)
 
     @staticmethod
     def _waiting_held(d: Engine) -> int:
@@ -255,34 +257,40 @@ class Cluster:
         return sum(bm.blocks_for(q.prompt_len + 1) for q in d.scheduler.waiting)
 
     def _dispatch(self, now: float) -> None:
-        """Hand waiting prefilled requests, in arrival order, to the least-loaded decode worker with room; a
-        transfer starts when its KV is ready, or at ``now`` (when the room appeared) if it had to wait."""
-        # the decode workers' waiting queues do not change during one dispatch (only their inbound transfers)
-        waiting_held = [self._waiting_held(d) for d in self.decode] if self._handoffs else []
-        while self._handoffs:
-            ready, src, seq = self._handoffs[0]
-            fits = [d for d, w in zip(self.decode, waiting_held) if self._room(d, seq.prompt_len, w)]
-            if not fits:
+        """Hand waiting prefilled requests, in arrival order, to the least-loaded decode worker (the first such)
+        with room: a free sequence slot (``max_num_seqs``, counting its transfers inbound) and free KV blocks
+        for the prompt and first token (after those its waiting requests and inbound transfers will take). A
+        transfer starts when its KV is ready, or at ``now`` (when the room appeared) if it had to wait. The
+        decode workers' queues, slots and free blocks do not change during one dispatch (only their inbound
+        transfers), so they are read once."""
+        if not self._handoffs:
+            return
+        handoffs, decode = self._handoffs, self.decode
+        inbound_n, inbound_blocks = self._inbound_n, self._inbound_blocks
+        load = [self._load(d) for d in decode]
+        cap = [d.config.max_num_seqs for d in decode]
+        free = [d.block_manager.num_free - self._waiting_held(d) for d in decode]
+        bs = [d.block_manager.block_size for d in decode]
+        order = range(len(decode))
+        while handoffs:
+            ready, src, seq = handoffs[0]
+            plen = seq.prompt_len
+            j, best = -1, 0
+            for k in order:  # the least-loaded worker with room, the first of equals
+                n = load[k] + inbound_n[k]
+                if n < cap[k] and free[k] - inbound_blocks[k] >= -(-(plen + 1) // bs[k]) and (j < 0 or n < best):
+                    j, best = k, n
+            if j < 0:
                 return
-            self._handoffs.popleft()
-            dst = min(fits, key=lambda d: self._load(d) + self._inbound(d))
+            handoffs.popleft()
             start = max(ready, now)
             self._admission_wait_s += start - ready
             call: Call = seq.user_data  # type: ignore[assignment]
-            t = self._transfer(src, dst, start, seq.prompt_len)
-            nxt = Sequence(
-                None,
-                self._sampling(call.max_tokens),
-                prompt_len=seq.prompt_len,
-                arrival_s=call.arrive_s,
-                user_data=call,
-            )
-            nxt.num_output_tokens = 1
-            nxt.num_computed_tokens = seq.prompt_len
-            nxt.first_token_s = nxt.last_token_s = t
-            heapq.heappush(self._transfers, (t, next(self._tick), nxt, dst))
-            self._inbound_n[id(dst)] += 1
-            self._inbound_blocks[id(dst)] += dst.block_manager.blocks_for(seq.prompt_len + 1)
+            t = self._transfer(src, decode[j], start, plen)
+            seq.hand_over(self._sampling(call.max_tokens), t)
+            heapq.heappush(self._transfers, (t, next(self._tick), seq, j))
+            inbound_n[j] += 1
+            inbound_blocks[j] += -(-(plen + 1) // bs[j])
 
     def _transfer(self, src: Engine, dst: Engine, ready: float, tokens: int) -> float:
         """Queue one KV transfer on the earliest-free lanes of ``src`` and ``dst``; returns its arrival time."""
@@ -303,9 +311,6 @@ class Cluster:
     def admission_wait_s_mean(self) -> float:
         """Mean time a prefilled request waited for room in the decode pool (0 when none waited)."""
         return self._admission_wait_s / self._num_transfers if self._num_transfers else 0.0
-
-    def _inbound(self, d: Engine) -> int:
-        return self._inbound_n[id(d)]
 
     def result_parts(self) -> tuple[float, int, np.ndarray, np.ndarray]:
         end = max(e.clock.now() for e in self.all)

@@ -122,10 +122,12 @@ class DecodeGroup:
 
     def release(self, seq: Sequence) -> None:
         """Take ``seq`` out of the group, writing its current counters back as plain values."""
-        out, comp, blocks = seq.num_output_tokens, seq.num_computed_tokens, seq.num_blocks
+        steps, bs = self.steps, self.block_size
         offset = _COMP.__get__(seq)
+        out, comp = _OUT.__get__(seq) + steps, offset + steps  # what the member's properties read
+        blocks = -(-(comp + self.ahead) // bs)
         self._list.remove(self.members.pop(seq), self._jn.pop(seq))
-        del self._phase[offset % self.block_size][seq]
+        del self._phase[offset % bs][seq]
         del self._finish[seq]
         self.capped.discard(seq)
         self._comp_sum -= offset

@@ -73,10 +73,10 @@ def _bound(e: Engine) -> float:
     members (the head of ``running``: decoding, no look-ahead held) are counted as a block, not one by one."""
     now = e.clock.now()
     s = e.scheduler
-    if not s.running and not s.waiting:
+    if not s.running and not s.waiting and not s.inbox:
         return float("inf")
     d = e.last_decode_step_s
-    if s.waiting or d <= 0:
+    if s.waiting or s.inbox or d <= 0:
         return now
     g = s.group
     m = len(g) if g is not None and g.ahead == 0 and not g.capped else 0
@@ -131,11 +131,12 @@ class Cluster:
 
     # --- Target protocol ------------------------------------------------------------------------
     def _earliest_busy(self) -> tuple[float, Engine | None]:
-        """The earliest clock among the workers with work, and its worker (the first such; inf, None: none)."""
+        """The earliest clock among the workers with work (running, waiting or, with ``recv_interval``, not yet
+        received), and its worker (the first such; inf, None: none)."""
         t_min, first = float("inf"), None
         for e in self.all:
             s = e.scheduler
-            if s.running or s.waiting:
+            if s.running or s.waiting or s.inbox:
                 t = e.clock.now()
                 if t < t_min:
                     t_min, first = t, e

@@ -184,16 +184,16 @@ def test_add_sequence_limits_are_the_cache_and_max_model_len():
 def test_a_simulation_leaves_no_reference_cycles():
     """The client pauses the cyclic garbage collector while it drives a run: that is only safe while a run
     makes no cyclic garbage (a finished sequence and its reusable decode chunk used to be one)."""
-    for wl in (WORKLOADS["closed"], WORKLOADS["open"]):
-        p, d = pools()
-        c = Cluster(p, d, LINK)
-        gc.collect()
-        r = c.run(wl)
-        assert len(r.outcomes) == wl.num_chains
-        was = gc.isenabled()
-        gc.disable()
-        try:
+    was = gc.isenabled()
+    try:
+        for wl in (WORKLOADS["closed"], WORKLOADS["open"]):
+            p, d = pools()
+            c = Cluster(p, d, LINK)
+            gc.collect()
+            gc.disable()  # else a collection could run between the end of the run and the count below
+            r = c.run(wl)
+            assert len(r.outcomes) == wl.num_chains and not gc.isenabled()
             assert gc.collect() == 0
-        finally:
-            if was:
-                gc.enable()
+    finally:
+        if was:
+            gc.enable()

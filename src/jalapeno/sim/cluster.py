@@ -115,6 +115,8 @@ class Cluster:
         #: every worker with whether it is a prefill worker of a disaggregated cluster (its completions reach
         #: the client only after a KV transfer)
         self._kinds = [(e, bool(self.decode) and i < len(self.prefill)) for i, e in enumerate(self.all)]
+        #: the link's fixed seconds per transfer (wire latency + handoff; the link is frozen)
+        self._fixed_s = link.fixed_s if link is not None else 0.0
         self._tick = itertools.count()
         self._finished_direct: list[Sequence] = []
         # free-at times of each worker's KV link lanes (by id), and the total time transfers waited for one
@@ -204,7 +206,7 @@ class Cluster:
             if e is not skip:
                 b = _bound(e)
                 if sends_kv and b < float("inf"):
-                    b += self.link.fixed_s  # type: ignore[union-attr]
+                    b += self._fixed_s
                 if b < h:
                     h = b
         return None if h == float("inf") else h
@@ -288,7 +290,7 @@ class Cluster:
             self._admission_wait_s += start - ready
             call: Call = seq.user_data  # type: ignore[assignment]
             t = self._transfer(src, decode[j], start, plen)
-            seq.hand_over(self._sampling(call.max_tokens), t)
+            seq.hand_over(self._params.get(call.max_tokens) or self._sampling(call.max_tokens), t)
             heapq.heappush(self._transfers, (t, next(self._tick), seq, j))
             inbound_n[j] += 1
             inbound_blocks[j] += -(-(plen + 1) // bs[j])
@@ -303,7 +305,7 @@ class Cluster:
         tx[i] = rx[j] = start + link.busy_s(tokens)
         self._queued_s += start - ready
         self._num_transfers += 1
-        return tx[i] + link.fixed_s
+        return tx[i] + self._fixed_s
 
     def kv_queue_s_mean(self) -> float:
         """Mean time a KV transfer waited for a busy link lane (0 when none waited)."""

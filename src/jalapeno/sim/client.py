@@ -93,14 +93,15 @@ class Call:
 
 @runtime_checkable
 class Target(Protocol):
-    """What the simulated client drives: one engine (:class:`EngineTarget`) or a cluster of them."""
+    """What the simulated client drives: one engine (:class:`EngineTarget`) or a cluster of them. A target may
+    also have ``submit_many(calls)`` (each call in order, as ``submit`` would take them one by one): the
+    client then hands over each release's calls at once."""
 
     def now(self) -> float: ...
     def request_latency_s(self) -> float: ...
     def busy(self) -> bool: ...
     def wait_until(self, t: float) -> None: ...
     def submit(self, call: Call) -> None: ...
-    def submit_many(self, calls: list[Call]) -> None: ...
     def advance(self, horizon: float | None) -> list[Sequence]: ...
     def result_parts(self) -> tuple[float, int, np.ndarray, np.ndarray]: ...
 
@@ -127,10 +128,6 @@ class Client:
         self._in: list[int] = wl.input_lens.tolist()
         self._out: list[int] = wl.output_lens.tolist()
         self._arr: list[float] | None = None if wl.arrival_s is None else np.asarray(wl.arrival_s, float).tolist()
-
-    def _chain_call(self, chain: int, t: float) -> Call:
-        k = chain * self.calls
-        return Call(chain, 0, self._in[k], self._out[k], t, t)
 
     def release(self, now: float) -> list[Call]:
         """Calls that reach the engine by ``now`` (sent at least ``request_latency_s`` earlier)."""

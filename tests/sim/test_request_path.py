@@ -42,6 +42,10 @@ class OneLandingPerEvent(Cluster):
         self._inbound_blocks[j] -= dst.block_manager.blocks_for(seq.prompt_len + 1)
         if not dst.has_unfinished():
             _idle(dst, t)
+        elif self.first_token_at_step and dst.clock.now() > t:  # the first token at the end of the step
+            seen = dst.clock.now()
+            self._step_wait_s += seen - t
+            seq.first_token_s = seq.last_token_s = seen
         dst.add_sequence(seq)
 
 

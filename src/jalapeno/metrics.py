@@ -164,6 +164,22 @@ def _stats(name: str, values_ms: np.ndarray, weights: np.ndarray | None = None) 
     return out
 
 
+def _per_request_itls(ok: Sequence[RequestOutcome]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The requests' own inter-token gaps (ms), and their weights when any request gives them compressed."""
+    itl_vals: list[np.ndarray] = []
+    itl_w: list[np.ndarray] = []
+    weighted = any(r.itl_counts is not None for r in ok)
+    for r in ok:
+        v = np.asarray(r.itl_s, dtype=np.float64)
+        if v.size == 0:
+            continue
+        itl_vals.append(v * 1000)
+        if weighted:
+            itl_w.append(np.ones_like(v) if r.itl_counts is None else np.asarray(r.itl_counts, dtype=np.float64))
+    itl = np.concatenate(itl_vals) if itl_vals else np.zeros(0)
+    return itl, (np.concatenate(itl_w) if (weighted and itl_w) else None)
+
+
 def compute_metrics(
     outcomes: Sequence[RequestOutcome],
     duration_s: float,
@@ -193,19 +209,9 @@ def compute_metrics(
     e2el = np.array([r.e2el_s for r in ok], dtype=np.float64) * 1000
     tpot = np.array([t for r in ok if (t := r.tpot_s) is not None], dtype=np.float64) * 1000
 
-    itl_vals: list[np.ndarray] = []
-    itl_w: list[np.ndarray] = []
-    weighted = any(r.itl_counts is not None for r in ok)
-    for r in ok:
-        v = np.asarray(r.itl_s, dtype=np.float64)
-        if v.size == 0:
-            continue
-        itl_vals.append(v * 1000)
-        if weighted:
-            itl_w.append(np.ones_like(v) if r.itl_counts is None else np.asarray(r.itl_counts, dtype=np.float64))
-    itl = np.concatenate(itl_vals) if itl_vals else np.zeros(0)
-    itl_weights = np.concatenate(itl_w) if (weighted and itl_w) else None
-    if itl_values is not None:
+    if itl_values is None:
+        itl, itl_weights = _per_request_itls(ok)
+    else:
         itl = np.asarray(itl_values, dtype=np.float64) * 1000
         itl_weights = None if itl_counts is None else np.asarray(itl_counts, dtype=np.float64)
         if itl_weights is not None and itl_weights.shape != itl.shape:

@@ -70,6 +70,9 @@ class Engine:
         cap = num_blocks * config.block_size - config.num_speculative_tokens
         if config.max_model_len is None or config.max_model_len > cap:
             self.config = config = dataclasses.replace(config, max_model_len=cap)
+        #: the longest sequence (tokens) add_sequence accepts: both checks below as one comparison
+        self._max_add = min(num_blocks * config.block_size - 1 - config.num_speculative_tokens,
+                            config.max_model_len - 1)
         self.scheduler = Scheduler(config, self.block_manager, on_free=backend.free_sequence)
         self.clock: Clock = clock or (VirtualClock() if backend.capabilities.virtual_time else WallClock())
         self._max_steps = max(1, int(backend.max_multi_step))
@@ -116,6 +119,16 @@ class Engine:
 
     def add_sequence(self, seq: Sequence) -> None:
         """Queue a prepared sequence (e.g. one whose KV arrives from a prefill worker: counters preset)."""
+        if seq.prompt_len + seq.num_output_tokens > self._max_add:
+            self._reject(seq)
+        with self._lock:
+            if seq.seq_id in self._seqs:
+                raise RequestError(f"request id {seq.seq_id!r} is already in the engine")
+            self._seqs[seq.seq_id] = seq
+            self.scheduler.add(seq)
+
+    def _reject(self, seq: Sequence) -> None:
+        """Raise why ``seq`` cannot be queued: it outgrows the KV cache or ``max_model_len``."""
         cfg = self.config
         bm = self.block_manager
         if bm.blocks_for(seq.num_tokens + 1 + cfg.num_speculative_tokens) > bm.num_blocks:
@@ -127,11 +140,7 @@ class Engine:
             raise RequestError(
                 f"prompt of {seq.num_tokens} tokens does not fit max_model_len={cfg.max_model_len}: shorten it"
             )
-        with self._lock:
-            if seq.seq_id in self._seqs:
-                raise RequestError(f"request id {seq.seq_id!r} is already in the engine")
-            self._seqs[seq.seq_id] = seq
-            self.scheduler.add(seq)
+        raise AssertionError("unreachable: _max_add disagrees with the checks")  # pragma: no cover
 
     def abort(self, request_id: int | str) -> bool:
         """Stop a request now and free its KV blocks. False if it is unknown or already finished."""

@@ -78,7 +78,7 @@ class DecodeGroup:
         self._phase: list[dict[Sequence, None]] = [{} for _ in range(block_size)]
         self._comp_sum = 0  # Σ members' _comp
         self._finish: dict[Sequence, int] = {}  # member → the step count at which it finishes
-        self._ends: list[tuple[int, int, Sequence]] = []  # heap of (finish step, join number, member)
+        self._ends = _FinishCalendar()  # members by finish step, in join order
         self._joins = itertools.count()
         self._window: _WindowIndex | None = None  # built by the first window_sums call
         #: where the members :meth:`advance` released last sat in the list lent to the batch (-1: unknown), in
@@ -118,14 +118,16 @@ class DecodeGroup:
             self.capped.add(seq)
         end = steps + limit - out
         self._finish[seq] = end
-        heapq.heappush(self._ends, (end, jn, seq))
+        self._ends.add(end, seq)
 
     def release(self, seq: Sequence) -> None:
         """Take ``seq`` out of the group, writing its current counters back as plain values."""
-        out, comp, blocks = seq.num_output_tokens, seq.num_computed_tokens, seq.num_blocks
+        steps, bs = self.steps, self.block_size
         offset = _COMP.__get__(seq)
+        out, comp = _OUT.__get__(seq) + steps, offset + steps  # what the member's properties read
+        blocks = -(-(comp + self.ahead) // bs)
         self._list.remove(self.members.pop(seq), self._jn.pop(seq))
-        del self._phase[offset % self.block_size][seq]
+        del self._phase[offset % bs][seq]
         del self._finish[seq]
         self.capped.discard(seq)
         self._comp_sum -= offset
@@ -163,10 +165,7 @@ class DecodeGroup:
 
     def steps_left(self) -> int:
         """Fewest steps any member can take before it finishes (finishing at that step is allowed)."""
-        ends, fin = self._ends, self._finish
-        while fin.get(ends[0][2]) != ends[0][0]:  # drop entries of members that left
-            heapq.heappop(ends)
-        return ends[0][0] - self.steps
+        return self._ends.first(self._finish) - self.steps
 
     def crossing(self) -> dict[Sequence, None]:
         """Members whose next token starts a new KV block (``ahead == 0``), oldest first."""
@@ -216,15 +215,53 @@ class DecodeGroup:
         self.t_last = t_last
         done: list[Sequence] = []
         self.left_at = left = []
-        ends, fin, now = self._ends, self._finish, self.steps
-        while ends and ends[0][0] <= now:
-            end, _, seq = heapq.heappop(ends)
+        fin, now = self._finish, self.steps
+        for end, seq in self._ends.take_until(now):
             if fin.get(seq) == end:
                 assert end == now, "a member ran past its last token"
                 left.append(self._list.lent_index(self._jn[seq]))
                 self.release(seq)
                 done.append(seq)
         return done
+
+
+class _FinishCalendar:
+    """Group members by the step count at which they finish: one list per step (members in join order) and a
+    heap of the distinct steps. At rack scale a heap of one entry per member (thousands of tuples) cost more
+    in memory traffic than all else a finishing member needs; here the heap holds a few hundred small ints.
+    Entries of members that left the group stay until their step comes (the caller checks them)."""
+
+    def __init__(self) -> None:
+        self._at: dict[int, list[Sequence]] = {}
+        self._steps: list[int] = []  # heap of the keys of ``_at``
+
+    def add(self, end: int, seq: Sequence) -> None:
+        members = self._at.get(end)
+        if members is None:
+            self._at[end] = [seq]
+            heapq.heappush(self._steps, end)
+        else:
+            members.append(seq)
+
+    def take_until(self, now: int) -> list[tuple[int, Sequence]]:
+        """Remove and return the entries of every step <= ``now``: by step, then join order."""
+        steps, at = self._steps, self._at
+        out: list[tuple[int, Sequence]] = []
+        while steps and steps[0] <= now:
+            end = heapq.heappop(steps)
+            out.extend((end, seq) for seq in at.pop(end))
+        return out
+
+    def first(self, finish: dict[Sequence, int]) -> int:
+        """The earliest step at which a member still in the group (``finish``: member → its step) finishes;
+        steps whose entries all left are dropped."""
+        steps, at = self._steps, self._at
+        while True:
+            end = steps[0]
+            if any(finish.get(seq) == end for seq in at[end]):
+                return end
+            heapq.heappop(steps)
+            del at[end]
 
 
 class _ChunkList:

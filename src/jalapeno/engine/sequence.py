@@ -143,6 +143,28 @@ class Sequence:
         self.kv_key: object = None
         self.user_data = user_data
 
+    def hand_over(self, sampling: SamplingParams, first_token_s: float) -> None:
+        """Make this finished prefill-only sequence (``max_tokens`` 1, its blocks freed) the same request
+        arriving at a decode engine with its KV (disaggregated serving): prompt computed, first token sampled
+        at ``first_token_s``, to decode under ``sampling``; it keeps its id, arrival time and ``user_data``.
+        Every other field is what a new length-only sequence has (the cluster reuses the object rather than
+        build a second one per request)."""
+        if self.num_blocks or self.group is not None or self.prompt_token_ids is not None:
+            raise RequestError(f"sequence {self.seq_id} still holds KV, decodes or has token ids: not handed over")
+        self.sampling = sampling
+        self.max_tokens = sampling.max_tokens
+        self.num_output_tokens = 1
+        self.num_computed_tokens = self.prompt_len
+        self.first_token_s = self.last_token_s = first_token_s
+        self.status = SeqStatus.WAITING
+        self.finish_reason = None
+        self.finish_s = None
+        self.num_preemptions = 0
+        self.num_cached_tokens = 0
+        self.offloaded_tokens = 0
+        self.decode_chunk = None
+        self.kv_key = None
+
     # ---------------------------------------------------------------------------------------------
     @property
     def num_tokens(self) -> int:

@@ -75,10 +75,10 @@ def _bound(e: Engine) -> float:
     members (the head of ``running``: decoding, no look-ahead held) are counted as a block, not one by one."""
     now = e.clock.now()
     s = e.scheduler
-    if not s.running and not s.waiting:
+    if not s.running and not s.waiting and not s.inbox:
         return float("inf")
     d = e.last_decode_step_s
-    if s.waiting or d <= 0:
+    if s.waiting or s.inbox or d <= 0:
         return now
     g = s.group
     m = len(g) if g is not None and g.ahead == 0 and not g.capped else 0
@@ -113,11 +113,17 @@ class Cluster:
             raise ValueError("a disaggregated cluster needs the KV link between its pools")
         self.link = link
         self.all = self.prefill + self.decode
-        self._transfers: list[tuple[float, int, Sequence, Engine]] = []
-        #: per decode worker (by id): the transfers on their way to it, and the KV blocks they pre-allocate
+        #: KV transfers on their way: (lands at, tie, sequence, index of the decode worker)
+        self._transfers: list[tuple[float, int, Sequence, int]] = []
+        #: per decode worker (by index): the transfers on their way to it, and the KV blocks they pre-allocate
         #: (running totals of what ``_transfers`` holds, so admission checks do not scan the heap)
-        self._inbound_n: dict[int, int] = {id(d): 0 for d in self.decode}
-        self._inbound_blocks: dict[int, int] = {id(d): 0 for d in self.decode}
+        self._inbound_n: list[int] = [0] * len(self.decode)
+        self._inbound_blocks: list[int] = [0] * len(self.decode)
+        #: every worker with whether it is a prefill worker of a disaggregated cluster (its completions reach
+        #: the client only after a KV transfer)
+        self._kinds = [(e, bool(self.decode) and i < len(self.prefill)) for i, e in enumerate(self.all)]
+        #: the link's fixed seconds per transfer (wire latency + handoff; the link is frozen)
+        self._fixed_s = link.fixed_s if link is not None else 0.0
         self._tick = itertools.count()
         self._finished_direct: list[Sequence] = []
         # free-at times of each worker's KV link lanes (by id), and the total time transfers waited for one
@@ -134,11 +140,12 @@ class Cluster:
 
     # --- Target protocol ------------------------------------------------------------------------
     def _earliest_busy(self) -> tuple[float, Engine | None]:
-        """The earliest clock among the workers with work, and its worker (the first such; inf, None: none)."""
+        """The earliest clock among the workers with work (running, waiting or, with ``recv_interval``, not yet
+        received), and its worker (the first such; inf, None: none)."""
         t_min, first = float("inf"), None
         for e in self.all:
             s = e.scheduler
-            if s.running or s.waiting:
+            if s.running or s.waiting or s.inbox:
                 t = e.clock.now()
                 if t < t_min:
                     t_min, first = t, e
@@ -173,16 +180,23 @@ class Cluster:
         return len(s.running) + len(s.waiting)
 
     def submit(self, call: Call) -> None:
-        e = min(self.prefill, key=self._load)
-        if not e.has_unfinished():
-            _idle(e, call.arrive_s)
-        max_tokens = 1 if self.decode else call.max_tokens
-        e.add_request(
-            prompt_len=call.prompt_len,
-            sampling=self._sampling(max_tokens),
-            arrival_s=call.arrive_s,
-            user_data=call,
-        )
+        self.submit_many([call])
+
+    def submit_many(self, calls: list[Call]) -> None:
+        """Each call, in order, to the least-loaded prefill (or only) worker (the first such), as a
+        length-only request; the loads are counted once and kept up to date as requests are added."""
+        prefill = self.prefill
+        loads = [self._load(e) for e in prefill]
+        one = self._sampling(1) if self.decode else None
+        for call in calls:
+            i = loads.index(min(loads))
+            e = prefill[i]
+            if not e.has_unfinished():
+                _idle(e, call.arrive_s)
+            seq = Sequence(None, one or self._sampling(call.max_tokens), prompt_len=call.prompt_len,
+                           arrival_s=call.arrive_s, user_data=call)
+            e.add_sequence(seq)
+            loads[i] = self._load(e)
 
     def _sampling(self, max_tokens: int) -> SamplingParams:
         """The (frozen, shared) sampling parameters of a request of ``max_tokens`` that ignores EOS."""
@@ -195,29 +209,19 @@ class Cluster:
         h = float("inf") if external is None else external
         if self._transfers:
             h = min(h, self._transfers[0][0])
-        for e in self.all:
+        for e, sends_kv in self._kinds:
             if e is not skip:
                 b = _bound(e)
-                if e in self.prefill and self.decode and b < float("inf"):
-                    b += self.link.fixed_s  # type: ignore[union-attr]
-                h = min(h, b)
+                if sends_kv and b < float("inf"):
+                    b += self._fixed_s
+                if b < h:
+                    h = b
         return None if h == float("inf") else h
 
     def advance(self, horizon: float | None) -> list[Sequence]:
         t_step, e = self._earliest_busy()
         if self._transfers and self._transfers[0][0] <= t_step:
-            t, _, seq, dst = heapq.heappop(self._transfers)
-            self._inbound_n[id(dst)] -= 1
-            self._inbound_blocks[id(dst)] -= dst.block_manager.blocks_for(seq.prompt_len + 1)
-            if not dst.has_unfinished():
-                _idle(dst, t)
-            elif self.first_token_at_step and dst.clock.now() > t:
-                # the decode worker's loop sees the landed KV only after the step in progress (its clock is that
-                # step's end: the cluster cut its steps at this landing) and streams the first token then
-                seen = dst.clock.now()
-                self._step_wait_s += seen - t
-                seq.first_token_s = seq.last_token_s = seen
-            dst.add_sequence(seq)
+            self._land(t_step)
             return []
         assert e is not None
         e.next_event_s = self._horizon(e, horizon)
@@ -238,15 +242,29 @@ class Cluster:
         self._dispatch(e.clock.now())
         return out
 
-    def _room(self, d: Engine, tokens: int, waiting_held: int) -> bool:
-        """Whether decode worker ``d`` can pre-allocate one more request of ``tokens`` prompt tokens: a free
-        sequence slot and free KV blocks, counting the requests it holds waiting (``waiting_held``: their
-        blocks, :meth:`_waiting_held`) or has inbound."""
-        s, bm = d.scheduler, d.block_manager
-        if len(s.running) + len(s.waiting) + self._inbound_n[id(d)] >= d.config.max_num_seqs:
-            return False
-        held = self._inbound_blocks[id(d)] + waiting_held
-        return bm.num_free - held >= bm.blocks_for(tokens + 1)
+    def _land(self, t_step: float) -> None:
+        """Hand every KV transfer that lands by ``t_step`` (the earliest busy worker's clock) to its decode
+        worker, oldest first. While each lands on a worker that already has work, the cluster's clock
+        (:meth:`now`) does not move and no call is due in between, so landing them in one event is what
+        landing them one event each did; a landing on an idle worker ends the batch (its clock may lead)."""
+        transfers, inbound_n, inbound_blocks = self._transfers, self._inbound_n, self._inbound_blocks
+        while transfers and transfers[0][0] <= t_step:
+            t, _, seq, j = heapq.heappop(transfers)
+            dst = self.decode[j]
+            inbound_n[j] -= 1
+            inbound_blocks[j] -= dst.block_manager.blocks_for(seq.prompt_len + 1)
+            idle = not dst.has_unfinished()
+            if idle:
+                _idle(dst, t)
+            elif self.first_token_at_step and dst.clock.now() > t:
+                # the decode worker's loop sees the landed KV only after the step in progress (its clock is that
+                # step's end: the cluster cut its steps at this landing) and streams the first token then
+                seen = dst.clock.now()
+                self._step_wait_s += seen - t
+                seq.first_token_s = seq.last_token_s = seen
+            dst.add_sequence(seq)
+            if idle:
+                return
 
     @staticmethod
     def _waiting_held(d: Engine) -> int:
@@ -255,34 +273,40 @@ class Cluster:
         return sum(bm.blocks_for(q.prompt_len + 1) for q in d.scheduler.waiting)
 
     def _dispatch(self, now: float) -> None:
-        """Hand waiting prefilled requests, in arrival order, to the least-loaded decode worker with room; a
-        transfer starts when its KV is ready, or at ``now`` (when the room appeared) if it had to wait."""
-        # the decode workers' waiting queues do not change during one dispatch (only their inbound transfers)
-        waiting_held = [self._waiting_held(d) for d in self.decode] if self._handoffs else []
-        while self._handoffs:
-            ready, src, seq = self._handoffs[0]
-            fits = [d for d, w in zip(self.decode, waiting_held) if self._room(d, seq.prompt_len, w)]
-            if not fits:
+        """Hand waiting prefilled requests, in arrival order, to the least-loaded decode worker (the first such)
+        with room: a free sequence slot (``max_num_seqs``, counting its transfers inbound) and free KV blocks
+        for the prompt and first token (after those its waiting requests and inbound transfers will take). A
+        transfer starts when its KV is ready, or at ``now`` (when the room appeared) if it had to wait. The
+        decode workers' queues, slots and free blocks do not change during one dispatch (only their inbound
+        transfers), so they are read once."""
+        if not self._handoffs:
+            return
+        handoffs, decode = self._handoffs, self.decode
+        inbound_n, inbound_blocks = self._inbound_n, self._inbound_blocks
+        load = [self._load(d) for d in decode]
+        cap = [d.config.max_num_seqs for d in decode]
+        free = [d.block_manager.num_free - self._waiting_held(d) for d in decode]
+        bs = [d.block_manager.block_size for d in decode]
+        order = range(len(decode))
+        while handoffs:
+            ready, src, seq = handoffs[0]
+            plen = seq.prompt_len
+            j, best = -1, 0
+            for k in order:  # the least-loaded worker with room, the first of equals
+                n = load[k] + inbound_n[k]
+                if n < cap[k] and free[k] - inbound_blocks[k] >= -(-(plen + 1) // bs[k]) and (j < 0 or n < best):
+                    j, best = k, n
+            if j < 0:
                 return
-            self._handoffs.popleft()
-            dst = min(fits, key=lambda d: self._load(d) + self._inbound(d))
+            handoffs.popleft()
             start = max(ready, now)
             self._admission_wait_s += start - ready
             call: Call = seq.user_data  # type: ignore[assignment]
-            t = self._transfer(src, dst, start, seq.prompt_len)
-            nxt = Sequence(
-                None,
-                self._sampling(call.max_tokens),
-                prompt_len=seq.prompt_len,
-                arrival_s=call.arrive_s,
-                user_data=call,
-            )
-            nxt.num_output_tokens = 1
-            nxt.num_computed_tokens = seq.prompt_len
-            nxt.first_token_s = nxt.last_token_s = t
-            heapq.heappush(self._transfers, (t, next(self._tick), nxt, dst))
-            self._inbound_n[id(dst)] += 1
-            self._inbound_blocks[id(dst)] += dst.block_manager.blocks_for(seq.prompt_len + 1)
+            t = self._transfer(src, decode[j], start, plen)
+            seq.hand_over(self._params.get(call.max_tokens) or self._sampling(call.max_tokens), t)
+            heapq.heappush(self._transfers, (t, next(self._tick), seq, j))
+            inbound_n[j] += 1
+            inbound_blocks[j] += -(-(plen + 1) // bs[j])
 
     def _transfer(self, src: Engine, dst: Engine, ready: float, tokens: int) -> float:
         """Queue one KV transfer on the earliest-free lanes of ``src`` and ``dst``; returns its arrival time."""
@@ -294,7 +318,7 @@ class Cluster:
         tx[i] = rx[j] = start + link.busy_s(tokens)
         self._queued_s += start - ready
         self._num_transfers += 1
-        return tx[i] + link.fixed_s
+        return tx[i] + self._fixed_s
 
     def kv_queue_s_mean(self) -> float:
         """Mean time a KV transfer waited for a busy link lane (0 when none waited)."""
@@ -307,9 +331,6 @@ class Cluster:
     def step_wait_s_mean(self) -> float:
         """Mean time a landed KV waited for its decode worker's step in progress to end (0 when none did)."""
         return self._step_wait_s / self._num_transfers if self._num_transfers else 0.0
-
-    def _inbound(self, d: Engine) -> int:
-        return self._inbound_n[id(d)]
 
     def result_parts(self) -> tuple[float, int, np.ndarray, np.ndarray]:
         end = max(e.clock.now() for e in self.all)

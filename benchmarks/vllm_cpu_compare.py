@@ -29,10 +29,10 @@ Method:
   ``--prefill-len`` / wall(1 new token) for one long prompt. Each side is warmed up on each batch first.
 * noise: the machine is shared, so for every measurement the two sides alternate (ours, then vLLM) ``--repeat``
   times and the best of each is kept; the load average is recorded before and after. Each side's measurement
-  starts after ``--settle`` idle seconds and then only once vLLM's processes are idle (``settle``: under 5 % of a
-  core over 0.2 s, read from ``/proc``): after every request vLLM's model worker and engine core keep
-  busy-polling their shared-memory queues for about 1 s (vLLM's ``SpinCondition``), which would otherwise be
-  charged to our side on a 2-core machine (``--quick``'s 0.5 s settle alone did). The CPU seconds vLLM's
+  starts after ``--settle`` idle seconds and then only once vLLM's processes are idle (``settle``: under 5 % of
+  a core in two consecutive 0.2 s windows, read from ``/proc``): after every request vLLM's model worker and
+  engine core keep busy-polling their shared-memory queues for about 1 s (vLLM's ``SpinCondition``), which
+  would otherwise be charged to our side on a 2-core machine (``--quick``'s 0.5 s settle alone did). The CPU seconds vLLM's
   processes used while our side was timed are reported (``vllm_cpu_s_while_ours_timed``; ~0 when fair).
 * threads: ours ``torch.set_num_threads(--threads)``; vLLM's model worker gets one OpenMP thread per core in
   ``--vllm-bind`` (vLLM's own engine-core/front-end processes run beside it, as vLLM ships). vLLM 0.32 also
@@ -202,22 +202,23 @@ def group_cpu_s(pgid: int) -> float | None:
 
 
 def settle(worker: "VllmWorker", min_s: float, window_s: float = 0.2, idle_cores: float = 0.05,
-           max_s: float = 10.0) -> float:
-    """Sleep ``min_s``, then until vLLM's processes are idle: less than ``idle_cores`` of a core over a
-    ``window_s`` window (at most ``max_s`` in all). After every request vLLM's model worker and engine core
-    busy-poll their shared-memory queues for about a second (measured: 1-1.5 cores for the first 0.4 s, ~0.4
-    core to 0.8 s, on this 2-core VM), which a fixed short settle would charge to the side measured next.
-    Returns the seconds waited."""
+           quiet_windows: int = 2, max_s: float = 10.0) -> float:
+    """Sleep ``min_s``, then until vLLM's processes are idle: less than ``idle_cores`` of a core in each of
+    ``quiet_windows`` consecutive ``window_s`` windows (on a loaded machine a spinning process can miss a whole
+    window), at most ``max_s`` in all. After every request vLLM's model worker and engine core busy-poll their
+    shared-memory queues for about a second (measured: 1-1.5 cores for the first 0.4 s, ~0.4 core to 0.8 s, on
+    this 2-core VM), which a fixed short settle would charge to the side measured next. Returns the seconds
+    waited."""
     t0 = time.perf_counter()
     time.sleep(min_s)
     last = group_cpu_s(worker.proc.pid)
     if last is None:  # no /proc: the fixed settle is all we can do
         return time.perf_counter() - t0
-    while time.perf_counter() - t0 < max_s:
+    quiet = 0
+    while quiet < quiet_windows and time.perf_counter() - t0 < max_s:
         time.sleep(window_s)
         now = group_cpu_s(worker.proc.pid)
-        if now - last < idle_cores * window_s:
-            break
+        quiet = quiet + 1 if now - last < idle_cores * window_s else 0
         last = now
     return time.perf_counter() - t0
 

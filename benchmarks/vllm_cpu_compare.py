@@ -32,8 +32,9 @@ Method:
   starts after ``--settle`` idle seconds and then only once vLLM's processes are idle (``settle``: under 5 % of
   a core in two consecutive 0.2 s windows, read from ``/proc``): after every request vLLM's model worker and
   engine core keep busy-polling their shared-memory queues for about 1 s (vLLM's ``SpinCondition``), which
-  would otherwise be charged to our side on a 2-core machine (``--quick``'s 0.5 s settle alone did). The CPU seconds vLLM's
-  processes used while our side was timed are reported (``vllm_cpu_s_while_ours_timed``; ~0 when fair).
+  would otherwise be charged to our side on a 2-core machine (``--quick``'s 0.5 s settle alone did). The CPU
+  seconds vLLM's processes used while our side was timed are reported (``vllm_cpu_s_while_ours_timed``; ~0
+  when fair).
 * threads: ours ``torch.set_num_threads(--threads)``; vLLM's model worker gets one OpenMP thread per core in
   ``--vllm-bind`` (vLLM's own engine-core/front-end processes run beside it, as vLLM ships). vLLM 0.32 also
   LD_PRELOADs torch's libgomp and its bundled tcmalloc and pins thread i to the i-th core of the bind list

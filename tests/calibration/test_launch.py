@@ -47,3 +47,22 @@ def test_inferencex_launch_flags(chip, weights, tp, conc, want):
 def test_other_stacks_keep_their_profile():
     assert launch_policy(spec("b200", "vllm", model="gpt-oss-120b")) == scheduling_policy("vllm")
     assert launch_policy(spec("b200", "atom")) is None  # no profile: the engine's default
+
+
+def test_trt_llm_attention_dp_points_balance_their_context_requests():
+    """Every InferenceX TRT-LLM script with DP_ATTENTION=true sets attention_dp_config enable_balance, timeout_iters
+    60: the point's policy balances over its attention-DP ranks (= TP); without attention DP it stays off."""
+    from jalapeno.calibration.launch import TRT_BALANCE_TIMEOUT_ITERS
+
+    dpa = SimSpec("deepseek-r1", "b200", Layout(tp=4, ep=4, dp_attention=True), "fp4", "fp8", 1024, 1024, 256, 0.8,
+                  framework="trt")
+    pol = launch_policy(dpa)
+    assert (pol.balance_ranks, pol.balance_timeout_iters) == (4, TRT_BALANCE_TIMEOUT_ITERS) == (4, 60)
+    assert "enable_balance" in pol.source
+    cfg = SimLimits(scheduling=pol).engine_config(256)
+    assert (cfg.balance_ranks, cfg.balance_timeout_iters) == (4, 60)
+    plain = launch_policy(spec("b200", "trt"))
+    assert (plain.balance_ranks, plain.balance_timeout_iters) == (1, 0)
+    sglang_dpa = SimSpec("deepseek-r1", "b200", Layout(tp=8, ep=8, dp_attention=True), "fp4", "fp8", 1024, 1024, 64,
+                         0.8, framework="sglang")
+    assert launch_policy(sglang_dpa).balance_ranks == 1  # SGLang has no such wait

@@ -204,3 +204,20 @@ def test_scheduler_recv_interval_delays_admission_and_bad_values_are_one_line():
         run_scenario(Scenario(**base, scheduler_recv_interval=0))
     with pytest.raises(ConfigError, match="--framework"):
         run_scenario(Scenario(**{**base, "framework": None}, scheduler_recv_interval=30))
+
+
+def test_attention_dp_balance_delays_admission_and_bad_values_are_one_line():
+    """TensorRT-LLM's attention-DP balancing (--attention-dp-balance N): with every rank decoding, a new request waits
+    for one per rank or N steps, so TTFT grows with N at a load where requests keep arriving; off by default."""
+    from jalapeno.errors import ConfigError
+    from jalapeno.sim.scenario import Scenario, run_scenario
+
+    base = dict(model="gpt-oss-120b", hardware="b200", framework="trt-llm", tp=8, dp_attention=True, concurrency=64,
+                num_prompts=192, isl=512, osl=256)
+    off = run_scenario(Scenario(**base))
+    sixty = run_scenario(Scenario(**base, attention_dp_balance=60))
+    assert sixty["median_ttft_ms"] > off["median_ttft_ms"] * 1.5
+    with pytest.raises(ConfigError, match="attention-dp-balance must be >= 1"):
+        run_scenario(Scenario(**base, attention_dp_balance=0))
+    with pytest.raises(ConfigError, match="--dp-attention"):
+        run_scenario(Scenario(**{**base, "dp_attention": False}, attention_dp_balance=60))

@@ -14,8 +14,13 @@ versions that produced the rows of ``benchmarks/data``; their ``sglang.launch_se
   8k/1k at ``CONC > 32``: 32768) and ``--num-continuous-decode-steps 4``: the event loop runs 4 decode steps
   before it looks for new requests again, i.e. a receive interval of 4 decode steps.
 
-Other stacks (vLLM, TensorRT-LLM, ATOM) keep their profile's policy: their scripts set token budgets at or near
-the simulator's 8192 default.
+* TensorRT-LLM with attention data parallelism (every ``dsr1_*_trt.sh`` / ``gptoss_*_trt.sh`` script, B200 and
+  H200: ``DP_ATTENTION=true`` adds ``attention_dp_config: {enable_balance: true, timeout_iters: 60,
+  batching_wait_iters: 0}``): context requests wait until every attention-DP rank has one, or 60 iterations
+  (TensorRT-LLM ``_balance_adp_requests``), while every rank decodes.
+
+Other stacks (vLLM, TensorRT-LLM without attention DP, ATOM) keep their profile's policy: their scripts set token
+budgets at or near the simulator's 8192 default.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ from jalapeno.calibration.points import SimSpec
 from jalapeno.perf.frameworks import SchedulingPolicy, get_framework, scheduling_policy
 
 SCRIPTS = "InferenceX benchmark scripts (github.com/SemiAnalysisAI/InferenceX benchmarks/dsr1_*.sh, sglang.launch_server flags)"
+TRT_SCRIPTS = ("InferenceX benchmark scripts (github.com/SemiAnalysisAI/InferenceX benchmarks/dsr1_*_trt.sh: "
+               "attention_dp_config enable_balance true, timeout_iters 60, batching_wait_iters 0 with DP_ATTENTION)")
+#: TensorRT-LLM ``attention_dp_config.timeout_iters`` in every InferenceX TRT-LLM script with attention DP
+TRT_BALANCE_TIMEOUT_ITERS = 60
 
 
 def _sglang_launch(spec: SimSpec) -> dict:
@@ -59,7 +68,10 @@ def launch_policy(spec: SimSpec) -> SchedulingPolicy | None:
         over = _sglang_launch(spec)
         if over:
             policy = policy.with_(**over, source=f"{policy.source}; launch flags: {SCRIPTS}")
+    if fw.key == "trt-llm" and spec.disagg is None and spec.layout.dp_attention and spec.layout.tp > 1:
+        policy = policy.with_(balance_ranks=spec.layout.tp, balance_timeout_iters=TRT_BALANCE_TIMEOUT_ITERS,
+                              source=f"{policy.source}; launch flags: {TRT_SCRIPTS}")
     return policy
 
 
-__all__ = ["launch_policy", "SCRIPTS"]
+__all__ = ["launch_policy", "SCRIPTS", "TRT_SCRIPTS", "TRT_BALANCE_TIMEOUT_ITERS"]

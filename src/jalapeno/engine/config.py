@@ -32,6 +32,13 @@ class EngineConfig:
     #: new requests are received only every this many decode steps, and right after a step that prefilled
     #: (SGLang ``--scheduler-recv-interval``); 1 = every step
     recv_interval: int = 1
+    #: attention-DP context balancing (TensorRT-LLM ``attention_dp_config.enable_balance``): with this many
+    #: attention-DP ranks (> 1), while at least that many sequences run, waiting requests are admitted only once
+    #: there are as many as ranks (one per rank) or ``balance_timeout_iters`` steps after the last admission
+    #: round; 1 = off
+    balance_ranks: int = 1
+    #: steps a partial set of waiting requests is held (TensorRT-LLM ``attention_dp_config.timeout_iters``)
+    balance_timeout_iters: int = 0
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
@@ -40,6 +47,9 @@ class EngineConfig:
             raise ConfigError(f"num_speculative_tokens must be >= 0 (got {self.num_speculative_tokens})")
         if self.recv_interval < 1 or (self.max_prefill_tokens is not None and self.max_prefill_tokens < 1):
             raise ConfigError("recv_interval and max_prefill_tokens must be >= 1")
+        if self.balance_ranks < 1 or self.balance_timeout_iters < 0:
+            raise ConfigError(f"balance_ranks must be >= 1 and balance_timeout_iters >= 0 (got {self.balance_ranks}, "
+                              f"{self.balance_timeout_iters})")
         per_seq = 1 + self.num_speculative_tokens
         if self.max_num_batched_tokens < self.max_num_seqs * per_seq:
             raise ConfigError(

@@ -17,7 +17,10 @@ Serving-stack policies (``EngineConfig``, default off = the vLLM V1 policy above
 on, ``jalapeno.perf.frameworks.SchedulingPolicy``): ``separate_prefill`` — a step that prefills carries no decodes
 (SGLang without mixed chunks: prefill batches run alone under ``max_prefill_tokens``, decode pauses);
 ``recv_interval`` — new requests reach the waiting queue only every that many decode steps or right after a step
-that prefilled (SGLang ``--scheduler-recv-interval``), so they wait in an inbox meanwhile.
+that prefilled (SGLang ``--scheduler-recv-interval``), so they wait in an inbox meanwhile; ``balance_ranks`` —
+attention-DP context balancing (TensorRT-LLM ``enable_balance``): while every rank decodes, admissions wait until
+there is one waiting request per rank or ``balance_timeout_iters`` steps have passed since the last admission
+round (the counter runs whether or not anything waits, as TensorRT-LLM's does).
 
 Multi-step: when every chunk of a step samples (decodes, and prompts whose last chunk this is) and nothing
 can change the batch for K steps — no completion (bounded with ``1 + k`` tokens per step), no admission
@@ -70,6 +73,13 @@ class Scheduler:
         self.inbox: deque[Sequence] = deque()
         self._recv_count = 0  # decode steps since the last receive
         self._recv_next = True  # receive at the next schedule (the start, and after a step that prefilled)
+        self._balance_count = 0  # ``balance_ranks``: steps since the last admission round
+        self._balance_release = False  # the batch being run is an admission round (resets the count)
+        #: ``balance_ranks``: each unfinished sequence's attention-DP rank, and per rank its sequences (running or
+        #: waiting) and its waiting ones
+        self._rank_of: dict[int | str, int] = {}
+        self._rank_load = [0] * config.balance_ranks
+        self._rank_waiting = [0] * config.balance_ranks
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self._num_decodes = 0  # decode chunks at the head of the batch being built
@@ -86,12 +96,29 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         seq.status = SeqStatus.WAITING
         (self.inbox if self.config.recv_interval > 1 else self.waiting).append(seq)
+        if self.config.balance_ranks > 1:  # the attention-DP router: the rank with the fewest requests
+            load = self._rank_load
+            r = load.index(min(load))
+            self._rank_of[seq.seq_id] = r
+            load[r] += 1
+            self._rank_waiting[r] += 1
+
+    def _on_rank(self, seq: Sequence, waiting: int, load: int = 0) -> None:
+        """``balance_ranks``: ``seq`` changes its rank's waiting count by ``waiting`` and its load by ``load``."""
+        r = self._rank_of.get(seq.seq_id)
+        if r is not None:
+            self._rank_waiting[r] += waiting
+            self._rank_load[r] += load
+            if load < 0:
+                del self._rank_of[seq.seq_id]
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.inbox)
 
     def finish(self, seq: Sequence, reason: FinishReason) -> None:
         """Mark ``seq`` finished and release its blocks (the caller removes it from ``running``)."""
+        if self._rank_of:
+            self._on_rank(seq, -1 if seq.status == SeqStatus.WAITING else 0, -1)
         seq.status = SeqStatus.FINISHED
         seq.finish_reason = reason
         if seq.kv_key is not None and self.bm.offload_blocks:
@@ -131,6 +158,8 @@ class Scheduler:
         seq.num_preemptions += 1
         seq.status = SeqStatus.WAITING
         self.waiting.appendleft(seq)
+        if self._rank_of:
+            self._on_rank(seq, 1)
         self.num_preemptions += 1
         if self.on_free is not None:
             self.on_free(seq)
@@ -146,8 +175,11 @@ class Scheduler:
         cfg = self.config
         if cfg.recv_interval > 1:
             max_steps = self._receive(max_steps)
+        hold = False
+        if cfg.balance_ranks > 1:
+            hold, max_steps = self._balance(max_steps)
         if cfg.separate_prefill:
-            batch = self._schedule_prefill_only()
+            batch = self._schedule_prefill_only(hold)
             if batch is not None:
                 return batch
         per = 1 + cfg.num_speculative_tokens
@@ -170,6 +202,8 @@ class Scheduler:
         # 3. admissions, first come first served (none in a step that had to preempt)
         if preempted:
             admission_may_change = self._could_admit_next(per)
+        elif hold:
+            admission_may_change = False  # the batch ends at the release step (``_balance`` bounded it)
         else:
             admission_may_change = self._admit(chunks, budget)
         if not chunks:
@@ -205,20 +239,36 @@ class Scheduler:
             return max_steps
         return max(1, min(max_steps, self.config.recv_interval - self._recv_count))
 
+    def _balance(self, max_steps: int) -> tuple[bool, int]:
+        """``balance_ranks``: whether admissions wait this step (TensorRT-LLM ``_balance_adp_requests``), and
+        ``max_steps`` bounded so a multi-step batch ends at the step that releases them. Each request is on the
+        rank the router gave it on arrival (the one with the fewest requests, :meth:`add`). A step is an
+        admission round (it resets the step count) when every rank has a waiting request, when some rank runs
+        none (nothing to decode there), or when it is the ``balance_timeout_iters``-th step since the last round."""
+        timeout = self.config.balance_timeout_iters
+        phase = self._balance_count % timeout if timeout else 0
+        waiting, load = self._rank_waiting, self._rank_load
+        if min(waiting) > 0 or any(n == w for n, w in zip(load, waiting)) or phase >= timeout - 1:
+            self._balance_release = True
+            return False, max_steps
+        if not self.waiting:
+            return False, max_steps  # nothing to hold; the count still runs
+        return True, max(1, min(max_steps, timeout - 1 - phase))
+
     def _take_inbox(self) -> None:
         self.waiting.extend(self.inbox)
         self.inbox.clear()
         self._recv_count = 0
         self._recv_next = False
 
-    def _schedule_prefill_only(self) -> ScheduledBatch | None:
-        """``separate_prefill``: a batch of prefill chunks only (running prompts first, then admissions) under
-        ``max_prefill_tokens``; None when there is nothing to prefill (then the step decodes)."""
+    def _schedule_prefill_only(self, hold: bool = False) -> ScheduledBatch | None:
+        """``separate_prefill``: a batch of prefill chunks only (running prompts first, then admissions unless
+        ``hold``) under ``max_prefill_tokens``; None when there is nothing to prefill (then the step decodes)."""
         cfg = self.config
         group = self.group
         partial = [s for s in self.running[len(group) if group is not None else 0:]  # members only decode
                    if not s.num_output_tokens or s.num_computed_tokens < s.prompt_len + s.num_output_tokens - 1]
-        if not partial and not (self.waiting and len(self.running) < cfg.max_num_seqs):
+        if not partial and (hold or not (self.waiting and len(self.running) < cfg.max_num_seqs)):
             return None
         if self.group is not None and self.group.members:
             self.group.dissolve()  # the decodes pause: every sequence goes through the per-sequence walk
@@ -226,7 +276,7 @@ class Scheduler:
         self._loaded = 0
         chunks: list[SeqChunk] = []
         preempted, budget = self._schedule_prefills(partial, chunks, cfg.max_prefill_tokens or cfg.max_num_batched_tokens)
-        if not preempted:
+        if not preempted and not hold:
             self._admit(chunks, budget)
         if not chunks:
             return None
@@ -357,6 +407,8 @@ class Scheduler:
             if not bm.reserve(seq, start + n):
                 break  # free blocks only shrink until something finishes
             waiting.popleft()
+            if self._rank_of:
+                self._on_rank(seq, -1)
             if seq.offloaded_tokens:
                 self._loaded += bm.restore(seq)
             seq.status = SeqStatus.RUNNING
@@ -530,6 +582,9 @@ class Scheduler:
                 self._recv_next = True
             else:
                 self._recv_count += timing.num_steps
+        if self.config.balance_ranks > 1:  # an admission round's step counts 0, every later step one more
+            self._balance_count = timing.num_steps - 1 if self._balance_release else self._balance_count + timing.num_steps
+            self._balance_release = False
         return up
 
     def _advance_group(self, members: int, timing: StepTiming, trim: bool, up: StepUpdate) -> int:

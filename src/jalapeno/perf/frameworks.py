@@ -80,11 +80,15 @@ class SchedulingPolicy:
     ``max_prefill_tokens``: prompt tokens per prefill-only step (SGLang ``--max-prefill-tokens``, with
     ``--chunked-prefill-size`` the per-request chunk; None = the engine's token budget); ``recv_interval``:
     requests are received every that many decode steps, or right after a prefill step (SGLang
-    ``--scheduler-recv-interval``; 1 = every step)."""
+    ``--scheduler-recv-interval``; 1 = every step); ``balance_ranks`` / ``balance_timeout_iters``: attention-DP
+    context balancing (TensorRT-LLM ``attention_dp_config: enable_balance, timeout_iters``; ranks = the
+    attention-DP size, 1 = off): while every rank decodes, new requests wait for one per rank or the timeout."""
 
     separate_prefill: bool = False
     max_prefill_tokens: int | None = None
     recv_interval: int = 1
+    balance_ranks: int = 1
+    balance_timeout_iters: int = 0
     source: str = ""
 
     def with_(self, **changes) -> "SchedulingPolicy":

@@ -119,7 +119,8 @@ def policy_config(policy: "SchedulingPolicy | None") -> dict:
     if policy is None:
         return {}
     return {"separate_prefill": policy.separate_prefill, "max_prefill_tokens": policy.max_prefill_tokens,
-            "recv_interval": policy.recv_interval}
+            "recv_interval": policy.recv_interval, "balance_ranks": policy.balance_ranks,
+            "balance_timeout_iters": policy.balance_timeout_iters}
 
 
 def build_sim_engines(

@@ -134,6 +134,10 @@ class Scenario:
     #: SGLang's ``--scheduler-recv-interval`` (decode steps between polls for new requests; InferenceX's B200
     #: SGLang scripts launch with 30 at concurrency >= 16, else 10); None = the --framework profile's (1)
     scheduler_recv_interval: int | None = None
+    #: TensorRT-LLM attention-DP context balancing (``attention_dp_config: enable_balance: true, timeout_iters: N``;
+    #: every InferenceX TRT-LLM script with attention DP uses 60): the steps a partial set of new requests is held
+    #: while every attention-DP rank decodes; None = off (TensorRT-LLM's default)
+    attention_dp_balance: int | None = None
     #: disaggregated: the prefill server's time per prompt token beyond the cost model (ns), added to the prefill
     #: pool's ``efficiency.prefill_token_overhead_ns``; None = the framework profile's (a fitted stack value)
     prefill_token_ns: float | None = None
@@ -252,6 +256,12 @@ def _validate(sc: Scenario) -> None:
         if not sc.framework or sc.disaggregated:
             raise ConfigError("--scheduler-recv-interval applies to an aggregated run with a --framework profile "
                               "(e.g. --framework sglang); drop it or add --framework")
+    if sc.attention_dp_balance is not None:
+        if not sc.attention_dp_balance >= 1:
+            raise ConfigError(f"--attention-dp-balance must be >= 1 steps (got {sc.attention_dp_balance})")
+        if not sc.framework or sc.disaggregated or not sc.dp_attention or sc.tp < 2:
+            raise ConfigError("--attention-dp-balance applies to an aggregated --framework run with --dp-attention over "
+                              "--tp >= 2 ranks (e.g. --framework trt-llm --tp 8 --ep 8 --dp-attention); drop it or add them")
     if sc.kv_handoff_ms is not None and not sc.kv_handoff_ms >= 0:
         raise ConfigError(f"--kv-handoff-ms must be >= 0 milliseconds (got {sc.kv_handoff_ms})")
     if sc.dpa_decode_moe_layer_us is not None and not sc.dpa_decode_moe_layer_us >= 0:
@@ -486,6 +496,8 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
             policy = scheduling_policy(sc.framework)
             if sc.scheduler_recv_interval is not None:
                 policy = replace(policy, recv_interval=int(sc.scheduler_recv_interval))
+            if sc.attention_dp_balance is not None:  # one attention-DP rank per tensor-parallel chip
+                policy = replace(policy, balance_ranks=sc.tp, balance_timeout_iters=int(sc.attention_dp_balance))
             limits = replace(limits, scheduling=policy)
         engines = build_sim_engines(cm, replicas, speculation=speculation_for(cm), limits=limits, in_flight=in_flight)
         target = engines[0] if replicas == 1 else Cluster(engines)

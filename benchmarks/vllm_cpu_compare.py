@@ -417,7 +417,7 @@ def main() -> None:
     print(f"| prefill ({p['tokens']} tok), tok/s | {p['jalapeno_tok_s']:.0f} | {p['vllm_tok_s']:.0f} | {p['ratio']:.2f} | | |")
     beside = [x for x in vllm_cpu_beside if x is not None]
     if beside:
-        print(f"\nvLLM's processes while our side was timed: at most {max(beside):.2f} CPU s per run "
+        print(f"\nvLLM's processes while our side was timed: {', '.join(f'{x:.2f}' for x in beside)} CPU s per run "
               f"(idle-waited before each side: settle >= {args.settle} s, then until vLLM used < 5 % of a core)")
     a = result["agreement"]
     print(f"\nGreedy agreement (one {args.prompt_len}-token prompt, {args.agree_tokens} new tokens): common prefix "

@@ -61,6 +61,39 @@ def _table(rows: list[dict], key) -> list[str]:
     return out
 
 
+def _breakdown(items: list, max_concurrency: int = 4) -> list[str]:
+    """Markdown: per chip, stack and ISL, the median of each idle-path TTFT component (ms) of the points at
+    concurrency <= ``max_concurrency``: the front end's fixed latency and per-prompt-token time, one prefill step
+    of the mean prompt, the stack's handoff, the KV wire time; their sum against the measured median TTFT."""
+    from jalapeno.calibration.disagg import disagg_scenario
+    from jalapeno.models import load_model
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim import scenario as S
+
+    groups: dict[tuple, list] = defaultdict(list)
+    for p, s in items:
+        if not s.concurrency or s.concurrency > max_concurrency or "median_ttft" not in p.metrics:
+            continue
+        sc = disagg_scenario(s)
+        arch = load_model(sc.model)
+        qp, qd = sc.pool("prefill"), sc.pool("decode")
+        cm_p, cm_d = S._prefill_pool_model(sc, arch, qp), S._decode_pool_model(sc, arch, qd)
+        isl = int(s.isl * (1 + s.range_ratio) / 2)
+        link = S._kv_link(cm_p, cm_d, qp.workers, qd.workers)
+        groups[(s.chip, s.framework, s.isl)].append((
+            cm_p.eff.request_overhead_ms, cm_p.eff.request_overhead_us_per_token * isl * 1e-3,
+            cm_p.step(StepShape.from_lists([(isl, 0)])).time_s * 1e3, S.handoff_ms(sc),
+            link.transfer_s(isl) * 1e3, p.metrics["median_ttft"] * 1e3))
+    out = ["| chip stack | ISL | points | front fixed | front per-token | prefill | handoff | wire | sum | "
+           "measured (median) | sum / measured |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (chip, stack, isl), vals in sorted(groups.items()):
+        m = np.median(np.array(vals), axis=0)
+        tot = float(m[:5].sum())
+        out.append(f"| {chip} {stack} | {isl} | {len(vals)} | " + " | ".join(f"{v:.0f}" for v in m[:5])
+                   + f" | {tot:.0f} | {m[5]:.0f} | {100 * (tot / m[5] - 1):+.0f}% |")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from jalapeno.calibration import Excluded, load_points, to_sim_spec
 
@@ -86,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
                          "against the cost model's full prefill step; calibration.disagg.fit_prefill_token_ns) and "
                          "dpa_decode_moe_layer_us from its dp-attention decode pools' TPOT (fit_dpa_decode_moe_layer_us), "
                          "the held-out split's the same way as a check; print JSON and stop")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="idle-system TTFT by component (front end fixed and per token, prefill, handoff, wire) of "
+                         "every point at concurrency <= 4 against its measured median TTFT; print a table and stop")
+    ap.add_argument("--filter", default="", help="only the points whose label matches this regular expression "
+                                                  "(e.g. 'mi355x.*c=(32|64)'), for quick looks")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
 
@@ -101,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         f, h = split_items(by_stack[stack], a.split, seed=0)
         fit_set += f
         held_set += h
+    if a.breakdown:
+        print("\n".join(_breakdown(dedupe(disagg_items(all_points)))))
+        return 0
     if a.fit_prefill:
         print(json.dumps({"prefill_token_ns": {"fit": fit_prefill_token_ns(fit_set),
                                                "held-out": fit_prefill_token_ns(held_set)},
@@ -119,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     held_keys = {repr(config_key(s)) for _, s in held_set}
     points = [p for p in all_points if "disagg=True" in p.col("notes")]
     jobs, excluded = [], defaultdict(int)
+    if a.filter:
+        import re
+
+        points = [p for p in points if re.search(a.filter, p.label)]
     for p in points:
         s = to_sim_spec(p)
         if isinstance(s, Excluded):

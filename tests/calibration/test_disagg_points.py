@@ -49,13 +49,18 @@ def test_simulate_disagg_takes_the_stacks_prefill_cost_or_an_override():
     from jalapeno.perf.frameworks import get_framework
 
     # one request at a time, fixed 1024-token prompts: the stack's per-token prefill cost adds exactly
-    # 1024 x prefill_token_ns to TTFT over an override of 0 (hand count), and nothing to TPOT
+    # 1024 x prefill_token_ns to TTFT over an override of 0 and replaces B200's front-end time per prompt token
+    # (1024 x request_overhead_us_per_token less; hand count), and nothing to TPOT
     spec = points.SimSpec("deepseek-r1", "b200", parse(LAYOUT).decode.layout, "native", "fp8", 1024, 16, 1, 1.0,
                           num_prompts_per_concurrency=2, framework="dynamo-sglang", disagg=parse(LAYOUT))
     stack = simulate_disagg(spec)
     zero = simulate_disagg(spec, prefill_token_ns=0.0)
     ns = dict(get_framework("dynamo-sglang").prefill_token_ns)["native"]
-    assert stack["median_ttft"] - zero["median_ttft"] == pytest.approx(1024 * ns * 1e-9, rel=1e-6)
+    from jalapeno.hardware import get_chip
+
+    front = get_chip("b200").efficiency.request_overhead_us_per_token
+    assert front > 0
+    assert stack["median_ttft"] - zero["median_ttft"] == pytest.approx(1024 * (ns * 1e-9 - front * 1e-6), rel=1e-6)
     assert stack["median_tpot"] == pytest.approx(zero["median_tpot"], rel=1e-9)
 
 
@@ -80,7 +85,11 @@ def test_prefill_rate_is_littles_law_against_the_cost_models_full_step():
     rate = 128 / (20.0 + 1023 * 0.020)
     assert r.measured_tok_s == pytest.approx(rate * 8192)  # one prefill worker
     cm = cost_model_for("deepseek-r1", "mi355x", tp=8, ep=8, precision="fp8", kv="fp8", framework="mori-sglang")
-    assert r.model_s_per_tok == pytest.approx(cm.step(StepShape.from_lists([(8192, 0)])).time_s / 8192)
+    # a full prefill step of the stack's SGLang prefill server: max_prefill_tokens 16384 = two 8192-token prompts
+    from jalapeno.calibration.disagg import disagg_scenario, prefill_step_tokens
+
+    assert prefill_step_tokens(disagg_scenario(s)) == 16384
+    assert r.model_s_per_tok == pytest.approx(cm.step(StepShape.from_lists([(8192, 0)] * 2)).time_s / 16384)
     assert r.saturated and r.implied_ns == pytest.approx((1 / (rate * 8192) - r.model_s_per_tok) * 1e9)
     # not saturated: a short TTFT, or few requests waiting, or a decode-heavy shape
     assert not prefill_rate(*_point(0.5, 0.020, 128)).saturated

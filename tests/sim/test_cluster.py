@@ -111,6 +111,34 @@ def test_kv_handoff_is_paid_once_per_request_without_holding_the_link():
     assert [a - b for a, b in zip(ttfts, sorted(o.ttft_s for o in bare.outcomes))] == pytest.approx([h, h])
 
 
+def test_a_busy_decode_worker_streams_the_first_token_at_the_end_of_its_step_in_progress():
+    # two requests prefilled together; the first one's KV lands at T1 and its decode starts there (30 ms steps);
+    # the second one's KV lands 70 ms later (its bytes waited for the lane), in the middle of the first one's third
+    # decode step: the decode worker's loop sees it (and streams its first token) only when that step ends.
+    # Hand count from the fake cost model's step times
+    P, O = 1000, 8
+    wl = Workload([P, P], [O, O], concurrency=2)
+    link = KVLink(latency_s=0.01, bytes_per_s=1e9, bytes_per_token=70_000)
+    dec = FakeCostModel(base_s=0.03)
+    c = Cluster([eng()], [eng(base_s=0.03)], link)
+    r = c.run(wl)
+    prefill = FakeCostModel().step(StepShape.from_lists(prefill=[(P, 0), (P, 0)])).time_s
+    wire = P * 70_000 / 1e9
+    t1 = prefill + 0.01 + wire
+    t2 = t1 + wire  # when the second KV lands
+    steps = [dec.step(StepShape.from_lists(decode_ctx=[P + i])).time_s for i in (1, 2, 3)]
+    assert sum(steps[:2]) < wire < sum(steps)  # it lands during the third step
+    ttft = sorted(o.ttft_s for o in r.outcomes)
+    assert ttft[0] == pytest.approx(t1, rel=1e-12)
+    assert ttft[1] == pytest.approx(t1 + sum(steps), rel=1e-12)
+    assert c.step_wait_s_mean() == pytest.approx((t1 + sum(steps) - t2) / 2, rel=1e-9)
+    # the same run with the first token at the landing itself (the model before the decode loop was modelled)
+    at_landing = Cluster([eng()], [eng(base_s=0.03)], link, first_token_at_step=False).run(wl)
+    assert sorted(o.ttft_s for o in at_landing.outcomes)[1] == pytest.approx(t2, rel=1e-12)
+    # the wait moves only the first token: both requests finish at the same times
+    assert sorted(o.e2el_s for o in r.outcomes) == pytest.approx(sorted(o.e2el_s for o in at_landing.outcomes))
+
+
 @pytest.mark.parametrize("full", [
     EngineConfig(max_num_seqs=1, max_num_batched_tokens=2048),  # one sequence slot
     EngineConfig(max_num_seqs=32, max_num_batched_tokens=2048, num_kv_blocks=100),  # KV for one 1000-token prompt

@@ -177,13 +177,17 @@ def test_stack_handoff_and_decode_slots_reach_the_scenario():
 
 def test_prefill_token_ns_prices_each_prompt_token_in_the_prefill_pool_only():
     # concurrency 1, fixed 512-token prompts: one prefill step of 512 tokens, nothing queues. --prefill-token-ns
-    # 10000 adds 512 x 10 us = 5.12 ms to that step (hand count), so to TTFT, and nothing to the decode pool
+    # 10000 adds 512 x 10 us = 5.12 ms to that step and replaces the chip's front-end time per prompt token
+    # (H200: request_overhead_us_per_token 6.75 -> 512 x 6.75 us = 3.456 ms less): TTFT + 1.664 ms (hand
+    # count); nothing changes in the decode pool
     one = dict(model="llama-3.1-8b", hardware="h200", isl=512, osl=16, random_range_ratio=1.0, concurrency=1,
                num_prompts=3, prefill_workers=1, decode_workers=1, kv_handoff_ms=0.0)
     a = run_scenario(Scenario(**one, prefill_token_ns=0.0))
     b = run_scenario(Scenario(**one, prefill_token_ns=10_000.0))
     assert b["kv_transfer"]["prefill_token_ns"] == 10_000.0
-    assert b["median_ttft_ms"] - a["median_ttft_ms"] == pytest.approx(512 * 10_000 * 1e-6, rel=1e-6)
+    front_per_token_us = get_chip("h200").efficiency.request_overhead_us_per_token
+    assert front_per_token_us == 6.75
+    assert b["median_ttft_ms"] - a["median_ttft_ms"] == pytest.approx(512 * (10.0 - front_per_token_us) * 1e-3, rel=1e-6)
     assert b["median_tpot_ms"] == pytest.approx(a["median_tpot_ms"], rel=1e-9)
     # a stack's fitted value is the default; an engine profile has none
     from jalapeno.perf.frameworks import prefill_token_ns
@@ -226,3 +230,29 @@ def test_dpa_decode_moe_layer_us_adds_to_each_decode_step_of_a_dp_attention_ep_p
     assert d["median_tpot_ms"] == pytest.approx(c["median_tpot_ms"], rel=1e-9)
     with pytest.raises(ConfigError, match="dpa-decode-moe-layer-us"):
         run_scenario(Scenario(**one, dpa_decode_moe_layer_us=-1.0))
+
+
+def test_an_sglang_stack_prefill_pool_batches_prompts_under_max_prefill_tokens():
+    # two 6000-token prompts at once on a disaggregated SGLang stack: its prefill server batches prompts up to
+    # SGLang's max_prefill_tokens (16384), so both prefill in ONE step of 12000 tokens and the first KV leaves
+    # after it; the engine scheduler's default budget (8192 per step) would split the second prompt over two
+    # steps. Hand count from the pool's own cost model and KV link
+    from jalapeno.sim import scenario as S
+
+    one = dict(model="llama-3.1-8b", hardware="h200", isl=6000, osl=2, random_range_ratio=1.0, concurrency=2,
+               num_prompts=2, prefill_workers=1, decode_workers=1, framework="sglang-disagg")
+    sc = Scenario(**one)
+    lim = S.prefill_limits(sc, S.SimLimits())
+    assert lim.scheduling.separate_prefill and lim.scheduling.max_prefill_tokens == 16384
+    assert S.prefill_limits(Scenario(**{**one, "framework": None}), S.SimLimits()).scheduling is None
+    m, r = run_scenario(sc, return_result=True)
+    arch = load_model("llama-3.1-8b")
+    cm_p = S._prefill_pool_model(sc, arch, sc.pool("prefill"))
+    cm_d = S._decode_pool_model(sc, arch, sc.pool("decode"))
+    link = S._kv_link(cm_p, cm_d, 1, 1, S.handoff_ms(sc) * 1e-3)
+    front = cm_p.eff.request_overhead_ms * 1e-3 + cm_p.eff.request_overhead_us_per_token * 6000 * 1e-6
+    both = cm_p.step(StepShape.from_lists([(6000, 0), (6000, 0)])).time_s
+    ttft = sorted(o.ttft_s for o in r.outcomes)
+    assert ttft[0] == pytest.approx(front + both + link.transfer_s(6000), rel=1e-9)
+    # the second KV queues behind the first one's bytes on the worker's one link lane
+    assert ttft[1] == pytest.approx(ttft[0] + link.busy_s(6000), rel=1e-9)

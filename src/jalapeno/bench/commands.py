@@ -65,6 +65,10 @@ def bench(
     ),
     tp: int = typer.Option(1, "--tp", help="Tensor parallelism for --compare-sim."),
     sim_precision: str | None = typer.Option(None, "--sim-precision", help="Weight precision for --compare-sim."),
+    sim_release: str = typer.Option(
+        "sent", "--sim-release",
+        help="Closed loop, --compare-sim: release the simulated first wave at the times this run sent it ('sent') "
+             "or all at t=0 ('together')."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
     """Benchmark an OpenAI-compatible server with vLLM's metric definitions (TTFT, TPOT, ITL, E2EL, goodput)."""
@@ -78,6 +82,8 @@ def bench(
 
     console = Console()
     _check_options(endpoint, dataset, range_mode, num_chips, base_url, compare_sim, hardware)
+    if sim_release not in ("sent", "together"):
+        raise ConfigError(f"--sim-release must be 'sent' or 'together' (got '{sim_release}')")
     load = LoadSpec(concurrency, request_rate, max_concurrency, burstiness, num_warmups, seed)
     load.validate()
     n = num_prompts if num_prompts is not None else 10 * (load.in_flight_cap or 10)
@@ -123,13 +129,16 @@ def bench(
         console.print(f"{failed} of {len(result.outcomes)} requests failed; first error: {first}", markup=False)
 
     if compare_sim:
-        _compare_with_sim(console, result, requests, load, hardware, sim_model or model_name, tp, sim_precision, slo)
+        _compare_with_sim(console, result, requests, load, hardware, sim_model or model_name, tp, sim_precision, slo,
+                          sim_release == "sent")
     _write(output, result, save_detailed, console)
 
 
-def _compare_with_sim(console, result, requests, load, hardware, model: str, tp: int, precision, slo) -> None:
-    """``--compare-sim``: simulate the same requests (the prompt lengths the server reported) and print and keep
-    the comparison in ``result.metadata["simulated"]``."""
+def _compare_with_sim(console, result, requests, load, hardware, model: str, tp: int, precision, slo,
+                      as_sent: bool = True) -> None:
+    """``--compare-sim``: simulate the same requests (the prompt lengths the server reported; in a closed loop with
+    ``as_sent``, the first wave released when this run sent it) and print and keep the comparison in
+    ``result.metadata["simulated"]``."""
     from jalapeno.bench.compare import simulate_workload
     from jalapeno.bench.loadgen import arrival_offsets
     from jalapeno.bench.summary import print_comparison
@@ -144,6 +153,7 @@ def _compare_with_sim(console, result, requests, load, hardware, model: str, tp:
         precision=precision,
         slo=slo,
         prompt_lens=[o.prompt_tokens if o.success else r.prompt_len for o, r in zip(result.outcomes, requests)],
+        sent_s=[o.start_s for o in result.outcomes] if as_sent and load.concurrency is not None else None,
     )
     print_comparison(console, result.metrics, predicted, f"Measured vs simulated ({hardware}, TP{tp})")
     result.metadata["simulated"] = predicted

@@ -157,6 +157,17 @@ def fit_handoff(items: list, held: list, *, max_concurrency: int = 64, workers: 
 FULL_STEP_TOKENS = 8192
 
 
+def prefill_step_tokens(sc: Any) -> int:
+    """Prompt tokens in one full prefill step of the scenario's prefill pool: its stack's ``max_prefill_tokens``
+    (SGLang: 16384; :func:`jalapeno.sim.scenario.prefill_limits`), else :data:`FULL_STEP_TOKENS`."""
+    from jalapeno.sim.factory import SimLimits
+    from jalapeno.sim.scenario import prefill_limits
+
+    pol = prefill_limits(sc, SimLimits(max_num_batched_tokens=FULL_STEP_TOKENS)).scheduling
+    return int(pol.max_prefill_tokens if pol is not None and pol.separate_prefill and pol.max_prefill_tokens
+               else FULL_STEP_TOKENS)
+
+
 @dataclass(frozen=True)
 class PrefillRate:
     """One measured disaggregated point's prefill throughput against the cost model's price.
@@ -198,7 +209,7 @@ def prefill_rate(p: Any, s: Any, *, min_ttft_s: float = 1.0, min_waiting: float 
     q = sc.pool("prefill")
     cm = _cost_model(sc, load_model(sc.model), q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp,
                      precision=q.precision)
-    k = max(1, int(FULL_STEP_TOKENS // isl))
+    k = max(1, int(prefill_step_tokens(sc) // isl))
     per_tok = cm.step(StepShape.from_lists([(int(round(isl)), 0)] * k)).time_s / (k * round(isl))
     sat = ttft >= min_ttft_s and rate * ttft >= min_waiting * c and s.isl >= min_isl_over_osl * s.osl
     return PrefillRate(p.label, s.framework, rate * isl / q.workers, per_tok, bool(sat))
@@ -298,5 +309,6 @@ def fit_dpa_decode_moe_layer_us(items: list) -> dict[str, dict[str, Any]]:
     return out
 
 
-__all__ = ["DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate", "disagg_items", "disagg_scenario", "fit_handoff",
+__all__ = ["DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate",
+           "prefill_step_tokens", "disagg_items", "disagg_scenario", "fit_handoff",
            "fit_prefill_token_ns", "pool_fields", "prefill_rate", "simulate_disagg"]

@@ -267,7 +267,8 @@ def _local_chip(extra: list[PathLike]) -> ChipSpec:
     """The probed chip of this machine: ``local`` from the default probe directory (``jalapeno hardware
     probe``'s output), overridden by a ``local`` in ``JALAPENO_HARDWARE_PATH`` / ``extra`` directories."""
     probe_dir = default_probe_dir()
-    dirs = [probe_dir, *extra] if (probe_dir / f"{LOCAL_KEY}.yaml").is_file() else extra
+    # the probe directory first, then JALAPENO_HARDWARE_PATH again (above it), then the extra directories
+    dirs = [probe_dir, *_env_dirs(), *extra] if (probe_dir / f"{LOCAL_KEY}.yaml").is_file() else extra
     try:
         return load_catalog(dirs).resolve(LOCAL_KEY)
     except UnknownNameError:

@@ -213,6 +213,8 @@ def register(app: typer.Typer) -> None:
         path = write_chip(res, out or default_probe_dir(), key, cmd)
         for note in res.notes:
             console.print(f"note: {note}")
+        console.print(f"next: jalapeno calibrate --probe {path} fits its small-M terms (GEMM efficiency by rows, "
+                      "compute/memory overlap) from these measurements (docs/hardware.md)")
         typer.echo(str(path))
 
     app.add_typer(hw, name="hardware")

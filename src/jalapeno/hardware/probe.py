@@ -161,6 +161,8 @@ class ProbeResult:
     prefill_flops: float | None = None
     prefill_step_s: float | None = None
     power_w: dict[str, float] = field(default_factory=dict)
+    #: TFLOPS of a GEMM with M rows at ROWS_KN (the dtype the torch backend runs here), by M
+    rows_tflops: dict[int, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -274,6 +276,27 @@ def measure_matmul(res: ProbeResult, quick: bool, budget_s: float) -> None:
                 res.notes.append(f"matmul {name} {label}: skipped ({str(exc).splitlines()[0]})")
                 break
             res.matmul_tflops.setdefault(name, {})[label] = 2 * m * k * n / s / 1e12
+
+
+#: GEMM rows of the small-M table (decode batches, speculative verification, prefill chunks) and the K x N they
+#: are measured at: SmolLM2-135M's hidden x intermediate, the crossover model's MLP (3.5 MB in fp32, so the weights
+#: sit in the last-level cache between runs: the time is the GEMM's own, the weight stream from DRAM is priced apart)
+ROWS_TABLE = (1, 4, 8, 16, 32, 64, 128, 512)
+ROWS_KN = (576, 1536)
+
+
+def measure_matmul_rows(res: ProbeResult, budget_s: float) -> None:
+    """TFLOPS of an M x K x N GEMM for every M in ROWS_TABLE (K x N = ROWS_KN) in the dtype the torch backend
+    computes in on this device (float32 on CPU, bfloat16 on CUDA): how GEMM efficiency falls with fewer rows."""
+    import torch
+
+    dt = torch.float32 if res.device == "cpu" else torch.bfloat16
+    k, n = ROWS_KN
+    sync = _sync(res.device)
+    w = torch.randn(k, n, device=res.device).to(dt)
+    for m in ROWS_TABLE:
+        x = torch.randn(m, k, device=res.device).to(dt)
+        res.rows_tflops[m] = 2 * m * k * n / _best_time(lambda: x @ w, budget_s, sync) / 1e12
 
 
 def read_caches() -> dict[str, int]:
@@ -397,6 +420,12 @@ def panel_batches(quick: bool) -> list[int]:
     return [1, 4, 16] if quick else [1, 4, 8, 16, 32]
 
 
+#: hidden, intermediate and vocabulary size of the crossover model (SmolLM2-135M's layers, a small vocabulary)
+CROSSOVER_MODEL = (576, 1536, 2048)
+#: context tokens of each sequence in the crossover steps, the decoded token included
+CROSSOVER_CTX = 65
+
+
 def measure_crossover(res: ProbeResult, quick: bool, budget_s: float) -> None:
     """Seconds per pure decode step, fused C kernel vs PyTorch ops, by batch, on a random model with
     SmolLM2-135M's layer shapes (1 layer quick, 6 otherwise). No C compiler → skipped with a note."""
@@ -414,11 +443,11 @@ def measure_crossover(res: ProbeResult, quick: bool, budget_s: float) -> None:
     import torch
 
     layers = 1 if quick else 6
-    loaded = random_llama(layers, 576, 1536, 2048, "cpu")
+    loaded = random_llama(layers, *CROSSOVER_MODEL, "cpu")
     res.decode_bytes = float(sum(t.numel() * t.element_size() for t in loaded.model.parameters()))
     res.decode_layers = layers
     batches = crossover_batches(quick)
-    ctx = 64  # tokens already in each sequence's cache
+    ctx = CROSSOVER_CTX - 1  # tokens already in each sequence's cache
     per_seq = ctx // 16 + 1
     runner = ModelRunner(loaded.model, per_seq * max(batches), 16, "cpu", torch.float32)
     for b in batches:
@@ -573,6 +602,9 @@ def _measurement_notes(res: ProbeResult) -> list[str]:
     lines = [f"read GB/s by threads: {fmt(res.read_gbps)}", f"copy GB/s by threads: {fmt(res.copy_gbps)}"]
     for d, shapes in res.matmul_tflops.items():
         lines.append(f"matmul {d} TFLOPS: " + ", ".join(f"{s} {v:.3g}" for s, v in shapes.items()))
+    if res.rows_tflops:
+        lines.append(f"matmul TFLOPS by rows (M x {ROWS_KN[0]} x {ROWS_KN[1]}): " + ", ".join(
+            f"{m}: {v:.3g}" for m, v in sorted(res.rows_tflops.items())))
     if res.caches_kb:
         lines.append("caches KiB: " + ", ".join(f"{k} {v}" for k, v in res.caches_kb.items()))
     if res.fused_step_s:
@@ -599,6 +631,7 @@ def run_probe(device: str = "cpu", quick: bool = False, log: Callable[[str], Non
     steps: list[tuple[str, Callable[[], None]]] = [
         ("memory bandwidth", lambda: measure_bandwidth(res, 64 if quick else 512, budget)),
         ("matmul throughput", lambda: measure_matmul(res, quick, budget)),
+        ("matmul throughput by rows", lambda: measure_matmul_rows(res, budget)),
         ("engine overheads", lambda: measure_overheads(res, quick)),
         ("fused decode crossover", lambda: measure_crossover(res, quick, budget)),
         ("power", lambda: measure_power(res, lambda: measure_bandwidth(ProbeResult(device, name, 0), 64, 0.3))),

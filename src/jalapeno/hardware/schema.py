@@ -180,6 +180,14 @@ class Efficiency(_Strict):
     #: per serving framework (``jalapeno.perf.frameworks`` key -> ms): this chip family's fitted front-end latency
     #: of that stack; replaces the framework profile's global value when ``--framework`` names it
     framework_overhead_ms: dict[str, float] = Field(default_factory=dict)
+    #: GEMM efficiency by the rows it multiplies (M -> achieved fraction of peak compute), measured by ``jalapeno
+    #: hardware probe``: a GEMM with few rows (decode, verification) reaches a fraction of what a large one does.
+    #: Interpolated in log(M), clamped at both ends; it replaces ``compute`` / ``compute_default`` for weight GEMMs
+    #: (not attention, norms or sampling). None (every catalogue chip): all GEMMs run at the large-GEMM fraction
+    compute_by_rows: dict[int, float] | None = None
+    #: the share of the shorter of an operator's compute and memory times hidden under the longer: op time =
+    #: max(c, m) + (1 - overlap) x min(c, m). None (every catalogue chip) = 1, the roofline max
+    compute_memory_overlap: float | None = Field(default=None, ge=0, le=1)
     source: str = "defaults"
     #: provenance of the values above that ``jalapeno calibrate`` fitted: parameter name (``step_overhead_us``,
     #: ``compute.fp8``, ...) -> a Fact with status ``fitted`` naming the data and command it came from
@@ -192,6 +200,18 @@ class Efficiency(_Strict):
             if not 0 < x <= 1:
                 raise ValueError(f"efficiency {k}={x} must be in (0, 1]")
         return v
+
+    @field_validator("compute_by_rows")
+    @classmethod
+    def _rows_table(cls, v: dict[int, float] | None) -> dict[int, float] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("compute_by_rows must list at least one row count (or be left out)")
+        for m, x in v.items():
+            if m < 1 or not 0 < x <= 1:
+                raise ValueError(f"compute_by_rows {m}: {x} needs rows >= 1 and a fraction in (0, 1]")
+        return dict(sorted(v.items()))
 
 
 class Energy(_Strict):

@@ -27,8 +27,11 @@ prefilled request to the decode pool (router decision, KV bootstrap handshake / 
 completion notice), paid on the KV link (:class:`jalapeno.sim.cluster.KVLink` ``handoff_s``) on top of the wire
 time. Those values are FITTED on InferenceX disaggregated points (:data:`HANDOFF_FITTED`), not published. A stack
 also carries ``prefill_token_ns``: what its prefill server spends per prompt token beyond the cost model's price
-(added to the prefill pool's ``efficiency.prefill_token_overhead_ns``; the decode pool is untouched), FITTED from
-the request rate its saturated prefill pools sustained (:data:`PREFILL_FITTED`, docs/fidelity.md).
+(added to the prefill pool's ``efficiency.prefill_token_overhead_ns``, where it replaces the chip's front-end
+``request_overhead_us_per_token``; the decode pool is untouched), FITTED from the request rate its saturated
+prefill pools sustained (:data:`PREFILL_FITTED`, docs/fidelity.md). A disaggregated stack's prefill pool
+schedules under its engine's policy (SGLang: prefill batches of up to ``max_prefill_tokens``;
+:func:`jalapeno.sim.scenario.prefill_limits`).
 """
 
 from __future__ import annotations
@@ -49,7 +52,10 @@ HANDOFF_FITTED = (
     "over the fit half of a random configuration split (seed 0, per stack) of the InferenceX B200/MI355X "
     "disaggregated points at concurrency <= 64 (benchmarks/data/calibration-blackwell-amd.csv; 2026-12-01, python "
     "benchmarks/disagg_fidelity.py --fit; docs/fidelity.md), with each stack's prefill_token_ns (PREFILL_FITTED) in place. dynamo-trt's 756 ms (764 before the refit) is driven by 3 of its 4 fit "
-    "points (idle-system TTFTs of 1.25-1.75 s where reruns of the same layout measure 0.17 s): low confidence"
+    "points (idle-system TTFTs of 1.25-1.75 s where reruns of the same layout measure 0.17 s): low confidence. "
+    "mori-sglang's 78.5 ms (2026-12-02, third session) is instead the median over its fit-half points at concurrency "
+    "<= 4 of measured TTFT - (front end + prefill + wire) once its prefill_token_ns no longer double-counts the chip's "
+    "front-end per-token latency (2 points, 53.0 and 104.1 ms: low confidence; docs/fidelity.md 'Third session')"
 )
 
 
@@ -57,7 +63,8 @@ HANDOFF_FITTED = (
 PREFILL_FITTED = (
     "FITTED (status fitted, not published): prefill_token_ns = median over the prefill-saturated points of the fit half "
     "(random:0.5 configuration split, seed 0, per stack) of 1 / (measured prompt tokens/s per prefill worker, Little's "
-    "law) - the cost model's seconds per prompt token of a full prefill step; InferenceX B200/MI355X disaggregated "
+    "law) - the cost model's seconds per prompt token of a full prefill step (the pool's batch: SGLang's "
+    "max_prefill_tokens 16384 since the third session, 2026-12-02); InferenceX B200/MI355X disaggregated "
     "points, benchmarks/data/calibration-blackwell-amd.csv (2026-12-01, python benchmarks/disagg_fidelity.py "
     "--fit-prefill; calibration.disagg.fit_prefill_token_ns; docs/fidelity.md), per stack and prefill weight "
     "precision: a precision with 1-2 saturated points takes its stack's median over all precisions, one with none "
@@ -156,17 +163,17 @@ FRAMEWORKS: tuple[ServingFramework, ...] = (
     ServingFramework("sglang", "SGLang", 41.1, (), _FIT, scheduling=SGLANG_POLICY),
     ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 52.0, ("trt", "trtllm", "tensorrt-llm"), _FIT),
     ServingFramework("dynamo-sglang", "NVIDIA Dynamo over SGLang (disaggregated)", 41.1, (), HANDOFF_FITTED,
-                     engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 26812.4),),
+                     engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 30519.1),),
                      dpa_decode_moe_layer_us=190.0, fitted_chips=("b200",)),
     ServingFramework("dynamo-trt", "NVIDIA Dynamo over TensorRT-LLM (disaggregated)", 52.0, (), HANDOFF_FITTED,
                      engine="trt-llm", kv_handoff_ms=755.7, dpa_decode_moe_layer_us=190.0,
                      fitted_chips=("b200",)),
     ServingFramework("mori-sglang", "SGLang PD with the MoRI KV transfer (disaggregated, ROCm)", 41.1, (),
-                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=59.9,
-                     prefill_token_ns=(("native", 18286.9), ("fp4", 18792.9)),
+                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=78.5,
+                     prefill_token_ns=(("native", 20649.5), ("fp4", 20536.1)),
                      dpa_decode_moe_layer_us=51.3, fitted_chips=("mi355x",)),
     ServingFramework("sglang-disagg", "SGLang PD disaggregation (router + prefill/decode servers)", 41.1, (),
-                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 18910.7),),
+                     HANDOFF_FITTED, engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 21181.8),),
                      dpa_decode_moe_layer_us=369.3, fitted_chips=("mi355x",)),
 )
 

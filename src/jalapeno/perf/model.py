@@ -145,6 +145,25 @@ _OVERHEAD_FIELDS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead
                     "prefill_token_overhead_ns")
 
 
+def rows_efficiency(table: dict[int, float], rows: np.ndarray) -> np.ndarray:
+    """A GEMM's achieved fraction of peak compute at ``rows`` rows, from a measured ``compute_by_rows`` table
+    (rows -> fraction): piecewise linear in log2(rows) between the measured row counts, clamped at both ends
+    (below 1 row counts as 1)."""
+    keys = sorted(table)
+    return np.interp(np.log2(np.maximum(rows, 1.0)), np.log2(np.array(keys, dtype=np.float64)),
+                     np.array([table[k] for k in keys], dtype=np.float64))
+
+
+def overlapped_time(tc: np.ndarray, tm: np.ndarray, overlap: float) -> np.ndarray:
+    """An operator's time when only ``overlap`` of the shorter of its compute (``tc``) and memory (``tm``) times
+    hides under the longer: max(c, m) + (1 - overlap) x min(c, m) (1: the roofline max; 0: they add)."""
+    return np.maximum(tc, tm) + (1.0 - overlap) * np.minimum(tc, tm)
+
+
+#: the features a weight GEMM's rows are counted in (its FLOPs are linear in exactly one of them)
+_GEMM_ROW_FEATURES = (IDX["T"], IDX["S"], IDX["Tm"])
+
+
 class CostModel:
     """Step time/energy of ``model`` on ``parallel.tp * parallel.pp`` chips of ``chip`` (one replica).
 
@@ -516,6 +535,7 @@ class CostModel:
         self._M_ctx = np.ascontiguousarray(self._M[:, _CTX_COLS])  # rows' slopes in the context features
         self._slopes: dict[tuple[int, float, float], list[float]] = {}  # memo of _ctx_slopes
         self._tc, self._tm = tc, tm
+        self._compile_rows(work)
         tdp = float(self.chip.power.tdp_w)
         idle = float(self.chip.power.idle_w) if self.chip.power.idle_w and self.chip.power.idle_w.value else None
         self.idle_w = idle if idle is not None else FALLBACK_IDLE_FRACTION * tdp
@@ -541,6 +561,78 @@ class CostModel:
             ext[n + j] = cols(o.bytes if o.time_bytes is None else o.time_bytes) * d_inv
         ext[2 * n + 1] = sum((cols(o.bytes) * o.mult for o in ops), np.zeros(2)) * d_pj
         return ext
+
+    def _compile_rows(self, work: list[OpSpec]) -> None:
+        """The small-M terms (``efficiency.compute_by_rows``, ``compute_memory_overlap``; docs/cost-model.md), set
+        only on probed chips. With either present every step takes the general path (:meth:`_rows_times`), never
+        the closed-form decode line. A weight GEMM is a work operator with a compute dtype whose (time) FLOPs are
+        linear in one row feature (T, S or Tm): its compute time is rescaled from the fraction :meth:`_rate`
+        used to the table's fraction at that many rows."""
+        eff = self.eff
+        self._small_m = eff.compute_by_rows is not None or eff.compute_memory_overlap is not None
+        self._overlap = 1.0 if eff.compute_memory_overlap is None else float(eff.compute_memory_overlap)
+        idx: list[int] = []
+        feat: list[int] = []
+        base: list[float] = []
+        for j, o in enumerate(work if eff.compute_by_rows is not None else ()):
+            fl = o.flops if o.time_flops is None else o.time_flops
+            nz = np.flatnonzero(fl[:NF])
+            weights = "W" in o.bytes or "WS" in o.bytes  # main memory, or pinned in SRAM by _place
+            if not o.dtype or len(nz) != 1 or int(nz[0]) not in _GEMM_ROW_FEATURES or not weights:
+                continue
+            idx.append(j)
+            feat.append(int(nz[0]))
+            base.append(eff.compute.get(o.dtype, eff.compute_default))
+        self._gemm_idx = np.array(idx, dtype=np.int64)
+        self._gemm_feat = np.array(feat, dtype=np.int64)
+        self._gemm_base = np.array(base, dtype=np.float64)
+
+    def _rows_times(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """Step times of the feature rows ``X`` (``Y = X @ M.T``) with the small-M terms: each weight GEMM's compute
+        time at its rows' efficiency, every operator's compute and memory combined by :func:`overlapped_time`."""
+        n = self._n
+        tc = Y[:, :n]
+        if self._gemm_idx.size:
+            assert self.eff.compute_by_rows is not None
+            tc = tc.copy()
+            fr = rows_efficiency(self.eff.compute_by_rows, X[:, self._gemm_feat])
+            tc[:, self._gemm_idx] *= self._gemm_base / fr
+        return overlapped_time(tc, Y[:, n : 2 * n], self._overlap).sum(axis=1) + Y[:, 2 * n]
+
+    def _step_rows(self, shape: StepShape) -> StepCost:
+        """:meth:`step` with the small-M terms (the general path)."""
+        x = self._x(shape)
+        y = self._M.dot(x)
+        t = float(self._rows_times(x[None, :], y[None, :])[0])
+        n = self._n
+        if self._verify_s and shape.decode_tokens > shape.decode_seqs:
+            t += self._verify_s
+        nc = self.chips_per_replica
+        e = min(float(y[2 * n + 1]) + self.idle_w * t * nc, self.tdp_w * t * nc)
+        return StepCost(t, e, float(y[2 * n + 2]), float(y[2 * n + 3]))
+
+    def op_times(self, shape: StepShape) -> tuple[np.ndarray, np.ndarray, float]:
+        """The parts a step's time is combined from: each work operator's compute time (s; a weight GEMM's at its
+        rows' ``compute_by_rows`` efficiency when the chip has that table) and memory time, and the time that adds
+        as it is (collectives, overheads). The probe fits ``compute_memory_overlap`` on these."""
+        x = self._x(shape)
+        y = self._M.dot(x)
+        n = self._n
+        tc = y[:n].copy()
+        if self._gemm_idx.size:
+            assert self.eff.compute_by_rows is not None
+            tc[self._gemm_idx] *= self._gemm_base / rows_efficiency(self.eff.compute_by_rows, x[self._gemm_feat])
+        return tc, y[n : 2 * n].copy(), float(y[2 * n])
+
+    def _op_rows_time(self, j: int, x: np.ndarray, tc: float, tm: float) -> tuple[float, float]:
+        """Operator ``j``'s (compute time, time) in one step with the small-M terms (for :meth:`breakdown`)."""
+        hit = np.flatnonzero(self._gemm_idx == j)
+        if hit.size:
+            assert self.eff.compute_by_rows is not None
+            g = int(hit[0])
+            fr = rows_efficiency(self.eff.compute_by_rows, np.array([x[self._gemm_feat[g]]]))[0]
+            tc = tc * float(self._gemm_base[g]) / float(fr)
+        return tc, float(overlapped_time(np.array(tc), np.array(tm), self._overlap))
 
     def _tier_x(self, shape: StepShape) -> tuple[float, float]:
         """The SRAM-tier features of a step: decode context tokens in SRAM (blocks fill the fastest tier
@@ -619,6 +711,8 @@ class CostModel:
         """Time (s), energy (J), FLOPs and bytes of one step of one replica (an empty step costs nothing)."""
         if not (shape.prefill_tokens or shape.decode_tokens):
             return StepCost(0.0, 0.0)
+        if self._small_m:
+            return self._step_rows(shape)
         y = self._M.dot(np.array(self._feat(shape), dtype=np.float64)).tolist()
         n = self._n
         t = sum([c if c > m else m for c, m in zip(y[:n], y[n : 2 * n])]) + y[2 * n]
@@ -688,7 +782,9 @@ class CostModel:
         ``i`` (contexts grow by one token per sequence per step), so each operator's compute and memory times are
         lines; when no operator changes bound inside the window (and no sliding-window cap starts to bind), the
         step time is one line ``A + B·i`` and the energy ``min(E + F·i + idle·t, tdp·t)``. None when that does
-        not hold (the matrix path then evaluates every step). Returns ``(A, B, E, F)``."""
+        not hold (the matrix path then evaluates every step), nor with the small-M terms. Returns ``(A, B, E, F)``."""
+        if self._small_m:
+            return None  # op times are no longer max(line, line): the matrix path prices every step exactly
         d = shape.decode_seqs
         r = shape.decode_tokens / d if d else 0.0
         km = k - 1
@@ -770,7 +866,10 @@ class CostModel:
             X[:, NF + 1] = np.asarray(cw, dtype=np.float64) * np.where(c > 0, cs / np.maximum(c, 1.0), 0.0)
         Y = X @ self._M.T
         n = self._n
-        t = np.maximum(Y[:, :n], Y[:, n : 2 * n]).sum(axis=1) + Y[:, 2 * n]
+        if self._small_m:
+            t = self._rows_times(X, Y)
+        else:
+            t = np.maximum(Y[:, :n], Y[:, n : 2 * n]).sum(axis=1) + Y[:, 2 * n]
         if self._verify_s and shape.decode_tokens > shape.decode_seqs:
             t = t + self._verify_s
         nc = self.chips_per_replica
@@ -783,6 +882,9 @@ class CostModel:
         rows: list[tuple] = []
         for j, o in enumerate(self._work):
             tc, tm = float(self._tc[j] @ x), float(self._tm[j] @ x)
+            t_op = max(tc, tm)
+            if self._small_m:
+                tc, t_op = self._op_rows_time(j, x, tc, tm)
             fl = float(o.flops @ x[:NF]) * o.mult
             by: dict[str, float] = {}
             for s, c in o.bytes.items():
@@ -796,7 +898,7 @@ class CostModel:
                 by[sram_name] = by.get(sram_name, 0.0) + moved
             bound = "compute" if tc >= tm else "memory"
             dtype = o.dtype or self.compute_dtypes["attn_math"]
-            rows.append((o.name, fl, by, 0.0, max(tc, tm), bound, dtype, o.layers))
+            rows.append((o.name, fl, by, 0.0, t_op, bound, dtype, o.layers))
         for o, v in zip(self._net, self._net_time):
             nb, nt = float(o.net_bytes @ x[:NF]) * o.mult, float(v @ x[:NF])
             rows.append((o.name, 0.0, {}, nb, nt, "network", "", o.layers))

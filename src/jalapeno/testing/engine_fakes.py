@@ -99,3 +99,25 @@ def assert_same(m1: dict, m2: dict) -> None:
             assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), (k, a, b)
         else:
             assert a == b, (k, a, b)
+
+
+def hand_count_engine(base_s: float, per_token_s: float, multi: bool = False, **cfg):
+    """An engine on the simulated backend whose step costs ``base_s + per_token_s x tokens`` (no context terms),
+    8 sequences and 1,000 batched tokens at most, on a virtual clock: scheduler-policy tests count its times by
+    hand. With ``multi`` False one ``step()`` runs one step, so arrivals land between the steps a test counts."""
+    from jalapeno.engine import Engine, EngineConfig, VirtualClock
+    from jalapeno.sim.backend import SimBackend
+
+    backend = SimBackend(FakeCostModel(base_s=base_s, per_token_s=per_token_s, per_ctx_s=0.0, per_pair_s=0.0))
+    if not multi:
+        backend.max_multi_step = 1
+    return Engine(backend, EngineConfig(max_num_seqs=8, max_num_batched_tokens=1000, **cfg), clock=VirtualClock())
+
+
+def run_to_completion(engine, limit: int = 10000) -> None:
+    """Step ``engine`` until it has nothing unfinished; an AssertionError after ``limit`` steps."""
+    for _ in range(limit):
+        if not engine.has_unfinished():
+            return
+        engine.step()
+    raise AssertionError("engine did not finish")

@@ -29,11 +29,20 @@ import os
 import platform
 import time
 
-# Idle OpenMP workers sleep instead of spinning: on a small shared machine spinning workers steal the core the
-# main thread needs for the small serial ops between GEMMs (applies to both sides; set before torch loads).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from jalapeno.hardware.threads import apply_thread_policy  # noqa: E402  (imports no torch)
+
+# The OpenMP thread policy `jalapeno hardware probe` measured best here (default: idle workers sleep, unpinned),
+# unless the environment sets one; OpenMP reads it when torch loads, so before that (applies to both sides).
+THREAD_POLICY = apply_thread_policy()
 
 import torch  # noqa: E402
+
+
+def omp_env() -> dict[str, str]:
+    """This process's OpenMP thread-policy variables (as torch read them at import)."""
+    from jalapeno.hardware.threads import POLICY_VARS
+
+    return {k: os.environ[k] for k in POLICY_VARS if k in os.environ}
 
 
 def measure_bandwidth(gib: float = 1.0, reps: int = 5) -> float:
@@ -211,7 +220,8 @@ def main() -> None:
     result = {
         "machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
                     "load_avg_before": load_before, "load_avg_after": os.getloadavg()[0],
-                    "torch": torch.__version__, "repeat": reps},
+                    "torch": torch.__version__, "repeat": reps, "thread_policy": THREAD_POLICY,
+                    "omp_env": omp_env()},
         "bandwidth_gb_s": bw / 1e9,
         "read_bandwidth_gb_s": read_bw / 1e9,
         "weight_mb": wbytes / 1e6,

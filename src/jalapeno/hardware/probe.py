@@ -153,6 +153,8 @@ class ProbeResult:
     power_w: dict[str, float] = field(default_factory=dict)
     #: TFLOPS of a GEMM with M rows at ROWS_KN (the dtype the torch backend runs here), by M
     rows_tflops: dict[int, float] = field(default_factory=dict)
+    #: best (batch-1 decode step, prefill step) seconds per OpenMP thread policy label, each run in its own process
+    thread_policy_s: dict[str, tuple[float, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -484,6 +486,34 @@ def measure_prefill(res: ProbeResult, runner: Any, loaded: Any, layers: int, bud
 
 
 
+def measure_thread_policy(res: ProbeResult, quick: bool) -> None:
+    """Decode and prefill step times under each OpenMP thread policy (CPU only; each in a fresh process, since
+    OpenMP reads its policy when torch loads). A failure is a note, never a crash."""
+    from jalapeno.hardware.threads import measure_thread_policies
+
+    if res.device != "cpu":
+        return
+    try:
+        times = measure_thread_policies(quick)
+    except Exception as exc:  # noqa: BLE001 - a failing or timed-out child process: a note, not a crash
+        res.notes.append(f"thread policy: not measured ({type(exc).__name__}: {exc})")
+        return
+    res.thread_policy_s = {p.label: t for p, t in times.items()}
+
+
+def thread_policy_fact(res: ProbeResult, source: str) -> dict[str, Any] | None:
+    """The chip YAML's ``execution.thread_policy``: the measured winner (None when not measured)."""
+    from jalapeno.hardware.threads import ThreadPolicy, choose_thread_policy
+
+    if not res.thread_policy_s:
+        return None
+    best = choose_thread_policy({ThreadPolicy.from_label(k): v for k, v in res.thread_policy_s.items()})
+    return {"wait": best.wait, "pinned": best.pinned, "status": "measured", "source": source,
+            "note": "lowest geometric mean of a batch-1 decode step and a prefill step, each policy in its own "
+                    "process (decode/prefill ms: " + ", ".join(
+                        f"{k} {d * 1e3:.2f}/{p * 1e3:.1f}" for k, (d, p) in res.thread_policy_s.items()) + ")"}
+
+
 # ---- the chip YAML -------------------------------------------------------------------------------------------
 
 
@@ -550,6 +580,9 @@ def chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
         if panel is not None:
             out["execution"]["panel_min_rows"] = _fact(
                 panel, source, "smallest measured decode batch from which the kernel's panel GEMMs beat its dot tiles")
+        policy = thread_policy_fact(res, source)
+        if policy is not None:
+            out["execution"]["thread_policy"] = policy
     return out
 
 
@@ -624,6 +657,7 @@ def run_probe(device: str = "cpu", quick: bool = False, log: Callable[[str], Non
         ("matmul throughput by rows", lambda: measure_matmul_rows(res, budget)),
         ("engine overheads", lambda: measure_overheads(res, quick)),
         ("fused decode crossover", lambda: measure_crossover(res, quick, budget)),
+        ("OpenMP thread policy (a process per candidate)", lambda: measure_thread_policy(res, quick)),
         ("power", lambda: measure_power(res, lambda: measure_bandwidth(ProbeResult(device, name, 0), 64, 0.3))),
     ]
     for label, step in steps:

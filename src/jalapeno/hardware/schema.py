@@ -260,6 +260,17 @@ class Calibration(_Strict):
         return "uncalibrated"
 
 
+class ThreadPolicyChoice(_Strict):
+    """A measured OpenMP thread policy: how idle workers wait (``OMP_WAIT_POLICY``) and whether they are pinned
+    to cores (``GOMP_CPU_AFFINITY``); applied by the engine's entry points before torch loads."""
+
+    wait: Literal["PASSIVE", "ACTIVE"]
+    pinned: bool
+    status: Status
+    source: str = Field(min_length=1)
+    note: str = ""
+
+
 class Execution(_Strict):
     """How the torch backend should run on this machine, chosen from measurements (``jalapeno hardware probe``
     writes it for the local chip): the fused CPU decode kernel's crossover (most tokens of a step it takes;
@@ -269,6 +280,9 @@ class Execution(_Strict):
     fused_max_batch: Fact
     threads: Fact
     panel_min_rows: Fact | None = None
+    #: the OpenMP thread policy measured best here (absent in probes from before it; entry points then use
+    #: the default, idle workers sleeping, unpinned): see :mod:`jalapeno.hardware.threads`
+    thread_policy: ThreadPolicyChoice | None = None
 
 
 class Price(_Strict):

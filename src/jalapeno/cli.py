@@ -92,6 +92,22 @@ def _ensure_registered(argv: list[str] | None) -> None:
         _register(COMMAND_PACKAGES)
 
 
+#: commands that load torch and may run on the CPU: the OpenMP thread policy must be set before torch loads
+#: (``jalapeno serve`` sets it in ``server.build.build_torch``, which only its torch backend reaches)
+CPU_TORCH_COMMANDS = ("generate",)
+
+
+def _apply_thread_policy(argv: list[str] | None) -> None:
+    """Before a CPU torch command runs (and so before torch loads): this machine's measured OpenMP thread policy
+    (:func:`jalapeno.hardware.threads.apply_thread_policy`), unless the environment sets one."""
+    args = sys.argv[1:] if argv is None else argv
+    first = next((a for a in args if not a.startswith("-")), None)
+    if first in CPU_TORCH_COMMANDS and "cuda" not in args and "--help" not in args:
+        from jalapeno.hardware.threads import apply_thread_policy
+
+        typer.echo(apply_thread_policy(), err=True)
+
+
 def _print_version(value: bool) -> None:
     """Eager option callback: runs while parsing, before click asks for a command."""
     if value:
@@ -155,6 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     """
     _ensure_registered(argv)
     try:
+        _apply_thread_policy(argv)
         app(args=argv, prog_name="jalapeno")
     except JalapenoError as exc:
         from rich.markup import escape

@@ -103,18 +103,24 @@ def test_policy_is_applied_only_when_the_user_set_none(tmp_path: Path, monkeypat
 
 
 def test_a_fresh_process_gets_the_recorded_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """End to end in a real interpreter: the policy is set before torch loads (torch is never imported here)."""
+    """End to end in a real interpreter, through the CLI's hook for `jalapeno generate`: the policy is set before
+    torch loads (torch is never imported here); a CUDA run is left alone."""
     _probe_with_policies(tmp_path, monkeypatch, {"passive-unpinned": (2.0, 2.0), "active-unpinned": (1.0, 1.0)})
-    code = ("import json, os, sys; from jalapeno.hardware.threads import apply_thread_policy; "
-            "line = apply_thread_policy(); print(json.dumps([line, os.environ.get('OMP_WAIT_POLICY'), "
+    code = ("import json, os, sys; from jalapeno.cli import _apply_thread_policy; "
+            "_apply_thread_policy(sys.argv[1:]); print(json.dumps([os.environ.get('OMP_WAIT_POLICY'), "
             "'torch' in sys.modules]))")
     env = {k: v for k, v in os.environ.items() if k not in th.POLICY_VARS}
     env["JALAPENO_CACHE"] = str(tmp_path)
     (tmp_path / "hardware").mkdir()
     (tmp_path / "local.yaml").rename(tmp_path / "hardware" / "local.yaml")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    line, wait, torch_loaded = json.loads(out.stdout)
-    assert wait == "ACTIVE" and not torch_loaded and "active-unpinned" in line
+    def run(*argv: str) -> tuple[list, str]:
+        out = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, check=True)
+        return json.loads(out.stdout), out.stderr
+
+    (wait, torch_loaded), line = run("generate", "--max-tokens", "4")
+    assert wait == "ACTIVE" and not torch_loaded and "thread policy: active-unpinned (measured" in line
+    assert run("generate", "--device", "cuda")[0] == [None, False]
+    assert run("simulate", "--model", "x")[0] == [None, False]
 
 
 def test_the_compare_benchmark_keeps_our_policy_out_of_vllm() -> None:

@@ -74,10 +74,6 @@ def generate(
     """Generate text with a real model on PyTorch; several --prompt run as one continuous batch."""
     if prompt and prompt_token_ids:
         raise JalapenoError("give either --prompt or --prompt-token-ids, not both")
-    if device == "cpu":  # OpenMP reads its thread policy when torch loads: set it first
-        from jalapeno.hardware.threads import apply_thread_policy
-
-        typer.echo(apply_thread_policy(), err=True)
     from jalapeno.backends.torch.backend import TorchBackend
     from jalapeno.backends.torch.generate import generate_tokens
     from jalapeno.backends.torch.loader import check_quantize, load_tokenizer

@@ -177,7 +177,11 @@ class VllmWorker:
         self.proc = subprocess.Popen([python, self._script.name, json.dumps(cfg)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
                                      cwd=tempfile.gettempdir(), start_new_session=True)
-        self.info = self._read()
+        try:
+            self.info = self._read()
+        except BaseException:  # a failed start or ^C while vLLM loads: take its process group down with us
+            self.close()
+            raise
 
     def _read(self) -> dict:
         line = self.proc.stdout.readline()

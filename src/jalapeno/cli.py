@@ -105,7 +105,7 @@ def _apply_thread_policy(argv: list[str] | None) -> None:
     if first in CPU_TORCH_COMMANDS and "cuda" not in args and "--help" not in args:
         from jalapeno.hardware.threads import apply_thread_policy
 
-        typer.echo(apply_thread_policy(), err=True)
+        apply_thread_policy()  # silently: the command's stderr stays its own (one line on an error)
 
 
 def _print_version(value: bool) -> None:

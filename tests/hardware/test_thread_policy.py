@@ -117,8 +117,8 @@ def test_a_fresh_process_gets_the_recorded_policy(tmp_path: Path, monkeypatch: p
         out = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, check=True)
         return json.loads(out.stdout), out.stderr
 
-    (wait, torch_loaded), line = run("generate", "--max-tokens", "4")
-    assert wait == "ACTIVE" and not torch_loaded and "thread policy: active-unpinned (measured" in line
+    (wait, torch_loaded), _ = run("generate", "--max-tokens", "4")
+    assert wait == "ACTIVE" and not torch_loaded
     assert run("generate", "--device", "cuda")[0] == [None, False]
     assert run("simulate", "--model", "x")[0] == [None, False]
 

@@ -197,6 +197,7 @@ def run_benchmark(
                 return asyncio.run(coro)
         return asyncio.run(coro)
 
+    cpu0, mono0 = time.process_time(), time.monotonic()
     if progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -207,6 +208,10 @@ def run_benchmark(
             outcomes, duration = go(lambda _o: bar.advance(task))
     else:
         outcomes, duration = go(None)
+    #: this client's own CPU over the run (it shares the machine with a local server), and the run's window on
+    #: the system-wide monotonic clock (to line it up with `jalapeno serve --step-trace`)
+    client = {"client_cpu_s": time.process_time() - cpu0, "t_start_monotonic": mono0,
+              "t_end_monotonic": time.monotonic()}
 
     energy = None
     if sampler is not None and sampler.available and sampler.reading is not None:
@@ -228,6 +233,7 @@ def run_benchmark(
         "num_warmups": load.num_warmups,
         "goodput_slo": {k: v for k, v in asdict(slo).items() if v is not None} if slo else None,
         "power_note": note,
+        **client,
     }
     if workload is not None:
         meta.update(

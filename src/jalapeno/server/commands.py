@@ -63,6 +63,12 @@ def serve(
     draft_layers: int | None = typer.Option(
         None, "--draft-layers", help="--speculative self: layers of the draft (default: a quarter of the model's)."
     ),
+    threads: int | None = typer.Option(
+        None, "--threads", help="cpu: torch compute threads of the served engine (default: the probe's choice)."
+    ),
+    step_trace: str | None = typer.Option(
+        None, "--step-trace", help="Write every engine step's times, shape and thread CPU here (JSON lines)."
+    ),
 ) -> None:
     """Serve /v1/completions, /v1/chat/completions, /v1/models, /health and /metrics."""
     if backend not in ("cpu", "cuda", "sim"):
@@ -80,6 +86,12 @@ def serve(
     ):
         if not v > 0:
             raise ConfigError(f"{name} must be > 0 (got {v})")
+    if threads is not None and (threads < 1 or backend != "cpu"):
+        raise ConfigError(f"--threads must be >= 1 and needs --backend cpu (got {threads} with --backend {backend})")
+    if step_trace is not None:
+        from jalapeno.server.step_trace import StepTracer
+
+        StepTracer.check_path(step_trace)  # before a model loads
     from jalapeno.server import build
     from jalapeno.sim import SimLimits
     from jalapeno.speculative import spec_config_from_options
@@ -103,6 +115,11 @@ def serve(
     else:
         served = _build_torch(backend, model, api_key, served_model_name, spec, max_model_len,
                               block_size, max_num_seqs, max_num_batched_tokens)
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
+    tracer = _tracer(step_trace, backend)
 
     from dataclasses import replace
 
@@ -115,7 +132,7 @@ def serve(
         body_timeout_s=body_timeout,
         allowed_hosts=hosts_for(host, allowed_hosts),
     )
-    app = build_app(served.engine, served.codec, scfg)
+    app = build_app(served.engine, served.codec, scfg, tracer=tracer)
     where = f"http://{host}:{port}"
     typer.echo(
         f"serving '{served.config.model_name}' ({backend}) at {where}/v1"
@@ -133,6 +150,20 @@ def serve(
         keep_alive_s=keep_alive_timeout,
     )
     server.run()
+
+
+def _tracer(path: str | None, backend: str):
+    """The step tracer ``--step-trace`` asks for (None without it); its header names the compute threads."""
+    if path is None:
+        return None
+    from jalapeno.server.step_trace import StepTracer
+
+    header: dict = {"backend": backend}
+    if backend != "sim":
+        import torch
+
+        header["torch_threads"] = torch.get_num_threads()
+    return StepTracer(path, header)
 
 
 def _build_torch(device, model, api_key, served_name, spec, max_model_len, block_size, max_num_seqs,

@@ -204,11 +204,13 @@ class WindowSplit:
 
 
 def split(steps: list[StepRecord], t0: float, t1: float) -> WindowSplit:
-    """Divide ``[t0, t1]`` (monotonic s) by the steps that lie in it: time in engine steps, in delivery, between
-    steps while busy, and idle; with the CPU and run-queue wait of each thread group over those steps."""
+    """Divide ``[t0, t1]`` (monotonic s) by the steps that start in it: time in engine steps, in delivery, between
+    steps while busy, and idle; with the CPU and run-queue wait of each thread group over those steps. A client
+    sees a step's tokens before the engine thread records their delivery, so the window ends at the later of
+    ``t1`` and the last step's delivery (``wall_s`` is that span: the parts add up to it)."""
     if not t1 > t0:
         raise ConfigError(f"the window must end after it starts (got {t0} .. {t1})")
-    inside = [s for s in steps if s.t_start >= t0 and s.t_done <= t1]
+    inside = [s for s in steps if t0 <= s.t_start < t1]
     step_s = sum(s.t_end - s.t_start for s in inside)
     deliver_s = sum(s.t_done - s.t_end for s in inside)
     between = idle = 0.0
@@ -220,10 +222,11 @@ def split(steps: list[StepRecord], t0: float, t1: float) -> WindowSplit:
         else:
             between += gap
         prev = s.t_done
-    idle += t1 - prev
+    end = max(t1, prev)
+    idle += end - prev
     run = {g: sum(s.run_s[i] for s in inside) for i, g in enumerate(GROUPS)}
     wait = {g: sum(s.wait_s[i] for s in inside) for i, g in enumerate(GROUPS)}
-    return WindowSplit(t1 - t0, len(inside), step_s, deliver_s, between, idle,
+    return WindowSplit(end - t0, len(inside), step_s, deliver_s, between, idle,
                        sum(s.decode_tokens for s in inside), sum(s.prefill_tokens for s in inside), run, wait)
 
 
@@ -233,6 +236,6 @@ def decode_step_ms(steps: list[StepRecord], t0: float = float("-inf"), t1: float
 
     by: dict[int, list[float]] = {}
     for s in steps:
-        if s.prefill_tokens == 0 and s.decode_tokens > 0 and s.t_start >= t0 and s.t_done <= t1:
+        if s.prefill_tokens == 0 and s.decode_tokens > 0 and t0 <= s.t_start < t1:
             by.setdefault(s.decode_tokens, []).append(s.t_end - s.t_start)
     return {b: 1e3 * float(np.median(v)) for b, v in sorted(by.items())}

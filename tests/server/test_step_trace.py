@@ -1,0 +1,95 @@
+"""`jalapeno serve --step-trace`: what each engine step of a served run cost, and the split of a run's time into
+engine steps / delivery / the serving loop between steps / idle (docs/fidelity.md, issue 16)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from jalapeno.errors import ConfigError
+from jalapeno.server.app import build_app
+from jalapeno.server.background import BackgroundServer
+from jalapeno.server.build import build_sim
+from jalapeno.server.step_trace import StepRecord, StepTracer, decode_step_ms, load_trace, split
+
+from conftest import SIM_CHIP, SIM_MODEL
+
+
+def _rec(t0, t1, t2, idle=False, pre=0, dec=1, run=(0.0, 0.0, 0.0), wait=(0.0, 0.0, 0.0)) -> StepRecord:
+    return StepRecord(t0, t1, t2, idle, seqs=dec, prefill_tokens=pre, decode_tokens=dec, run_s=run, wait_s=wait)
+
+
+def test_split_of_a_hand_made_trace_adds_up():
+    """Window 10..20 s: an idle start (10 -> 11), a prefill step 11-13 delivered at 13.5, two decode steps of two
+    sequences (14-15 / 15.2, 15.7-16.7 / 16.8), then idle to 20; a step outside the window is not counted."""
+    steps = [
+        _rec(8.0, 9.0, 9.1),  # before the window
+        _rec(11.0, 13.0, 13.5, idle=True, pre=512, dec=1, run=(1.0, 0.1, 1.2), wait=(0.5, 0.0, 0.4)),
+        _rec(14.0, 15.0, 15.2, dec=2, run=(0.6, 0.05, 0.5), wait=(0.3, 0.01, 0.2)),
+        _rec(15.7, 16.7, 16.8, dec=2, run=(0.7, 0.05, 0.6), wait=(0.2, 0.02, 0.3)),
+    ]
+    w = split(steps, 10.0, 20.0)
+    assert w.steps == 3 and w.prefill_tokens == 512 and w.decode_tokens == 5
+    assert w.step_s == pytest.approx(2.0 + 1.0 + 1.0)
+    assert w.deliver_s == pytest.approx(0.5 + 0.2 + 0.1)
+    assert w.between_s == pytest.approx((14.0 - 13.5) + (15.7 - 15.2))  # the engine had work: the loop's time
+    assert w.idle_s == pytest.approx((11.0 - 10.0) + (20.0 - 16.8))
+    assert w.step_s + w.deliver_s + w.between_s + w.idle_s == pytest.approx(w.wall_s)
+    assert w.run_s == pytest.approx({"engine": 2.3, "loop": 0.2, "other": 2.3})
+    assert w.wait_s == pytest.approx({"engine": 1.0, "loop": 0.03, "other": 0.9})
+    assert w.per_decode_token_ms() == pytest.approx({"step": 800.0, "deliver": 160.0, "between": 200.0})
+    assert decode_step_ms(steps, 10.0, 20.0) == pytest.approx({2: 1000.0})  # the prefill step is not a decode step
+
+
+def test_a_served_run_is_traced_step_by_step(tmp_path):
+    """A real server (simulated chip, time-scale 0) with a tracer: every decoded token is in the trace, each step
+    in order, and the window's parts add up to its wall time."""
+    path = tmp_path / "steps.jsonl"
+    served = build_sim(SIM_CHIP, SIM_MODEL, time_scale=0.0)
+    tracer = StepTracer(path, {"backend": "sim"})
+    import time
+
+    with BackgroundServer(build_app(served.engine, served.codec, served.config, tracer=tracer)) as srv:
+        t0 = time.monotonic()
+        for n in (5, 7):
+            r = httpx.post(srv.url + "/v1/completions", json={"model": served.config.model_name, "prompt": "hi " * 20,
+                                                              "max_tokens": n, "ignore_eos": True}, timeout=30)
+            assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == n
+        t1 = time.monotonic()
+    header, steps = load_trace(path)
+    assert header["backend"] == "sim" and header["groups"] == ["engine", "loop", "other"]
+    assert sum(s.decode_tokens for s in steps) == 12 and sum(s.prefill_tokens for s in steps) >= 40
+    assert all(s.t_start <= s.t_end <= s.t_done for s in steps)
+    assert all(a.t_done <= b.t_start for a, b in zip(steps, steps[1:]))
+    w = split(steps, t0, t1)
+    assert w.decode_tokens == 12 and w.step_s + w.deliver_s + w.between_s + w.idle_s == pytest.approx(w.wall_s)
+    assert steps[0].idle_before  # the server sat idle before the first request
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("", "is empty"),
+        ('{"kind": "step", "t_start": 1}\n', "line 1"),
+        ("not json\n", "line 1"),
+        (json.dumps({"kind": "step", **_rec(1, 2, 3).__dict__}) + "\n", "no header"),
+    ],
+)
+def test_a_bad_trace_is_one_clear_line(tmp_path, content, needle):
+    p = tmp_path / "t.jsonl"
+    p.write_text(content)
+    with pytest.raises(ConfigError, match=needle):
+        load_trace(p)
+
+
+def test_bad_trace_paths_and_windows_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        StepTracer(tmp_path / "missing" / "t.jsonl")
+    with pytest.raises(ConfigError, match="is a folder"):
+        StepTracer(tmp_path)
+    with pytest.raises(ConfigError, match="end after it starts"):
+        split([], 2.0, 1.0)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_trace(tmp_path / "nothing.jsonl")

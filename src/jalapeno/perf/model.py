@@ -20,7 +20,7 @@ from jalapeno.models.arch import ModelArch
 from jalapeno.perf import dtypes as dt
 from jalapeno.perf.network import collective, p2p
 from jalapeno.perf.ops import (
-    IDX, NF, OpSpec, Routing, attention_dims, build_ops, features, kv_bytes_per_token_per_layer,
+    IDX, NF, Dims, OpSpec, Routing, attention_dims, build_ops, features, kv_bytes_per_token_per_layer,
     linear_state_bytes_per_layer, vec,
 )
 from jalapeno.perf.shape import StepShape
@@ -143,6 +143,13 @@ _OVERHEAD_FIELDS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead
                     "seq_overhead_us",
                     "prefill_layer_overhead_us", "expert_overhead_us", "prefill_expert_overhead_us",
                     "prefill_token_overhead_ns")
+
+
+def decode_attention_s_per_key(m: ModelArch, d: Dims, ns: float) -> float:
+    """Seconds ``efficiency.decode_attention_ns`` adds per context key of a decode query row: ``ns`` for each
+    query head on the chip in each attention layer (linear-attention layers hold no keys)."""
+    layers = sum(not m.is_linear_layer(i) for i in range(m.num_layers))
+    return layers * d.q_heads * ns * 1e-9
 
 
 def rows_efficiency(table: dict[int, float], rows: np.ndarray) -> np.ndarray:
@@ -512,6 +519,8 @@ class CostModel:
                                          m.num_experts / self.parallel.ep if m.num_experts else 0.0, self.kernels)
         if self._paging_s_per_token:  # host paging: every context block of the step's block tables
             self._overhead = self._overhead + vec(C=self._paging_s_per_token, K=self._paging_s_per_token)
+        if eff.decode_attention_ns:  # a CPU attention kernel's per (head, key, layer) cost of each decode row
+            self._overhead = self._overhead + vec(Cr=decode_attention_s_per_key(m, self._dims, eff.decode_attention_ns))
         lin = sum(self._net_time, np.zeros(NF)) + self._overhead
         pj_net = self.chip.energy.pj_per_network_byte or FALLBACK_PJ_PER_NET_BYTE
         e_work = np.zeros(NF)

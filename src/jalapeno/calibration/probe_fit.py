@@ -305,7 +305,7 @@ def refit_probe_file(src: Path, out_dir: Path, command: str) -> tuple[Path, str]
                     + yaml.safe_dump(data, sort_keys=False, width=120), encoding="utf-8")
     eff = load_spec_file(path).efficiency
     line = (f"{path}: compute_default {eff.compute_default}, memory_default {eff.memory_default}, "
-            f"compute_memory_overlap {eff.compute_memory_overlap}")
+            f"compute_memory_overlap {eff.compute_memory_overlap}, decode_attention_ns {eff.decode_attention_ns}")
     if "compute_memory_overlap" in eff.fitted:
         line += f"; {eff.fitted['compute_memory_overlap'].note}"
     return path, line

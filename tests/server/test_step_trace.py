@@ -14,7 +14,7 @@ from jalapeno.server.background import BackgroundServer
 from jalapeno.server.build import build_sim
 from jalapeno.server.step_trace import StepRecord, StepTracer, decode_step_ms, load_trace, split
 
-from conftest import SIM_CHIP, SIM_MODEL
+SIM_CHIP, SIM_MODEL = "h100", "llama-3.1-8b"  # what tests/server/conftest.py serves
 
 
 def _rec(t0, t1, t2, idle=False, pre=0, dec=1, run=(0.0, 0.0, 0.0), wait=(0.0, 0.0, 0.0)) -> StepRecord:

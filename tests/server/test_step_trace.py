@@ -93,3 +93,22 @@ def test_bad_trace_paths_and_windows_are_refused(tmp_path):
         split([], 2.0, 1.0)
     with pytest.raises(ConfigError, match="cannot read"):
         load_trace(tmp_path / "nothing.jsonl")
+
+
+def test_the_recorded_served_trace_splits_as_the_doc_says():
+    """The trace docs/fidelity.md's split comes from (`sim_vs_engine.py --concurrency 1 --isl 512 --osl 64
+    --step-trace`, 2026-12-02 03:30-03:39 UTC, load 9.5-10.4, window incl. one warm-up request): 4 prompts of 512
+    tokens and 4 x 64 decoded tokens in 256 steps; the parts add up to the window; the engine thread waited for a
+    core ~4.7x as long as it ran."""
+    from pathlib import Path
+
+    header, steps = load_trace(Path(__file__).parent / "data" / "served_c1_isl512_osl64_loaded.jsonl")
+    assert header["torch_threads"] == 2 and header["cpus"] == 2
+    w = split(steps, 39964.194597294, 40145.525130031)
+    assert (w.steps, w.prefill_tokens, w.decode_tokens) == (256, 4 * 512, 4 * 64)
+    assert (w.wall_s, w.step_s, w.deliver_s, w.between_s, w.idle_s) == pytest.approx(
+        (181.33, 179.70, 0.926, 0.620, 0.083), abs=5e-3)
+    assert w.run_s == pytest.approx({"engine": 30.99, "loop": 0.685, "other": 29.58}, abs=5e-3)
+    assert w.wait_s["engine"] / w.run_s["engine"] == pytest.approx(4.70, abs=0.01)
+    assert w.per_decode_token_ms()["step"] == pytest.approx(702.0, abs=0.1)
+    assert decode_step_ms(steps, 39964.19, 40145.53)[1] == pytest.approx(577.5, abs=0.1)

@@ -66,6 +66,10 @@ def test_a_served_run_is_traced_step_by_step(tmp_path):
     w = split(steps, t0, t1)
     assert w.decode_tokens == 12 and w.step_s + w.deliver_s + w.between_s + w.idle_s == pytest.approx(w.wall_s)
     assert steps[0].idle_before  # the server sat idle before the first request
+    import sys
+
+    if sys.platform == "linux":  # schedstat: the engine thread's CPU over its steps is there, and bounded by the wall
+        assert 0 < sum(s.run_s[0] for s in steps) <= sum(s.t_done - s.t_start for s in steps) + 0.01
 
 
 @pytest.mark.parametrize(

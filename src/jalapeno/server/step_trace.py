@@ -52,22 +52,47 @@ class StepRecord:
     wait_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
-def _schedstat(pid: int) -> dict[int, tuple[int, int]]:
-    """{tid: (ns on a core, ns runnable waiting)} for the threads of ``pid`` (empty where Linux gives none)."""
-    out: dict[int, tuple[int, int]] = {}
-    base = f"/proc/{pid}/task"
-    try:
-        tids = os.listdir(base)
-    except OSError:
-        return out
-    for tid in tids:
+class _SchedStat:
+    """{tid: (ns on a core, ns runnable waiting)} for the threads of ``pid``, from ``/proc/<pid>/task/*/schedstat``
+    (empty where Linux gives none). The files stay open and are re-read in place (``pread`` at 0 regenerates a
+    procfs file); the thread list is re-listed every ``relist`` reads, so threads started later are picked up."""
+
+    def __init__(self, pid: int, relist: int = 64) -> None:
+        self.base = f"/proc/{pid}/task"
+        self.relist = relist
+        self._fds: dict[int, int] = {}
+        self._reads = 0
+
+    def _list(self) -> None:
         try:
-            with open(f"{base}/{tid}/schedstat") as f:
-                run, wait, _ = f.read().split()
-            out[int(tid)] = (int(run), int(wait))
-        except (OSError, ValueError):
-            continue  # the thread ended meanwhile, or no schedstat on this kernel
-    return out
+            tids = {int(t) for t in os.listdir(self.base)}
+        except OSError:
+            return
+        for tid in tids - self._fds.keys():
+            try:
+                self._fds[tid] = os.open(f"{self.base}/{tid}/schedstat", os.O_RDONLY)
+            except OSError:
+                continue  # the thread ended meanwhile, or no schedstat on this kernel
+        for tid in self._fds.keys() - tids:
+            os.close(self._fds.pop(tid))
+
+    def read(self) -> dict[int, tuple[int, int]]:
+        if self._reads % self.relist == 0:
+            self._list()
+        self._reads += 1
+        out: dict[int, tuple[int, int]] = {}
+        for tid, fd in list(self._fds.items()):
+            try:
+                run, wait, _ = os.pread(fd, 96, 0).split()
+                out[tid] = (int(run), int(wait))
+            except (OSError, ValueError):
+                os.close(self._fds.pop(tid))  # the thread ended
+        return out
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
 
 
 class StepTracer:
@@ -92,6 +117,7 @@ class StepTracer:
             raise ConfigError(f"--step-trace {path}: cannot write it ({exc.strerror}); pick a writable path") from None
         self.path = path
         self.pid = os.getpid()
+        self._stat = _SchedStat(self.pid)
         self.loop_tid: int | None = None
         self._engine_tid: int | None = None
         self._pending: dict[str, Any] | None = None
@@ -105,12 +131,17 @@ class StepTracer:
             if self._f is not None:
                 self._f.write(json.dumps(obj, separators=(",", ":")) + "\n")
 
-    def _groups(self) -> tuple[list[int], list[int]]:
-        run, wait = [0, 0, 0], [0, 0, 0]
-        for tid, (r, w) in _schedstat(self.pid).items():
+    def _groups(self, before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> tuple[list, list]:
+        """Seconds each group ran / waited between two reads (threads present in both only: a thread first seen
+        in ``after`` would add its whole life)."""
+        run, wait = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
+        for tid, (r1, w1) in after.items():
+            if tid not in before:
+                continue
+            r0, w0 = before[tid]
             g = 0 if tid == self._engine_tid else 1 if tid == self.loop_tid else 2
-            run[g] += r
-            wait[g] += w
+            run[g] += (r1 - r0) / 1e9
+            wait[g] += (w1 - w0) / 1e9
         return run, wait
 
     def idle(self) -> None:
@@ -120,9 +151,8 @@ class StepTracer:
     def begin(self, engine: Any) -> None:
         if self._engine_tid is None:
             self._engine_tid = threading.get_native_id()
-        run, wait = self._groups()
-        self._pending = {"t_start": time.monotonic(), "gen": engine.tokens_generated,
-                         "pre": engine.prompt_tokens_computed, "run": run, "wait": wait}
+        self._pending = {"stat": self._stat.read(), "t_start": time.monotonic(), "gen": engine.tokens_generated,
+                         "pre": engine.prompt_tokens_computed}
 
     def end_step(self) -> None:
         if self._pending is not None:
@@ -133,12 +163,11 @@ class StepTracer:
         if p is None or "t_end" not in p:
             return
         t_done = time.monotonic()
-        run, wait = self._groups()
+        run, wait = self._groups(p["stat"], self._stat.read())
         rec = StepRecord(
             t_start=p["t_start"], t_end=p["t_end"], t_done=t_done, idle_before=self._idle, seqs=seqs,
             prefill_tokens=engine.prompt_tokens_computed - p["pre"], decode_tokens=engine.tokens_generated - p["gen"],
-            run_s=tuple((a - b) / 1e9 for a, b in zip(run, p["run"])),  # type: ignore[arg-type]
-            wait_s=tuple((a - b) / 1e9 for a, b in zip(wait, p["wait"])),  # type: ignore[arg-type]
+            run_s=tuple(run), wait_s=tuple(wait),  # type: ignore[arg-type]
         )
         self._idle = False
         self._write({"kind": "step", **asdict(rec)})
@@ -148,6 +177,7 @@ class StepTracer:
             if self._f is not None:
                 self._f.close()
                 self._f = None
+                self._stat.close()
 
 
 # ---- reading and splitting ------------------------------------------------------------------------------------

@@ -47,3 +47,19 @@ def test_a_negative_value_is_refused():
 
     with pytest.raises(ValidationError):
         get_chip("h100").efficiency.model_validate({"decode_attention_ns": -1.0})
+
+
+def test_multi_step_decode_runs_price_the_growing_context():
+    """``decode_steps`` (the simulator's closed-form decode runs) adds the term as each step's context grows: the
+    same times as pricing the steps one by one."""
+    import numpy as np
+
+    from jalapeno.perf.model import advance_decode
+
+    cm = _cm(50.0)
+    sh = _decode(4, 300)
+    times, _ = cm.decode_steps(sh, 5)
+    one_by_one = [cm.step(advance_decode(sh, i)).time_s for i in range(5)]
+    assert np.asarray(times)[:5] == pytest.approx(one_by_one, rel=1e-9)
+    assert one_by_one[1] - one_by_one[0] == pytest.approx(
+        _cm(0.0).step(advance_decode(sh, 1)).time_s - _cm(0.0).step(sh).time_s + 30 * 9 * 50e-9 * 4, rel=1e-6)

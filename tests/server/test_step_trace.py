@@ -68,8 +68,9 @@ def test_a_served_run_is_traced_step_by_step(tmp_path):
     assert steps[0].idle_before  # the server sat idle before the first request
     import sys
 
-    if sys.platform == "linux":  # schedstat: the engine thread's CPU over its steps is there, and bounded by the wall
-        assert 0 < sum(s.run_s[0] for s in steps) <= sum(s.t_done - s.t_start for s in steps) + 0.01
+    if sys.platform == "linux":  # schedstat: the engine thread's CPU over its steps is there, and bounded by the
+        # wall it spans (each step's reads bracket it, so the reads' own time counts: the span, not the steps' sum)
+        assert 0 < sum(s.run_s[0] for s in steps) <= steps[-1].t_done - steps[0].t_start + 0.1
 
 
 @pytest.mark.parametrize(

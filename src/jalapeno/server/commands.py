@@ -71,27 +71,9 @@ def serve(
     ),
 ) -> None:
     """Serve /v1/completions, /v1/chat/completions, /v1/models, /health and /metrics."""
-    if backend not in ("cpu", "cuda", "sim"):
-        raise ConfigError(f"--backend must be cpu, cuda or sim (got '{backend}')")
-    if not 0 < port < 65536:
-        raise ConfigError(f"--port must be in 1..65535 (got {port})")
-    if api_key is not None and not api_key.strip():
-        raise ConfigError("--api-key is empty (which would serve without a key): give a key, or leave it out")
-    for name, v in (
-        ("--max-request-bytes", max_request_bytes),
-        ("--shutdown-timeout", shutdown_timeout),
-        ("--header-timeout", header_timeout),
-        ("--body-timeout", body_timeout),
-        ("--keep-alive-timeout", keep_alive_timeout),
-    ):
-        if not v > 0:
-            raise ConfigError(f"{name} must be > 0 (got {v})")
-    if threads is not None and (threads < 1 or backend != "cpu"):
-        raise ConfigError(f"--threads must be >= 1 and needs --backend cpu (got {threads} with --backend {backend})")
-    if step_trace is not None:
-        from jalapeno.server.step_trace import StepTracer
-
-        StepTracer.check_path(step_trace)  # before a model loads
+    _check_args(backend, port, api_key, threads, step_trace, {
+        "--max-request-bytes": max_request_bytes, "--shutdown-timeout": shutdown_timeout,
+        "--header-timeout": header_timeout, "--body-timeout": body_timeout, "--keep-alive-timeout": keep_alive_timeout})
     from jalapeno.server import build
     from jalapeno.sim import SimLimits
     from jalapeno.speculative import spec_config_from_options
@@ -150,6 +132,26 @@ def serve(
         keep_alive_s=keep_alive_timeout,
     )
     server.run()
+
+
+def _check_args(backend: str, port: int, api_key: str | None, threads: int | None, step_trace: str | None,
+                positive: dict[str, float]) -> None:
+    """One clear line for a bad ``serve`` argument, before anything loads or binds."""
+    if backend not in ("cpu", "cuda", "sim"):
+        raise ConfigError(f"--backend must be cpu, cuda or sim (got '{backend}')")
+    if not 0 < port < 65536:
+        raise ConfigError(f"--port must be in 1..65535 (got {port})")
+    if api_key is not None and not api_key.strip():
+        raise ConfigError("--api-key is empty (which would serve without a key): give a key, or leave it out")
+    for name, v in positive.items():
+        if not v > 0:
+            raise ConfigError(f"{name} must be > 0 (got {v})")
+    if threads is not None and (threads < 1 or backend != "cpu"):
+        raise ConfigError(f"--threads must be >= 1 and needs --backend cpu (got {threads} with --backend {backend})")
+    if step_trace is not None:
+        from jalapeno.server.step_trace import StepTracer
+
+        StepTracer.check_path(step_trace)  # before a model loads
 
 
 def _tracer(path: str | None, backend: str):

@@ -171,12 +171,12 @@ class AsyncEngine:
         anchor: tuple[float, float] | None = None  # (wall, virtual) while busy
         while not self._stop.is_set():
             busy = self.engine.has_unfinished()
+            if not busy and self.tracer is not None:
+                self.tracer.idle()  # waiting for work: the gap before the next step is idle, not the loop's
             self._drain(block=not busy)
             if not self.engine.has_unfinished():
                 anchor = None
                 self._refresh_stats()
-                if self.tracer is not None:
-                    self.tracer.idle()
                 continue
             if self.paced and anchor is None:
                 anchor = (time.perf_counter(), self.engine.clock.now())

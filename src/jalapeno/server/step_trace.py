@@ -121,7 +121,7 @@ class StepTracer:
         self.loop_tid: int | None = None
         self._engine_tid: int | None = None
         self._pending: dict[str, Any] | None = None
-        self._idle = False
+        self._idle = True  # nothing ran before the first step
         self._lock = threading.Lock()
         self._write({"kind": "header", "pid": self.pid, "cpus": os.cpu_count(), "clock": "monotonic",
                      "groups": list(GROUPS), **(header or {})})

@@ -114,6 +114,33 @@ def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts
     return out
 
 
+#: InferenceX's requests per concurrency slot (its closed-loop benchmark sends 10 × concurrency prompts)
+INFERENCEX_PER_SLOT = 10
+
+
+def weighted_median_ttft(start_s: Any, ttft_s: Any, concurrency: int, per_slot: int = INFERENCEX_PER_SLOT) -> float:
+    """The median TTFT a closed-loop run of ``per_slot`` requests per slot would report, estimated from a shorter
+    run: its first wave (the ``concurrency`` requests sent first, all at t = 0, queueing behind the prefill pool)
+    carries weight ``1 / per_slot`` and the later requests (the steady state) the rest, as they would in the
+    longer run; the weighted median of the TTFTs (the smallest TTFT whose cumulative weight reaches half). With
+    exactly ``per_slot`` requests per slot it is the plain median of the run (up to the even-count midpoint)."""
+    start, ttft = np.asarray(start_s, dtype=float), np.asarray(ttft_s, dtype=float)
+    if start.shape != ttft.shape or not ttft.size:
+        raise ConfigError("weighted_median_ttft: needs one start time per TTFT and at least one request")
+    if concurrency < 1 or per_slot < 1:
+        raise ConfigError(f"weighted_median_ttft: concurrency and per_slot must be >= 1 (got {concurrency}, {per_slot})")
+    order = np.argsort(start, kind="stable")
+    first = np.zeros(ttft.size, dtype=bool)
+    first[order[:concurrency]] = True
+    n_first, n_rest = int(first.sum()), int((~first).sum())
+    if n_rest == 0:
+        return float(np.median(ttft))
+    w = np.where(first, 1.0 / per_slot / n_first, (1.0 - 1.0 / per_slot) / n_rest)
+    idx = np.argsort(ttft, kind="stable")
+    cum = np.cumsum(w[idx])
+    return float(ttft[idx][np.searchsorted(cum, 0.5 * cum[-1] - 1e-12)])
+
+
 def disagg_items(points: Any) -> list:
     """(point, :class:`SimSpec`) of every disaggregated point of ``points`` that maps to a simulation."""
     from jalapeno.calibration.points import Excluded, to_sim_spec
@@ -311,4 +338,5 @@ def fit_dpa_decode_moe_layer_us(items: list) -> dict[str, dict[str, Any]]:
 
 __all__ = ["DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate",
            "prefill_step_tokens", "disagg_items", "disagg_scenario", "fit_handoff",
-           "fit_prefill_token_ns", "pool_fields", "prefill_rate", "simulate_disagg"]
+           "fit_prefill_token_ns", "pool_fields", "prefill_rate", "simulate_disagg", "INFERENCEX_PER_SLOT",
+           "weighted_median_ttft"]

@@ -82,13 +82,16 @@ def disagg_scenario(spec: Any, *, prompts_per_concurrency: int | None = None, se
 
 def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts_per_concurrency: int | None = None,
                     frameworks: bool = True, request_overhead_ms: float | None = None,
-                    kv_handoff_ms: float | None = None, prefill_token_ns: float | None = None) -> dict[str, float]:
+                    kv_handoff_ms: float | None = None, prefill_token_ns: float | None = None,
+                    ttft_per_slot: int | None = None) -> dict[str, float]:
     """Predicted metrics of a disaggregated point (keys of ``points.METRICS``, SI units), with the arguments of
     :func:`jalapeno.calibration.predict.simulate`. Per-chip throughputs are per *decode* GPU, as InferenceX's
     disaggregated per-GPU numbers are (its rows: concurrency × output length / E2E ÷ per-GPU throughput = the
     decode pool's GPU count, not both pools'). ``kv_handoff_ms`` overrides the stack's handoff latency (what a
     fit searches); the stack's own value stays when only ``request_overhead_ms`` is overridden; likewise
-    ``prefill_token_ns`` overrides the stack's prefill-server cost per prompt token."""
+    ``prefill_token_ns`` overrides the stack's prefill-server cost per prompt token. ``ttft_per_slot``: report as
+    ``median_ttft`` the median a run of that many requests per slot would give (:func:`weighted_median_ttft`:
+    the first wave weighted as in that run), not this run's plain median."""
     from dataclasses import replace
 
     from jalapeno.sim.scenario import run_scenario
@@ -106,10 +109,14 @@ def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts
 
         base = efficiency if efficiency is not None else efficiency_of(spec.chip)
         efficiency = base.model_copy(update={"request_overhead_ms": float(request_overhead_ms)})
-    m = run_scenario(sc, efficiency=efficiency)
+    m, res = run_scenario(sc, efficiency=efficiency, return_result=True)
     from jalapeno.calibration.predict import SIM_KEYS
 
     out = {k: float(m[s]) * f for k, (s, f) in SIM_KEYS.items() if m.get(s) is not None}
+    if ttft_per_slot:
+        ok = [o for o in res.outcomes if o.success]
+        out["median_ttft"] = weighted_median_ttft([o.start_s for o in ok], [o.ttft_s for o in ok],
+                                                  int(spec.concurrency), int(ttft_per_slot))
     out["concurrency"] = float(spec.concurrency)
     return out
 

@@ -191,3 +191,19 @@ def test_weighted_median_ttft_weights_the_first_wave_as_a_ten_per_slot_run_would
         weighted_median_ttft(start, ttft, 0)
     with pytest.raises(ConfigError, match="one start time per TTFT"):
         weighted_median_ttft([0.0], ttft, 2)
+
+
+def test_recipe_decode_slots_follow_the_recorded_launch_flags():
+    from jalapeno.calibration.disagg import recipe_decode_slots
+
+    # "TP1 EP8 DPattn=False (8 GPUs)": the cost model reads attention-DP over the 8 GPUs, but the launcher saw
+    # DP off and EP on, so --max-running-requests 256 (not 160 x 8)
+    lay = parse("disagg P: 1 worker(s) x TP8 EP1 DPattn=False (8 GPUs); D: 2 worker(s) x TP1 EP8 DPattn=False (16 GPUs)")
+    assert pool_fields(lay.decode)["decode_dp_attention"] is True
+    assert recipe_decode_slots("mori-sglang", lay.decode) == 256
+    spec = points.SimSpec("deepseek-r1", "mi355x", lay.decode.layout, "native", "fp8", 1024, 1024, 1024, 0.8,
+                          framework="mori-sglang", disagg=lay)
+    assert disagg_scenario(spec).decode_max_num_seqs == 256
+    dpa = parse("disagg P: 1 worker(s) x TP1 EP8 DPattn=True (8 GPUs); D: 1 worker(s) x TP1 EP16 DPattn=True (16 GPUs)")
+    assert recipe_decode_slots("sglang-disagg", dpa.decode) == 160 * 16
+    assert recipe_decode_slots("dynamo-sglang", dpa.decode) is None  # no published B200 recipe value

@@ -61,6 +61,17 @@ def pool_fields(pool: Any) -> dict[str, Any]:
     }
 
 
+def recipe_decode_slots(stack: str | None, pool: Any) -> int | None:
+    """Sequence slots of one decode worker of ``stack``'s recipe for the parsed decode ``pool``, from the flags
+    the recipe was launched with as the layout records them (its ``DPattn`` and ``EP``: the launcher sets
+    ``--max-running-requests`` from those, whatever the recorded TP; a ``TP1 EP8 DPattn=False`` worker of 8 GPUs
+    is launched without dp-attention, so it gets the EP value). None: the stack's recipe publishes none."""
+    from jalapeno.perf.frameworks import decode_max_running_requests
+
+    fw = _engine_framework(stack) if stack else None
+    return decode_max_running_requests(fw, pool.gpus // pool.workers, pool.ep, bool(pool.dp_attention))
+
+
 def disagg_scenario(spec: Any, *, prompts_per_concurrency: int | None = None, seed: int = 0):
     """The :class:`~jalapeno.sim.scenario.Scenario` of a disaggregated :class:`SimSpec` (``spec.disagg`` set)."""
     from jalapeno.sim.scenario import Scenario
@@ -70,6 +81,9 @@ def disagg_scenario(spec: Any, *, prompts_per_concurrency: int | None = None, se
         raise ConfigError("not a disaggregated point (its SimSpec has no pools)")
     per = prompts_per_concurrency or spec.num_prompts_per_concurrency
     kw: dict[str, Any] = {**pool_fields(d.prefill), **pool_fields(d.decode)}
+    slots = recipe_decode_slots(spec.framework, d.decode)
+    if slots is not None:
+        kw["decode_max_num_seqs"] = slots
     if spec.spec_tokens:
         kw.update(spec_decode="mtp", spec_tokens=spec.spec_tokens,
                   acceptance=",".join(str(a) for a in spec.spec_acceptance) or "0.7")
@@ -345,5 +359,5 @@ def fit_dpa_decode_moe_layer_us(items: list) -> dict[str, dict[str, Any]]:
 
 __all__ = ["DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate",
            "prefill_step_tokens", "disagg_items", "disagg_scenario", "fit_handoff",
-           "fit_prefill_token_ns", "pool_fields", "prefill_rate", "simulate_disagg", "INFERENCEX_PER_SLOT",
+           "fit_prefill_token_ns", "pool_fields", "prefill_rate", "recipe_decode_slots", "simulate_disagg", "INFERENCEX_PER_SLOT",
            "weighted_median_ttft"]

@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   "(e.g. 'mi355x.*c=(32|64)'), for quick looks")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
+    if a.ttft_per_slot < 0:
+        ap.error(f"--ttft-per-slot must be >= 0 (got {a.ttft_per_slot})")
 
     from jalapeno.calibration.disagg import disagg_items, fit_dpa_decode_moe_layer_us, fit_handoff, fit_prefill_token_ns
     from jalapeno.calibration.fit import config_key, dedupe, split_items

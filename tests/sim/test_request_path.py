@@ -201,3 +201,25 @@ def test_a_simulation_leaves_no_reference_cycles():
     finally:
         if was:
             gc.enable()
+
+
+def test_the_collector_is_paused_inside_a_run_and_restored_after_an_error():
+    """``drive`` turns the cyclic collector off while it runs and back on afterwards, also when the run raises
+    (it stays off if it was off)."""
+
+    class Failing(Cluster):
+        def advance(self, horizon):
+            seen.append(gc.isenabled())
+            raise RuntimeError("boom")
+
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            seen: list[bool] = []
+            p, d = pools()
+            with pytest.raises(RuntimeError, match="boom"):
+                Failing(p, d, LINK).run(WORKLOADS["closed"])
+            assert seen == [False] and gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

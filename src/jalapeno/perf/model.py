@@ -737,7 +737,7 @@ class CostModel:
             t += self._verify_s
         nc = self.chips_per_replica
         e = min(y[2 * n + 1] + self.idle_w * t * nc, self.tdp_w * t * nc)
-        return StepCost(t, e, y[2 * n + 2], y[2 * n + 3])
+        return StepCost.of(t, e, y[2 * n + 2], y[2 * n + 3])
 
     def decode_steps(self, shape: StepShape, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Durations and energies of ``k`` consecutive decode steps of the same batch (see

@@ -297,6 +297,13 @@ class ChipSpec(_Strict):
     host: HostMemory | None = None
     features: ChipFeatures = Field(default_factory=ChipFeatures)
     efficiency: Efficiency = Field(default_factory=Efficiency)
+    #: the chip's own share of each GPU kernel's fixed cost in a graph-replayed step, microseconds: the dispatch
+    #: gap between consecutive kernels of a captured CUDA / HIP graph (command processor and the driver runtime's
+    #: per-node submission; a microbenchmark of graph-replayed empty kernels measures it). A chip fact with its
+    #: source, never fitted: the serving stack's share is the fitted ``efficiency.kernel_overhead_us``, and the
+    #: cost model charges their sum per kernel, so a cross-vendor transfer of fitted values keeps the target
+    #: chip's own launch gap. None (or status unknown): not split, the fitted term carries all of it
+    kernel_launch_us: Fact | None = None
     #: how ``efficiency``'s serving parameters were obtained (the confidence label of every answer)
     calibration: Calibration = Field(default_factory=Calibration)
     energy: Energy = Field(default_factory=Energy)
@@ -305,6 +312,20 @@ class ChipSpec(_Strict):
     #: measured execution choices of the torch backend (probed local chips only)
     execution: Execution | None = None
     notes: list[str] = Field(default_factory=list)
+
+    @field_validator("kernel_launch_us")
+    @classmethod
+    def _launch_is_a_chip_fact(cls, v: Fact | None) -> Fact | None:
+        if v is not None and v.status == "fitted":
+            raise ValueError("a chip fact (a launch microbenchmark's per-kernel gap, with its source), not a fitted "
+                             "value: put a fitted per-kernel cost in efficiency.kernel_overhead_us")
+        return v
+
+    @property
+    def launch_us(self) -> float:
+        """The per-kernel launch gap the cost model charges on top of ``efficiency.kernel_overhead_us`` (0 when
+        the chip does not state it)."""
+        return float(self.kernel_launch_us) if self.kernel_launch_us is not None else 0.0
 
     @field_validator("compute_tflops")
     @classmethod

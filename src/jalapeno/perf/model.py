@@ -123,15 +123,17 @@ def kernel_count(m: ModelArch, tp: int = 1, ep: int = 1) -> int:
 
 
 def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_per_chip: float = 0.0,
-                    kernels: int = 0) -> np.ndarray:
+                    kernels: int = 0, launch_us: float = 0.0) -> np.ndarray:
     """Time (s) the fixed costs add to a step, as coefficients over :data:`~jalapeno.perf.ops.FEATURES`:
     per step, per layer, per MoE layer, per kernel of a step (``kernels``: :func:`kernel_count`), per routed expert run in a MoE layer (``Ue`` x experts per chip x MoE
     layers), per sequence in the step (``N``), per layer of a step that prefills (``Pf``), per routed expert run
-    in a MoE layer of a step that prefills (``Uep``, same scale) and per prefill token (``Tp``). Affine in the features, so ``decode_steps`` stays closed-form."""
+    in a MoE layer of a step that prefills (``Uep``, same scale) and per prefill token (``Tp``). Affine in the features, so ``decode_steps`` stays closed-form.
+    Each kernel costs ``launch_us`` (the chip's graph-replay launch gap, ``ChipSpec.kernel_launch_us``: a chip
+    fact) plus ``eff.kernel_overhead_us`` (the serving stack's fitted share)."""
     us = 1e-6
     fixed = eff.step_overhead_us + num_layers * eff.layer_overhead_us + moe_layers * eff.moe_layer_overhead_us
     return vec(
-        one=(fixed + kernels * eff.kernel_overhead_us) * us,
+        one=(fixed + kernels * (launch_us + eff.kernel_overhead_us)) * us,
         N=eff.seq_overhead_us * us,
         Pf=num_layers * eff.prefill_layer_overhead_us * us,
         Ue=moe_layers * experts_per_chip * eff.expert_overhead_us * us,
@@ -520,7 +522,8 @@ class CostModel:
         m = self.model
         self.kernels = kernel_count(m, self.parallel.tp, self.parallel.ep)
         self._overhead = overhead_vector(eff, m.num_layers, self._moe_layers(),
-                                         m.num_experts / self.parallel.ep if m.num_experts else 0.0, self.kernels)
+                                         m.num_experts / self.parallel.ep if m.num_experts else 0.0, self.kernels,
+                                         self.chip.launch_us)
         if self._paging_s_per_token:  # host paging: every context block of the step's block tables
             self._overhead = self._overhead + vec(C=self._paging_s_per_token, K=self._paging_s_per_token)
         lin = sum(self._net_time, np.zeros(NF)) + self._overhead

@@ -11,6 +11,8 @@ See docs/cost-model.md for every equation and assumption.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
+from itertools import accumulate
 
 import numpy as np
 
@@ -171,6 +173,15 @@ def overlapped_time(tc: np.ndarray, tm: np.ndarray, overlap: float) -> np.ndarra
 
 #: the features a weight GEMM's rows are counted in (its FLOPs are linear in exactly one of them)
 _GEMM_ROW_FEATURES = (IDX["T"], IDX["S"], IDX["Tm"])
+
+
+def _cut(ts: list[float], es: list[float], start: float, stop: float | None) -> tuple[list[float], list[float]]:
+    """``ts``, ``es`` up to the first step that ends at or after ``stop`` (ends ``start + d1``, ``+ d2``, ...
+    summed one by one); all of them when ``stop`` is None or no step reaches it."""
+    if stop is None:
+        return ts, es
+    run = min(len(ts), bisect_left(list(accumulate(ts, initial=start)), stop, 1))
+    return ts[:run], es[:run]
 
 
 class CostModel:
@@ -738,7 +749,7 @@ class CostModel:
             t += self._verify_s
         nc = self.chips_per_replica
         e = min(y[2 * n + 1] + self.idle_w * t * nc, self.tdp_w * t * nc)
-        return StepCost(t, e, y[2 * n + 2], y[2 * n + 3])
+        return StepCost.of(t, e, y[2 * n + 2], y[2 * n + 3])
 
     def decode_steps(self, shape: StepShape, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Durations and energies of ``k`` consecutive decode steps of the same batch (see
@@ -754,23 +765,27 @@ class CostModel:
             return fast
         return self._decode_steps_matrix(shape, k)
 
-    def decode_step_lists(self, shape: StepShape, k: int) -> tuple[list[float], list[float]]:
+    def decode_step_lists(self, shape: StepShape, k: int, start: float = 0.0,
+                          stop: float | None = None) -> tuple[list[float], list[float]]:
         """:meth:`decode_steps` as two Python lists, the same floats: when the run is affine (see
         :meth:`_decode_steps_affine`) each step's time and energy are evaluated in scalars, operation for
         operation as the vectorised form does them (cheaper than numpy's per-call overhead for the few steps
-        between two events of a simulation)."""
+        between two events of a simulation). ``stop``: only the steps up to the first that ends at or after
+        ``stop``, step ends being ``start + d1``, ``+ d2``, ... summed one by one (the steps after it are not
+        priced: a multi-step batch cut at an arrival)."""
         if shape.prefill_tokens or k <= 0 or not shape.decode_tokens:
             t, e = self.decode_steps(shape, k)
-            return t.tolist(), e.tolist()
+            return _cut(t.tolist(), e.tolist(), start, stop)
         line = self._affine_line(shape, k)
         if line is None:
             t, e = self._decode_steps_matrix(shape, k)
-            return t.tolist(), e.tolist()
+            return _cut(t.tolist(), e.tolist(), start, stop)
         a_t, b_t, a_e, b_e = line
         verify = self._verify_s if shape.decode_tokens > shape.decode_seqs else 0.0
         nc, idle, tdp = self.chips_per_replica, self.idle_w, self.tdp_w
         ts: list[float] = []
         es: list[float] = []
+        end = start
         for j in range(k):
             i = float(j)
             t = a_t + b_t * i
@@ -779,6 +794,10 @@ class CostModel:
             x, cap = a_e + b_e * i + idle * t * nc, tdp * t * nc
             ts.append(t)
             es.append(cap if cap < x else x)
+            if stop is not None:
+                end += t
+                if end >= stop:
+                    break
         return ts, es
 
     def _decode_steps_affine(self, shape: StepShape, k: int) -> tuple[np.ndarray, np.ndarray] | None:

@@ -18,7 +18,6 @@ from jalapeno.perf.types import KV_PRECISIONS, WEIGHT_PRECISIONS
 from jalapeno.sim.backend import Speculation
 from jalapeno.speculative.proposer import KPolicy, MeasuredAcceptance
 from jalapeno.sim.client import run_workload
-from jalapeno.sim.collector import simulation_collector
 from jalapeno.sim.cluster import Cluster, KVLink
 from jalapeno.sim.factory import DEFAULT_MIN_NUM_SEQS, SimLimits, build_sim_engines, cost_model_for
 
@@ -534,8 +533,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
             limits = replace(limits, scheduling=policy)
         engines = build_sim_engines(cm, replicas, speculation=speculation_for(cm), limits=limits, in_flight=in_flight)
         target = engines[0] if replicas == 1 else Cluster(engines)
-        with simulation_collector():
-            result = run_workload(target, wl, stop)
+        result = run_workload(target, wl, stop)
         num_chips = cm.chips_per_replica * replicas
         output_chips = None
         kv_tokens = engines[0].block_manager.num_blocks * sc.block_size
@@ -550,8 +548,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
         dec = build_sim_engines(cm_d, n_d, speculation=speculation_for(cm_d), limits=dec_limits, in_flight=in_flight)
         link = _kv_link(cm_p, cm_d, n_p, n_d, handoff_ms(sc) * 1e-3)
         target = Cluster(pre, dec, link)
-        with simulation_collector():
-            result = run_workload(target, wl, stop)
+        result = run_workload(target, wl, stop)
         output_chips = n_d * cm_d.chips_per_replica
         num_chips = n_p * cm_p.chips_per_replica + output_chips
         engines = pre + dec

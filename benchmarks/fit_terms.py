@@ -4,6 +4,8 @@
     python benchmarks/fit_terms.py eval --params /tmp/h200.json --chip h100  # predict a set with fitted values
     python benchmarks/fit_terms.py eval                                      # the catalogue's current values
     python benchmarks/fit_terms.py write --chip b200 --params /tmp/b200.json --source "..." --calibration '{...}'
+    python benchmarks/fit_terms.py params --chip b200 --out /tmp/b200.json    # a chip's fitted terms, to transfer
+    python benchmarks/fit_terms.py eval --chip mi355x --params /tmp/b200.json # ... e.g. B200's fit on MI355X rows
 
 The shipped values (docs/fidelity.md "Overhead terms: fit and transfer") come from ``fit --frameworks`` per chip
 family (H200, B200, MI355X), ``--terms kernel`` (a per-kernel cost with the kernels counted from the architecture,
@@ -303,7 +305,7 @@ def write_yaml(path: Path, params: dict[str, float], source: str, calibration: d
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mode", choices=("fit", "eval", "write"))
+    ap.add_argument("mode", choices=("fit", "eval", "write", "params"))
     ap.add_argument("--chip", action="append", help="chip(s) whose points to use (default: all)")
     ap.add_argument("--params", type=Path, action="append", help="JSON of fitted values to apply (eval)")
     ap.add_argument("--out", type=Path, help="fit: write the fitted values here (JSON)")
@@ -327,6 +329,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-source", default="", help="write: where the fit came from (each fitted value's Fact source)")
     a = ap.parse_args(argv)
     SCHEDULING["on"] = not a.no_scheduling
+    if a.mode == "params":  # the chip's fitted terms as --params JSON (what a cross-vendor transfer moves)
+        from jalapeno.calibration.predict import transfer_params
+
+        out = {c: transfer_params(c) for c in a.chip or []}
+        got = {"params": next(iter(out.values())), "from": a.chip[0]} if len(out) == 1 else out
+        text = json.dumps(got, indent=1)
+        if a.out:
+            a.out.write_text(text + "\n")
+        else:
+            print(text)
+        return 0
     if a.mode == "write":  # put fitted values (--params) into the chip files named by --chip
         params: dict = {}
         for f in a.params or []:

@@ -110,3 +110,23 @@ def test_cli_unknown_chip_subprocess():
     assert "unknown chip 'h2000'" in r.stderr and "h200" in r.stderr
     assert "Traceback" not in r.stderr + r.stdout
     _one_line(r.stderr)
+
+
+def test_bad_kernel_launch_fact(h200_data, write_spec):
+    h200_data["kernel_launch_us"] = {"value": -0.5, "source": "x", "status": "measured"}
+    with pytest.raises(SpecError) as ei:
+        load_spec_file(write_spec(h200_data, "neglaunch.yaml"))
+    msg = str(ei.value)
+    assert "neglaunch.yaml: kernel_launch_us" in msg and ">= 0" in msg
+    _one_line(msg)
+    # a chip fact cannot be a fitted value: the fitted share of a kernel's cost is efficiency.kernel_overhead_us
+    h200_data["kernel_launch_us"] = {"value": 0.6, "source": "fit_terms.py", "status": "fitted"}
+    with pytest.raises(SpecError) as ei:
+        load_spec_file(write_spec(h200_data, "fitlaunch.yaml"))
+    msg = str(ei.value)
+    assert "fitlaunch.yaml: kernel_launch_us" in msg and "efficiency.kernel_overhead_us" in msg
+    _one_line(msg)
+    del h200_data["kernel_launch_us"]["source"]
+    h200_data["kernel_launch_us"]["status"] = "inferred"
+    with pytest.raises(SpecError, match=r"kernel_launch_us\.source.*missing|kernel_launch_us\.source"):
+        load_spec_file(write_spec(h200_data, "nosrc.yaml"))

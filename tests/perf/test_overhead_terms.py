@@ -153,3 +153,42 @@ def test_kernel_overhead_is_the_architectures_kernel_count_times_the_term():
         base, over = _pair(model, par, Precision("native"), kernel_overhead_us=2.5)
         for shape in (DECODE, PREFILL, MIXED):  # every step runs its kernels
             assert _dt(base, over, shape) == pytest.approx(n * 2.5e-6, rel=1e-9)
+
+
+def _with_launch(us: float):
+    from jalapeno.hardware.schema import Fact
+
+    return H200.model_copy(update={"kernel_launch_us": Fact(value=us, status="inferred", source="test")})
+
+
+def test_decode_step_fixed_cost_is_chip_launch_plus_stack_term_per_kernel():
+    # hand count: GPT-OSS-120B at TP1 runs 36 x 12 + 3 = 435 kernels a decode step; the chip's launch gap 0.6 us
+    # (a chip fact) + the stack's fitted 4.1 us per kernel + 100 us per step = 100 + 435 x 4.7 = 2144.5 us
+    terms = {**H200_EFF, "step_overhead_us": 100.0, "kernel_overhead_us": 4.1}
+    none = CostModel(GPT_OSS_120B, H200, Parallelism(), Precision("native"), efficiency=Efficiency(**H200_EFF))
+    split = CostModel(GPT_OSS_120B, _with_launch(0.6), Parallelism(), Precision("native"),
+                      efficiency=Efficiency(**terms))
+    assert split.kernels == 435
+    assert _dt(none, split, DECODE) == pytest.approx((100.0 + 435 * (0.6 + 4.1)) * 1e-6, rel=1e-9)
+
+
+def test_a_split_per_kernel_cost_prices_like_the_unsplit_fit():
+    # a fit with the launch gap held as a chip fact moves only the stack's share: launch + stack = the old total,
+    # so the same chip prices every step exactly as before (same-chip held-out errors cannot move)
+    for model, par in ((DEEPSEEK_R1, Parallelism(tp=8, ep=8)), (LLAMA_8B, Parallelism())):
+        whole = CostModel(model, H200, par, Precision("native"), efficiency=Efficiency(**{**H200_EFF, "kernel_overhead_us": 4.7}))
+        split = CostModel(model, _with_launch(1.2), par, Precision("native"),
+                          efficiency=Efficiency(**{**H200_EFF, "kernel_overhead_us": 3.5}))
+        for shape in (DECODE, PREFILL, MIXED):
+            assert split.step(shape).time_s == pytest.approx(whole.step(shape).time_s, rel=1e-12)
+
+
+def test_a_transferred_stack_term_keeps_the_target_chips_launch_gap():
+    # fitted values moved to another chip (its efficiency block) leave that chip's launch fact in place: the step
+    # differs from the launch-free chip by exactly kernels x the target's gap
+    eff = Efficiency(**{**H200_EFF, "kernel_overhead_us": 2.0})
+    a = CostModel(LLAMA_8B, H200, Parallelism(), Precision("bf16"), efficiency=eff)
+    b = CostModel(LLAMA_8B, _with_launch(3.0), Parallelism(), Precision("bf16"), efficiency=eff)
+    assert _dt(a, b, DECODE) == pytest.approx(291 * 3.0e-6, rel=1e-9)
+    # the fit's gradient for the stack term is unchanged by the chip fact (it is not a fitted parameter)
+    assert np.array_equal(a.fixed_time_gradient("kernel_overhead_us"), b.fixed_time_gradient("kernel_overhead_us"))

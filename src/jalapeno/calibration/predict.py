@@ -52,6 +52,25 @@ def efficiency_of(chip: str) -> Efficiency:
     return _chip(chip).efficiency
 
 
+#: the efficiency fields a transfer of one chip's fit may move (the overhead terms and front ends: ``fit_terms.py``)
+TRANSFER_FIELDS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us",
+                   "seq_overhead_us", "expert_overhead_us", "prefill_layer_overhead_us", "prefill_expert_overhead_us",
+                   "prefill_token_overhead_ns", "prefill_collective_overlap", "request_overhead_ms",
+                   "request_overhead_us_per_token")
+#: always moved: a per-kernel fit sets them to 0, and left at the target's values they would count twice
+_STRUCTURAL = ("layer_overhead_us", "moe_layer_overhead_us")
+
+
+def transfer_params(chip: str) -> dict[str, float]:
+    """What a cross-vendor transfer moves from ``chip`` (``fit_terms.py eval --params``): its overhead fields that a
+    fit set (``efficiency.fitted``), the per-layer and per-MoE-layer constants, and its per-stack front ends as
+    ``fw.<stack>``. Never a chip fact: ``ChipSpec.kernel_launch_us`` and the roofline fractions stay the target's."""
+    eff = efficiency_of(chip)
+    out = {k: float(getattr(eff, k)) for k in TRANSFER_FIELDS if k in eff.fitted or k in _STRUCTURAL}
+    out.update({f"fw.{fw}": float(ms) for fw, ms in eff.framework_overhead_ms.items()})
+    return out
+
+
 def cost_model(spec: SimSpec, efficiency: Efficiency | None = None):
     """The cost model of ``spec``'s configuration under ``efficiency`` (the chip's when None). Cached per
     (configuration, efficiency values): a fit prices the same configuration under the same values many times
@@ -182,4 +201,4 @@ def with_efficiency(base: Efficiency, **changes) -> Efficiency:
     return base.model_copy(update=upd)
 
 
-__all__ = ["simulate", "run_point", "PointRun", "framework_profile", "cost_model", "efficiency_of", "with_efficiency", "offline_concurrency"]
+__all__ = ["simulate", "run_point", "PointRun", "framework_profile", "cost_model", "efficiency_of", "transfer_params", "TRANSFER_FIELDS", "with_efficiency", "offline_concurrency"]

@@ -185,6 +185,11 @@ class Efficiency(_Strict):
     #: Interpolated in log(M), clamped at both ends; it replaces ``compute`` / ``compute_default`` for weight GEMMs
     #: (not attention, norms or sampling). None (every catalogue chip): all GEMMs run at the large-GEMM fraction
     compute_by_rows: dict[int, float] | None = None
+    #: per (query head, context key, attention layer) of a decode row, nanoseconds: a CPU engine's attention
+    #: kernel (scores, softmax exponentials, weighted sum, key by key per head) runs far below its GEMM rate and
+    #: above its KV bytes' time, and grows with the context; measured by ``jalapeno hardware probe`` (decode
+    #: steps at two contexts) and fitted as what the roofline leaves unpriced. 0 (every catalogue chip): none
+    decode_attention_ns: float = Field(default=0.0, ge=0)
     #: the share of the shorter of an operator's compute and memory times hidden under the longer: op time =
     #: max(c, m) + (1 - overlap) x min(c, m). None (every catalogue chip) = 1, the roofline max
     compute_memory_overlap: float | None = Field(default=None, ge=0, le=1)
@@ -311,6 +316,13 @@ class ChipSpec(_Strict):
     host: HostMemory | None = None
     features: ChipFeatures = Field(default_factory=ChipFeatures)
     efficiency: Efficiency = Field(default_factory=Efficiency)
+    #: the chip's own share of each GPU kernel's fixed cost in a graph-replayed step, microseconds: the dispatch
+    #: gap between consecutive kernels of a captured CUDA / HIP graph (command processor and the driver runtime's
+    #: per-node submission; a microbenchmark of graph-replayed empty kernels measures it). A chip fact with its
+    #: source, never fitted: the serving stack's share is the fitted ``efficiency.kernel_overhead_us``, and the
+    #: cost model charges their sum per kernel, so a cross-vendor transfer of fitted values keeps the target
+    #: chip's own launch gap. None (or status unknown): not split, the fitted term carries all of it
+    kernel_launch_us: Fact | None = None
     #: how ``efficiency``'s serving parameters were obtained (the confidence label of every answer)
     calibration: Calibration = Field(default_factory=Calibration)
     energy: Energy = Field(default_factory=Energy)
@@ -319,6 +331,20 @@ class ChipSpec(_Strict):
     #: measured execution choices of the torch backend (probed local chips only)
     execution: Execution | None = None
     notes: list[str] = Field(default_factory=list)
+
+    @field_validator("kernel_launch_us")
+    @classmethod
+    def _launch_is_a_chip_fact(cls, v: Fact | None) -> Fact | None:
+        if v is not None and v.status == "fitted":
+            raise ValueError("a chip fact (a launch microbenchmark's per-kernel gap, with its source), not a fitted "
+                             "value: put a fitted per-kernel cost in efficiency.kernel_overhead_us")
+        return v
+
+    @property
+    def launch_us(self) -> float:
+        """The per-kernel launch gap the cost model charges on top of ``efficiency.kernel_overhead_us`` (0 when
+        the chip does not state it)."""
+        return float(self.kernel_launch_us) if self.kernel_launch_us is not None else 0.0
 
     @field_validator("compute_tflops")
     @classmethod

@@ -1,0 +1,42 @@
+"""What a cross-vendor transfer moves (issue #13, step 3): a chip's fitted overhead terms and front ends, never
+its chip facts (``kernel_launch_us``) or roofline fractions."""
+
+from __future__ import annotations
+
+import pytest
+
+from jalapeno.calibration.predict import TRANSFER_FIELDS, efficiency_of, transfer_params
+from jalapeno.hardware.schema import Efficiency, Fact
+from jalapeno.perf import CostModel, Parallelism, Precision, StepShape
+
+
+def test_only_fitted_fields_and_front_ends_move():
+    b200 = efficiency_of("b200")
+    got = transfer_params("b200")
+    # B200's request_overhead_ms (40 ms) is the default for stacks without a profile, not fitted: it stays behind
+    assert "request_overhead_ms" not in b200.fitted and "request_overhead_ms" not in got
+    assert got["kernel_overhead_us"] == b200.kernel_overhead_us and "kernel_overhead_us" in b200.fitted
+    # the per-layer pair always moves (a per-kernel fit zeroes them; the target's would count twice)
+    assert got["layer_overhead_us"] == 0.0 and got["moe_layer_overhead_us"] == 0.0
+    assert {k[3:]: v for k, v in got.items() if k.startswith("fw.")} == b200.framework_overhead_ms
+    assert set(k for k in got if not k.startswith("fw.")) <= set(TRANSFER_FIELDS)
+    # no roofline fraction or chip fact
+    assert not {"compute", "memory", "kernel_launch_us", "scale_up"} & set(got)
+    mi = transfer_params("mi355x")  # MI355X fitted its ATOM front end (request_overhead_ms)
+    assert mi["request_overhead_ms"] == efficiency_of("mi355x").request_overhead_ms and mi["fw.sglang"] == 9.5
+
+
+def test_transferred_values_keep_the_target_chips_launch_gap():
+    from jalapeno.hardware.catalog import get_chip
+    from jalapeno.models.catalog import load_model
+
+    src = {k: v for k, v in transfer_params("mi355x").items() if not k.startswith("fw.")}
+    target = get_chip("b200")
+    eff = target.efficiency.model_copy(update=src)
+    gap = target.model_copy(update={"kernel_launch_us": Fact(value=0.5, status="inferred", source="test")})
+    m = load_model("gpt-oss-120b")
+    shape = StepShape.from_lists(decode_ctx=[1000] * 4)
+    a = CostModel(m, target, Parallelism(), Precision("native"), efficiency=eff)
+    b = CostModel(m, gap, Parallelism(), Precision("native"), efficiency=eff)
+    assert isinstance(eff, Efficiency) and eff.kernel_overhead_us == src["kernel_overhead_us"]
+    assert b.step(shape).time_s - a.step(shape).time_s == pytest.approx(a.kernels * 0.5e-6, rel=1e-9)

@@ -29,12 +29,13 @@ COMPARED = ("median_tpot", "median_ttft", "output_tput_per_gpu")
 
 
 def _predict(args):
-    spec, per = args
-    from jalapeno.calibration.predict import simulate
+    spec, per, ttft_per_slot = args if len(args) == 3 else (*args, None)
+    from jalapeno.calibration.disagg import simulate_disagg
 
     t0 = time.perf_counter()
     try:
-        return simulate(spec, prompts_per_concurrency=per), None, time.perf_counter() - t0
+        return (simulate_disagg(spec, prompts_per_concurrency=per, ttft_per_slot=ttft_per_slot), None,
+                time.perf_counter() - t0)
     except Exception as e:  # noqa: BLE001 - a failure is a result here (counted and named)
         return None, f"{type(e).__name__}: {str(e).splitlines()[0][:140]}", time.perf_counter() - t0
 
@@ -105,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="error tables on N points evenly spread over the file (0: all); every point is still "
                          "checked to simulate: its pools built and one request run through them")
     ap.add_argument("--min-per-concurrency", type=int, default=4, help="requests per slot never below this")
+    ap.add_argument("--ttft-per-slot", type=int, default=0,
+                    help="report each point's median TTFT as a run of this many requests per slot would (InferenceX: "
+                         "10), its first wave weighted accordingly (calibration.disagg.weighted_median_ttft); 0: the "
+                         "run's plain median")
     ap.add_argument("--max-concurrency", type=int, default=0,
                     help="leave out points above this concurrency (0: none left out); they are counted")
     ap.add_argument("--split", default="random:0.5",
@@ -126,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   "(e.g. 'mi355x.*c=(32|64)'), for quick looks")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
+    if a.ttft_per_slot < 0:
+        ap.error(f"--ttft-per-slot must be >= 0 (got {a.ttft_per_slot})")
 
     from jalapeno.calibration.disagg import disagg_items, fit_dpa_decode_moe_layer_us, fit_handoff, fit_prefill_token_ns
     from jalapeno.calibration.fit import config_key, dedupe, split_items
@@ -189,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         jobs = [jobs[i] for i in picked]
     res = []
     with ProcessPoolExecutor(a.workers) as ex:
-        for (p, s, per), r in zip(jobs, ex.map(_predict, [(s, per) for _, s, per in jobs])):
+        for (p, s, per), r in zip(jobs, ex.map(_predict, [(s, per, a.ttft_per_slot or None) for _, s, per in jobs])):
             res.append(r)
             print(f"{p.label}: {r[1] or 'ok'} ({r[2]:.0f} s)", file=sys.stderr, flush=True)
     wall = time.time() - t0
@@ -216,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"disaggregated points: {n}; simulated without error: {len(rows)} ({100 * len(rows) / max(n, 1):.1f}%)")
     print(f"excluded before simulation: {sum(excluded.values())}; failed: {sum(failed.values())}; "
           f"wall {wall:.0f} s with {a.workers} workers, <= {a.max_requests} requests per point "
-          f"(>= {a.min_per_concurrency} per slot)")
+          f"(>= {a.min_per_concurrency} per slot)" + (f"; TTFT as at {a.ttft_per_slot} per slot" if a.ttft_per_slot else ""))
     for k, v in {**excluded, **failed}.items():
         print(f"  {v} x {k}")
     print()

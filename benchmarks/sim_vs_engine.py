@@ -44,9 +44,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(device: str, port: int, max_num_seqs: int) -> subprocess.Popen:
+def start_server(device: str, port: int, max_num_seqs: int, trace: Path | None = None,
+                 threads: int | None = None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "jalapeno.cli", "serve", "--backend", device, "--port", str(port),
            "--max-num-seqs", str(max_num_seqs), "--log-level", "warning"]
+    cmd += ["--step-trace", str(trace)] if trace is not None else []
+    cmd += ["--threads", str(threads)] if threads is not None else []
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     import httpx
 
@@ -75,7 +78,9 @@ def bench_point(port: int, conc: int, isl: int, osl: int, prompts: int, hardware
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         res = json.loads(out.read_text())
     sim = res.get("simulated", {})
-    return {name: {"measured": res.get(key), "simulated": sim.get(key)} for name, key in METRICS.items()}
+    out = {name: {"measured": res.get(key), "simulated": sim.get(key)} for name, key in METRICS.items()}
+    out["client"] = {k: res.get(k) for k in ("client_cpu_s", "t_start_monotonic", "t_end_monotonic", "duration")}
+    return out
 
 
 def num_prompts(conc: int, per_slot: int, minimum: int) -> int:
@@ -105,6 +110,65 @@ def estimated_duration_s(points: list[tuple[int, int, int]], per_slot: int, mini
     return total
 
 
+def offline_points(device: str, todo: list[tuple[int, int, int]], per_slot: int, minimum: int, out_dir: Path,
+                   threads: int | None) -> dict[str, dict[int, float]]:
+    """Each point's workload run by the same engine in this process, no server (a closed loop of ``c`` in
+    flight), traced step by step into ``out_dir/offline_c{c}_isl{i}_osl{o}.jsonl``; returns each point's median
+    decode step ms by batch."""
+    from jalapeno.engine.sequence import SamplingParams, Sequence
+    from jalapeno.server.build import build_torch
+    from jalapeno.server.step_trace import StepTracer, decode_step_ms, load_trace
+
+    engine = build_torch(None, device=device).engine
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    out = {}
+    for conc, isl, osl in todo:
+        n = num_prompts(conc, per_slot, minimum)
+        prompts = [rng.integers(100, 10_000, isl).tolist() for _ in range(n)]
+        path = out_dir / f"offline_c{conc}_isl{isl}_osl{osl}.jsonl"
+        tracer = StepTracer(path, {"offline": True})
+        sent = done = 0
+        while done < n:
+            while sent < n and sent - done < conc:
+                engine.add_sequence(Sequence(prompts[sent], SamplingParams(max_tokens=osl, ignore_eos=True)))
+                sent += 1
+            tracer.begin(engine)
+            outs = engine.step()
+            tracer.end_step()
+            tracer.done(engine, len(outs))
+            done += sum(o.finished for o in outs)
+        tracer.close()
+        out[f"c{conc}_isl{isl}_osl{osl}"] = decode_step_ms(load_trace(path)[1])
+        print(f"offline c={conc} isl={isl} osl={osl}: decode step ms by batch {out[f'c{conc}_isl{isl}_osl{osl}']}",
+              flush=True)
+    return out
+
+
+def served_splits(points: list[dict], trace: Path) -> None:
+    """Attach to each point the split of its bench window from the server's step trace (in place)."""
+    from dataclasses import asdict
+
+    from jalapeno.server.step_trace import decode_step_ms, load_trace, split
+
+    header, steps = load_trace(trace)
+    for p in points:
+        c = p["client"]
+        w = split(steps, c["t_start_monotonic"], c["t_end_monotonic"])
+        p["served_split"] = {**asdict(w), "per_decode_token_ms": w.per_decode_token_ms(),
+                             "decode_step_ms": decode_step_ms(steps, c["t_start_monotonic"], c["t_end_monotonic"]),
+                             "torch_threads": header.get("torch_threads")}
+        per = w.per_decode_token_ms()
+        print(f"c={p['concurrency']} isl={p['isl']}: wall {w.wall_s:.1f} s = steps {w.step_s:.1f} + deliver "
+              f"{w.deliver_s:.2f} + between {w.between_s:.2f} + idle {w.idle_s:.2f}; per decoded token ms: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in per.items())
+              + "; CPU s run/wait " + ", ".join(f"{g} {w.run_s[g]:.1f}/{w.wait_s[g]:.1f}" for g in w.run_s)
+              + f"; client CPU {c['client_cpu_s']:.1f} s", flush=True)
+
+
 def summarise(points: list[dict]) -> dict[str, dict[str, float]]:
     """Median and worst |sim / measured - 1| per metric, in percent."""
     out = {}
@@ -128,6 +192,11 @@ def main() -> None:
     ap.add_argument("--isl", default=None, help="comma list overriding the grid's input lengths")
     ap.add_argument("--osl", default=None, help="comma list overriding the grid's output lengths")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--step-trace", type=Path, default=None,
+                    help="folder: trace the server's steps (served.jsonl) and split each point's time")
+    ap.add_argument("--offline", action="store_true",
+                    help="with --step-trace: also run each point's workload offline (no server) and trace it")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads of the served (and offline) engine")
     args = ap.parse_args()
     grid = dict(QUICK if args.quick else GRID)
     for key in ("concurrency", "isl", "osl"):
@@ -141,8 +210,16 @@ def main() -> None:
           f"takes longer)", flush=True)
     if args.estimate_only:
         return
+    if args.offline and args.step_trace is None:
+        ap.error("--offline needs --step-trace DIR (where its traces go)")
+    trace = None
+    if args.step_trace is not None:
+        args.step_trace.mkdir(parents=True, exist_ok=True)
+        trace = args.step_trace / "served.jsonl"
+    offline = (offline_points(args.device, todo, args.prompts_per_slot, args.min_prompts, args.step_trace,
+                              args.threads) if args.offline else None)
     port = free_port()
-    server = start_server(args.device, port, max(grid["concurrency"]))
+    server = start_server(args.device, port, max(grid["concurrency"]), trace, args.threads)
     points = []
     t0 = time.perf_counter()
     try:
@@ -158,12 +235,15 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
     print(f"grid took {(time.perf_counter() - t0) / 60:.1f} min (estimated {est / 60:.0f})")
+    if trace is not None:
+        served_splits(points, trace)
     summary = summarise(points)
     for name, s in summary.items():
         print(f"{name:>10}: median |error| {s['median_pct']:.1f}%, worst {s['worst_pct']:.1f}%")
     if args.out:
         args.out.write_text(json.dumps({"device": args.device, "hardware": args.hardware, "points": points,
-                                        "summary": summary, "cpus": os.cpu_count()}, indent=2) + "\n")
+                                        "summary": summary, "cpus": os.cpu_count(), "offline_decode_step_ms": offline,
+                                        "threads": args.threads}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -136,3 +136,74 @@ def test_decode_step_is_the_measured_tpot_against_the_modelled_step_at_the_littl
     assert f["mori-sglang"]["pooled"] == "mi355x" and f["mori-sglang"]["points"] == 1
     assert f["mori-sglang"]["dpa_decode_moe_layer_us"] == pytest.approx(
         float(np.median([decode_step(*q).implied_us for q in pts])))
+
+
+def test_recipe_decode_slots_by_layout_hand_counted():
+    from jalapeno.perf.frameworks import MI355X_SGLANG_DISAGG_SLOTS as slots
+    from jalapeno.perf.frameworks import decode_max_running_requests
+
+    # billishyahao/sglang_disagg: 160 per attention-DP rank x 8 ranks; 256 with EP; 128 plain TP
+    assert slots.cap(8, 8, True) == 1280 and slots.cap(8, 8, False) == 256 and slots.cap(8, 1, False) == 128
+    assert decode_max_running_requests("mori-sglang", 16, 16, True) == 2560
+    assert decode_max_running_requests("sglang-disagg", 8, 1, False) == 128
+    # stacks without a published recipe value, and engines: the engine default
+    assert decode_max_running_requests("dynamo-sglang", 8, 8, True) is None
+    assert decode_max_running_requests("sglang", 8, 1, False) is None
+
+
+def test_recipe_decode_slots_hold_the_second_half_of_the_loop_until_the_first_finishes():
+    from dataclasses import replace
+
+    lay = parse("disagg P: 1 worker(s) x TP8 EP1 DPattn=False (8 GPUs); D: 1 worker(s) x TP8 EP1 DPattn=False (8 GPUs)")
+    spec = points.SimSpec("deepseek-r1", "mi355x", lay.decode.layout, "native", "fp8", 256, 256, 256, 1.0,
+                          num_prompts_per_concurrency=1, framework="mori-sglang", disagg=lay)
+    sc = disagg_scenario(spec)
+    m, res = run_scenario(sc, return_result=True)
+    assert m["kv_transfer"]["decode_max_num_seqs"] == 128  # the recipe's TP8 (no EP) decode worker
+    # 256 requests at once, 128 slots: the 128 requests that got no slot wait until one of the first 128 has
+    # finished its 256 tokens, so the 129th-smallest TTFT is at least the smallest end-to-end latency
+    ttft = sorted(o.ttft_s for o in res.outcomes)
+    assert ttft[128] >= min(o.e2el_s for o in res.outcomes) - 1e-9
+    assert m["kv_transfer"]["mean_admission_wait_ms"] > 0
+    # --decode-max-num-seqs overrides the recipe: with 256 slots nobody waits for one
+    free, res = run_scenario(replace(sc, decode_max_num_seqs=256), return_result=True)
+    assert free["kv_transfer"]["decode_max_num_seqs"] == 256
+    assert free["kv_transfer"]["mean_admission_wait_ms"] == 0
+    assert sorted(o.ttft_s for o in res.outcomes)[128] < min(o.e2el_s for o in res.outcomes)
+
+
+def test_weighted_median_ttft_weights_the_first_wave_as_a_ten_per_slot_run_would():
+    from jalapeno.calibration.disagg import weighted_median_ttft
+    from jalapeno.errors import ConfigError
+
+    # concurrency 2: a first wave of two 10 s TTFTs (sent at t=0), then six later requests of 1..6 s.
+    # 10 per slot: the first wave weighs 1/10 (0.05 each), the rest 9/10 (0.15 each): cumulative 0.15, 0.30,
+    # 0.45, 0.60 reaches half at the 4 s request (the plain median of these 8 would be 4.5 s)
+    start = [0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    ttft = [10.0, 10.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert weighted_median_ttft(start, ttft, 2) == 4.0
+    # 2 per slot as the run itself (first wave = half): 0.25 each for the first wave, 1/12 for the rest:
+    # 1..6 s sum to 0.5 at the 6 s request
+    assert weighted_median_ttft(start, ttft, 2, per_slot=2) == 6.0
+    # a run with only the first wave: its plain median
+    assert weighted_median_ttft([0.0, 0.0], [1.0, 3.0], 2) == 2.0
+    with pytest.raises(ConfigError, match="concurrency and per_slot must be >= 1"):
+        weighted_median_ttft(start, ttft, 0)
+    with pytest.raises(ConfigError, match="one start time per TTFT"):
+        weighted_median_ttft([0.0], ttft, 2)
+
+
+def test_recipe_decode_slots_follow_the_recorded_launch_flags():
+    from jalapeno.calibration.disagg import recipe_decode_slots
+
+    # "TP1 EP8 DPattn=False (8 GPUs)": the cost model reads attention-DP over the 8 GPUs, but the launcher saw
+    # DP off and EP on, so --max-running-requests 256 (not 160 x 8)
+    lay = parse("disagg P: 1 worker(s) x TP8 EP1 DPattn=False (8 GPUs); D: 2 worker(s) x TP1 EP8 DPattn=False (16 GPUs)")
+    assert pool_fields(lay.decode)["decode_dp_attention"] is True
+    assert recipe_decode_slots("mori-sglang", lay.decode) == 256
+    spec = points.SimSpec("deepseek-r1", "mi355x", lay.decode.layout, "native", "fp8", 1024, 1024, 1024, 0.8,
+                          framework="mori-sglang", disagg=lay)
+    assert disagg_scenario(spec).decode_max_num_seqs == 256
+    dpa = parse("disagg P: 1 worker(s) x TP1 EP8 DPattn=True (8 GPUs); D: 1 worker(s) x TP1 EP16 DPattn=True (16 GPUs)")
+    assert recipe_decode_slots("sglang-disagg", dpa.decode) == 160 * 16
+    assert recipe_decode_slots("dynamo-sglang", dpa.decode) is None  # no published B200 recipe value

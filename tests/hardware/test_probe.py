@@ -298,3 +298,38 @@ def test_calibrate_probe_writes_the_refitted_chip_and_bad_files_are_one_line(
             main(["calibrate", "--probe", str(bad), "--out", str(tmp_path / "x")])
         err = capsys.readouterr().err
         assert exc.value.code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_decode_attention_term_is_what_the_long_context_steps_took_beyond_their_price() -> None:
+    """The quiet probe refitted, given decode steps at 65 and 577 keys whose extra time is the chip's own price
+    for the extra keys plus a known 60 ns per (query head, key, layer): the fit recovers 60 ns (hand count: 6
+    layers x 9 heads x 512 keys x b pairs); a probe without the two-context steps fits no term; the notes line
+    round-trips through ``probe_from_chip``."""
+    from jalapeno.calibration.probe_fit import fit_decode_attention, fitted_chip_dict, probe_from_chip
+    from jalapeno.hardware.schema import ChipSpec
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    res = probe_from_chip(load_spec_file(Path(__file__).parent / "data" / "local_probe_quiet_2334.yaml"))
+    chip = ChipSpec.model_validate(fitted_chip_dict(res, "local", "refit"))
+    assert chip.efficiency.decode_attention_ns == 0.0 and fit_decode_attention(res, chip) is None
+    arch = pr.llama_config(6, *pr.CROSSOVER_MODEL)
+    from jalapeno.models.hf_config import arch_from_config
+
+    zero = {k: 0.0 for k in ("step_overhead_us", "layer_overhead_us", "seq_overhead_us")}
+    cm = cost_model_for(arch_from_config(arch, "x"), chip, precision="fp32", kv="fp32",
+                        efficiency=chip.efficiency.model_copy(update=zero))
+    for b in pr.LONG_BATCHES:
+        short = 7e-3 * b
+        priced_extra = (cm.step(StepShape.from_lists(decode_ctx=[pr.LONG_CTX] * b)).time_s
+                        - cm.step(StepShape.from_lists(decode_ctx=[pr.CROSSOVER_CTX] * b)).time_s)
+        res.ctx_step_s[b] = (short, short + priced_extra + 60e-9 * 6 * 9 * 512 * b)
+    fit = fit_decode_attention(res, chip)
+    assert fit is not None and fit.ns == pytest.approx(60.0, abs=0.01)
+    notes = pr._measurement_notes(res)
+    assert any(n.startswith("decode step ms at context 65/577 by batch: 1: ") for n in notes)
+    again = probe_from_chip(chip.model_copy(update={"notes": [*chip.notes, *notes]}))
+    assert again.ctx_step_s[8] == pytest.approx(res.ctx_step_s[8], abs=1e-5)
+    written = ChipSpec.model_validate(fitted_chip_dict(res, "local", "refit"))
+    assert written.efficiency.decode_attention_ns == pytest.approx(60.0, abs=0.5)
+    assert "decode_attention_ns" in written.efficiency.fitted

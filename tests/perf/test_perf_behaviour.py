@@ -240,3 +240,32 @@ def test_decode_step_lists_are_the_vectorised_floats_bit_for_bit():
         t, e = cm.decode_steps(shape, k)
         lt, le = cm.decode_step_lists(shape, k)
         assert lt == t.tolist() and le == e.tolist()
+
+
+def test_decode_step_lists_stop_prices_exactly_the_steps_run():
+    """With ``stop`` the lists end at the first step whose end (``start`` + durations summed one by one)
+    reaches it: the plain reference prices all ``k`` steps, then cuts where bisection over the summed ends says
+    (closed form and matrix fallback, stops before, inside and after the run)."""
+    from bisect import bisect_left
+    from itertools import accumulate
+
+    rng = np.random.default_rng(5)
+    models = [CostModel(LLAMA_8B, H200, precision=Precision("bf16")), CostModel(GPT_OSS_120B, H200),
+              CostModel(DEEPSEEK_R1, H200, Parallelism(tp=8, ep=8, dp_attention=True))]
+    cut_inside = 0
+    for _ in range(120):
+        cm = models[int(rng.integers(len(models)))]
+        w = cm.model.sliding_window
+        ctxs = [int(c) for c in rng.integers(1, 6000, size=int(rng.integers(1, 300)))]
+        shape = StepShape.from_lists(decode_ctx=ctxs, window=w or None)
+        k = int(rng.integers(2, 70))
+        full_t, full_e = cm.decode_step_lists(shape, k)
+        start = float(rng.uniform(0, 100))
+        stop = start + float(rng.uniform(-0.01, 1.3)) * sum(full_t)
+        ends = list(accumulate(full_t, initial=start))
+        run = min(k, bisect_left(ends, stop, 1))
+        t, e = cm.decode_step_lists(shape, k, start, stop)
+        assert t == full_t[:run] and e == full_e[:run]
+        cut_inside += 1 < run < k
+        assert cm.decode_step_lists(shape, k, start, None) == (full_t, full_e)
+    assert cut_inside > 20

@@ -56,3 +56,17 @@ def test_step_timing_of_equals_the_dataclass_constructor():
         assert a == b and hash(a) == hash(b) and repr(a) == repr(b) and list(vars(a)) == list(vars(b))
         with pytest.raises(dataclasses.FrozenInstanceError):
             a.t0 = 1.0  # type: ignore[misc]
+
+
+def test_step_cost_of_equals_the_dataclass_constructor():
+    """``StepCost.of`` (one per priced step) builds the same frozen object as ``StepCost(...)``."""
+    from jalapeno.perf.types import StepCost
+
+    assert list(inspect.signature(StepCost.of).parameters) == [f.name for f in dataclasses.fields(StepCost)]
+    rng = random.Random(3)
+    for _ in range(200):
+        v = [rng.random() * 10 ** rng.randrange(-6, 15) for _ in range(4)]
+        a, b = StepCost.of(*v), StepCost(*v)
+        assert a == b and hash(a) == hash(b) and repr(a) == repr(b) and list(vars(a).items()) == list(vars(b).items())
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            a.time_s = 1.0  # type: ignore[misc]

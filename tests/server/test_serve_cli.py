@@ -15,6 +15,9 @@ from jalapeno.cli import main
         (["--backend", "sim", "--hardware", "no-such-chip", "--model", "llama-3.1-8b"], "no-such-chip"),
         (["--backend", "sim", "--hardware", "h100", "--model", "llama-3.1-8b", "--time-scale", "-1"], "time-scale"),
         (["--backend", "sim", "--hardware", "h100", "--model", "llama-3.1-8b", "--port", "0"], "--port"),
+        (["--backend", "sim", "--hardware", "h100", "--threads", "2"], "--threads"),
+        (["--backend", "cpu", "--threads", "0"], "--threads"),
+        (["--backend", "sim", "--hardware", "h100", "--step-trace", "/no/such/folder/steps.jsonl"], "/no/such/folder"),
     ],
 )
 def test_bad_serve_arguments(args, needle, capsys):

@@ -14,6 +14,7 @@ from jalapeno.engine import Engine, EngineConfig
 from jalapeno.engine.sequence import SamplingParams, Sequence
 from jalapeno.errors import CapacityError, RequestError
 from jalapeno.sim.backend import SimBackend
+from jalapeno.sim.client import EngineTarget, drive
 from jalapeno.sim.cluster import Cluster, KVLink, _idle
 from jalapeno.testing.engine_fakes import FakeCostModel
 from jalapeno.workload import inferencex_workload
@@ -201,3 +202,53 @@ def test_a_simulation_leaves_no_reference_cycles():
     finally:
         if was:
             gc.enable()
+
+
+def test_the_collector_is_paused_inside_a_run_and_restored_after_an_error():
+    """``drive`` turns the cyclic collector off while it runs and back on afterwards, also when the run raises
+    (it stays off if it was off)."""
+
+    class Failing(Cluster):
+        def advance(self, horizon):
+            seen.append(gc.isenabled())
+            raise RuntimeError("boom")
+
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            seen: list[bool] = []
+            p, d = pools()
+            with pytest.raises(RuntimeError, match="boom"):
+                Failing(p, d, LINK).run(WORKLOADS["closed"])
+            assert seen == [False] and gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+class OneCallAtATime(EngineTarget):
+    """Reference: each call through ``submit`` (``Engine.add_request``, new ``SamplingParams`` per call)."""
+
+    def submit_many(self, calls):
+        for call in calls:
+            self.submit(call)
+
+
+@pytest.mark.parametrize("name", ["closed", "open", "sparse", "chains"])
+def test_one_engine_batched_submission_equals_one_call_at_a_time(name):
+    """``EngineTarget.submit_many`` (shared sampling parameters, sequences queued directly) gives the same
+    outcomes, request by request, as submitting each call through ``add_request``; chained calls keep their
+    ``kv_key``."""
+    wl = WORKLOADS.get(name) or inferencex_workload(300, 40, concurrency=8, num_prompts=24, chain_calls=3, seed=24)
+    runs = []
+    for cls in (EngineTarget, OneCallAtATime):
+        keys: list = []
+        target = cls(eng(16, 200), chains=name == "chains")
+        add = target.engine.add_sequence
+        target.engine.add_sequence = lambda seq, add=add, keys=keys: (keys.append(seq.kv_key), add(seq))[1]
+        r = drive(target, wl)
+        runs.append(([astuple(o) for o in r.outcomes], r.num_steps, r.duration_s, keys))
+    assert len(runs[0][0]) == wl.num_chains * wl.chain_calls
+    assert runs[0] == runs[1]
+    if name == "chains":
+        assert set(runs[0][3]) == set(range(wl.num_chains))

@@ -114,8 +114,11 @@ async def run_requests(
     *,
     on_done: Callable[[RequestOutcome], None] | None = None,
     num_warmups: int = 0,
+    marks: dict | None = None,
 ) -> tuple[list[RequestOutcome], float]:
-    """Send ``requests`` at ``arrivals`` with at most ``cap`` in flight; returns (outcomes, duration s)."""
+    """Send ``requests`` at ``arrivals`` with at most ``cap`` in flight; returns (outcomes, duration s).
+    ``marks`` (optional) gets the measured run's start on the monotonic clock and this process's CPU time then
+    (``mono0``, ``cpu0``: after the warm-ups)."""
     conns = cap or len(requests)
     limits = httpx.Limits(max_connections=conns + 4, max_keepalive_connections=conns + 4)
     async with httpx.AsyncClient(limits=limits, timeout=None, trust_env=not is_loopback(cfg.base_url)) as client:
@@ -133,6 +136,8 @@ async def run_requests(
 
         sem = asyncio.Semaphore(cap) if cap else None
         t0 = time.perf_counter()
+        if marks is not None:
+            marks.update(mono0=time.monotonic(), cpu0=time.process_time())
 
         async def one(r: BenchRequest) -> RequestOutcome:
             if sem is None:
@@ -191,12 +196,14 @@ def run_benchmark(
         note = "power measured over NVML on " + ", ".join(sampler.gpus)
 
     def go(on_done):
-        coro = run_requests(cfg, requests, arrivals, load.in_flight_cap, on_done=on_done, num_warmups=load.num_warmups)
+        coro = run_requests(cfg, requests, arrivals, load.in_flight_cap, on_done=on_done, num_warmups=load.num_warmups,
+                            marks=marks)
         if sampler is not None and sampler.available:
             with sampler:
                 return asyncio.run(coro)
         return asyncio.run(coro)
 
+    marks: dict[str, float] = {}
     if progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -207,6 +214,10 @@ def run_benchmark(
             outcomes, duration = go(lambda _o: bar.advance(task))
     else:
         outcomes, duration = go(None)
+    #: this client's own CPU over the run (it shares the machine with a local server), and the run's window on
+    #: the system-wide monotonic clock (to line it up with `jalapeno serve --step-trace`)
+    client = {"client_cpu_s": time.process_time() - marks["cpu0"], "t_start_monotonic": marks["mono0"],
+              "t_end_monotonic": time.monotonic()}
 
     energy = None
     if sampler is not None and sampler.available and sampler.reading is not None:
@@ -228,6 +239,7 @@ def run_benchmark(
         "num_warmups": load.num_warmups,
         "goodput_slo": {k: v for k, v in asdict(slo).items() if v is not None} if slo else None,
         "power_note": note,
+        **client,
     }
     if workload is not None:
         meta.update(

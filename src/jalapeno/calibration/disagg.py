@@ -61,6 +61,17 @@ def pool_fields(pool: Any) -> dict[str, Any]:
     }
 
 
+def recipe_decode_slots(stack: str | None, pool: Any) -> int | None:
+    """Sequence slots of one decode worker of ``stack``'s recipe for the parsed decode ``pool``, from the flags
+    the recipe was launched with as the layout records them (its ``DPattn`` and ``EP``: the launcher sets
+    ``--max-running-requests`` from those, whatever the recorded TP; a ``TP1 EP8 DPattn=False`` worker of 8 GPUs
+    is launched without dp-attention, so it gets the EP value). None: the stack's recipe publishes none."""
+    from jalapeno.perf.frameworks import decode_max_running_requests
+
+    fw = _engine_framework(stack) if stack else None
+    return decode_max_running_requests(fw, pool.gpus // pool.workers, pool.ep, bool(pool.dp_attention))
+
+
 def disagg_scenario(spec: Any, *, prompts_per_concurrency: int | None = None, seed: int = 0):
     """The :class:`~jalapeno.sim.scenario.Scenario` of a disaggregated :class:`SimSpec` (``spec.disagg`` set)."""
     from jalapeno.sim.scenario import Scenario
@@ -70,6 +81,9 @@ def disagg_scenario(spec: Any, *, prompts_per_concurrency: int | None = None, se
         raise ConfigError("not a disaggregated point (its SimSpec has no pools)")
     per = prompts_per_concurrency or spec.num_prompts_per_concurrency
     kw: dict[str, Any] = {**pool_fields(d.prefill), **pool_fields(d.decode)}
+    slots = recipe_decode_slots(spec.framework, d.decode)
+    if slots is not None:
+        kw["decode_max_num_seqs"] = slots
     if spec.spec_tokens:
         kw.update(spec_decode="mtp", spec_tokens=spec.spec_tokens,
                   acceptance=",".join(str(a) for a in spec.spec_acceptance) or "0.7")
@@ -82,13 +96,16 @@ def disagg_scenario(spec: Any, *, prompts_per_concurrency: int | None = None, se
 
 def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts_per_concurrency: int | None = None,
                     frameworks: bool = True, request_overhead_ms: float | None = None,
-                    kv_handoff_ms: float | None = None, prefill_token_ns: float | None = None) -> dict[str, float]:
+                    kv_handoff_ms: float | None = None, prefill_token_ns: float | None = None,
+                    ttft_per_slot: int | None = None) -> dict[str, float]:
     """Predicted metrics of a disaggregated point (keys of ``points.METRICS``, SI units), with the arguments of
     :func:`jalapeno.calibration.predict.simulate`. Per-chip throughputs are per *decode* GPU, as InferenceX's
     disaggregated per-GPU numbers are (its rows: concurrency × output length / E2E ÷ per-GPU throughput = the
     decode pool's GPU count, not both pools'). ``kv_handoff_ms`` overrides the stack's handoff latency (what a
     fit searches); the stack's own value stays when only ``request_overhead_ms`` is overridden; likewise
-    ``prefill_token_ns`` overrides the stack's prefill-server cost per prompt token."""
+    ``prefill_token_ns`` overrides the stack's prefill-server cost per prompt token. ``ttft_per_slot``: report as
+    ``median_ttft`` the median a run of that many requests per slot would give (:func:`weighted_median_ttft`:
+    the first wave weighted as in that run), not this run's plain median."""
     from dataclasses import replace
 
     from jalapeno.sim.scenario import run_scenario
@@ -106,12 +123,43 @@ def simulate_disagg(spec: Any, efficiency: Any = None, *, seed: int = 0, prompts
 
         base = efficiency if efficiency is not None else efficiency_of(spec.chip)
         efficiency = base.model_copy(update={"request_overhead_ms": float(request_overhead_ms)})
-    m = run_scenario(sc, efficiency=efficiency)
+    m, res = run_scenario(sc, efficiency=efficiency, return_result=True)
     from jalapeno.calibration.predict import SIM_KEYS
 
     out = {k: float(m[s]) * f for k, (s, f) in SIM_KEYS.items() if m.get(s) is not None}
+    if ttft_per_slot:
+        ok = [o for o in res.outcomes if o.success]
+        out["median_ttft"] = weighted_median_ttft([o.start_s for o in ok], [o.ttft_s for o in ok],
+                                                  int(spec.concurrency), int(ttft_per_slot))
     out["concurrency"] = float(spec.concurrency)
     return out
+
+
+#: InferenceX's requests per concurrency slot (its closed-loop benchmark sends 10 × concurrency prompts)
+INFERENCEX_PER_SLOT = 10
+
+
+def weighted_median_ttft(start_s: Any, ttft_s: Any, concurrency: int, per_slot: int = INFERENCEX_PER_SLOT) -> float:
+    """The median TTFT a closed-loop run of ``per_slot`` requests per slot would report, estimated from a shorter
+    run: its first wave (the ``concurrency`` requests sent first, all at t = 0, queueing behind the prefill pool)
+    carries weight ``1 / per_slot`` and the later requests (the steady state) the rest, as they would in the
+    longer run; the weighted median of the TTFTs (the smallest TTFT whose cumulative weight reaches half). With
+    exactly ``per_slot`` requests per slot it is the plain median of the run (up to the even-count midpoint)."""
+    start, ttft = np.asarray(start_s, dtype=float), np.asarray(ttft_s, dtype=float)
+    if start.shape != ttft.shape or not ttft.size:
+        raise ConfigError("weighted_median_ttft: needs one start time per TTFT and at least one request")
+    if concurrency < 1 or per_slot < 1:
+        raise ConfigError(f"weighted_median_ttft: concurrency and per_slot must be >= 1 (got {concurrency}, {per_slot})")
+    order = np.argsort(start, kind="stable")
+    first = np.zeros(ttft.size, dtype=bool)
+    first[order[:concurrency]] = True
+    n_first, n_rest = int(first.sum()), int((~first).sum())
+    if n_rest == 0:
+        return float(np.median(ttft))
+    w = np.where(first, 1.0 / per_slot / n_first, (1.0 - 1.0 / per_slot) / n_rest)
+    idx = np.argsort(ttft, kind="stable")
+    cum = np.cumsum(w[idx])
+    return float(ttft[idx][np.searchsorted(cum, 0.5 * cum[-1] - 1e-12)])
 
 
 def disagg_items(points: Any) -> list:
@@ -311,4 +359,5 @@ def fit_dpa_decode_moe_layer_us(items: list) -> dict[str, dict[str, Any]]:
 
 __all__ = ["DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate",
            "prefill_step_tokens", "disagg_items", "disagg_scenario", "fit_handoff",
-           "fit_prefill_token_ns", "pool_fields", "prefill_rate", "simulate_disagg"]
+           "fit_prefill_token_ns", "pool_fields", "prefill_rate", "recipe_decode_slots", "simulate_disagg", "INFERENCEX_PER_SLOT",
+           "weighted_median_ttft"]

@@ -132,6 +132,61 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
                      measured, priced, worst if math.isfinite(worst) else 1.0)
 
 
+@dataclass(frozen=True)
+class AttentionFit:
+    """``efficiency.decode_attention_ns`` from the probe's decode steps at two contexts."""
+
+    ns: float
+    #: batch -> (measured, priced without the term) extra seconds of the long-context step over the short one
+    extra_s: dict[int, tuple[float, float]]
+
+
+def fit_decode_attention(res: ProbeResult, chip: ChipSpec) -> AttentionFit | None:
+    """Per (query head, key, layer) of a decode row, the seconds the probe's long-context decode steps took beyond
+    what ``chip`` (the small-M terms fitted, overheads set aside) prices for their extra keys: per batch b,
+    (measured long - short - priced long + priced short) / (b x layers x heads x extra keys), floored at 0; the
+    median over batches, in ns. None when the probe did not measure steps at two contexts."""
+    from jalapeno.hardware import probe as pr
+    from jalapeno.models.hf_config import arch_from_config
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    if not res.ctx_step_s or not res.decode_layers:
+        return None
+    arch = arch_from_config(pr.llama_config(res.decode_layers, *pr.CROSSOVER_MODEL), "probe-crossover-llama")
+    zero = {k: 0.0 for k in ("step_overhead_us", "layer_overhead_us", "seq_overhead_us", "decode_attention_ns")}
+    cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=chip.efficiency.model_copy(update=zero))
+
+    def priced(b: int, ctx: int) -> float:
+        return cm.step(StepShape.from_lists(decode_ctx=[ctx] * b)).time_s
+
+    extra, per_pair = {}, []
+    keys = pr.LONG_CTX - pr.CROSSOVER_CTX
+    for b, (short, long) in sorted(res.ctx_step_s.items()):
+        extra[b] = (long - short, priced(b, pr.LONG_CTX) - priced(b, pr.CROSSOVER_CTX))
+        pairs = b * arch.num_layers * arch.num_heads * keys
+        per_pair.append(max(0.0, extra[b][0] - extra[b][1]) / pairs)
+    return AttentionFit(round(float(np.median(per_pair)) * 1e9, 2), extra)
+
+
+def add_decode_attention(out: dict[str, Any], res: ProbeResult, source: str) -> None:
+    """Fit ``decode_attention_ns`` on the chip mapping ``out`` as fitted so far and write it into its efficiency
+    block (provenance in ``efficiency.fitted``); nothing when the probe lacks the two-context steps."""
+    from jalapeno.hardware.probe import CROSSOVER_CTX, LONG_CTX
+    from jalapeno.hardware.schema import ChipSpec
+
+    fit = fit_decode_attention(res, ChipSpec.model_validate(out))
+    if fit is None:
+        return
+    eff = out["efficiency"]
+    eff["decode_attention_ns"] = fit.ns
+    ms = ", ".join(f"{b}: {m * 1e3:.2f}/{p * 1e3:.2f}" for b, (m, p) in sorted(fit.extra_s.items()))
+    eff.setdefault("fitted", {})["decode_attention_ns"] = {
+        "value": fit.ns, "status": "fitted", "source": source,
+        "note": f"decode steps at context {LONG_CTX} over {CROSSOVER_CTX}, extra ms measured/priced without the "
+                f"term by batch: {ms}"}
+
+
 def _pairs(line: str) -> dict[int, list[float]]:
     """``"1: 9.04/13.29, 4: 9.94/18.03"`` -> {1: [9.04, 13.29], 4: [9.94, 18.03]}."""
     out = {}
@@ -166,6 +221,8 @@ def probe_from_chip(chip: ChipSpec) -> ProbeResult:
     res.torch_step_s = {b: v[1] / 1e3 for b, v in steps.items()}
     dot = notes.get("decode step ms fused panels/dot tiles by batch")
     res.dot_step_s = {b: v[1] / 1e3 for b, v in _pairs(dot).items()} if dot else {}
+    ctx = next((n for k, n in notes.items() if k.startswith("decode step ms at context")), None)
+    res.ctx_step_s = {b: (v[0] / 1e3, v[1] / 1e3) for b, v in _pairs(ctx).items()} if ctx else {}
     eff = chip.efficiency
     res.step_overhead_us, res.layer_overhead_us = eff.step_overhead_us, eff.layer_overhead_us
     res.seq_overhead_us = eff.seq_overhead_us
@@ -219,6 +276,7 @@ def fitted_chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
     cap = int(out.get("execution", {}).get("fused_max_batch", {}).get("value") or 0)
     if cap:
         add_small_m(out, res, cap, source)
+    add_decode_attention(out, res, source)
     return out
 
 
@@ -247,7 +305,7 @@ def refit_probe_file(src: Path, out_dir: Path, command: str) -> tuple[Path, str]
                     + yaml.safe_dump(data, sort_keys=False, width=120), encoding="utf-8")
     eff = load_spec_file(path).efficiency
     line = (f"{path}: compute_default {eff.compute_default}, memory_default {eff.memory_default}, "
-            f"compute_memory_overlap {eff.compute_memory_overlap}")
+            f"compute_memory_overlap {eff.compute_memory_overlap}, decode_attention_ns {eff.decode_attention_ns}")
     if "compute_memory_overlap" in eff.fitted:
         line += f"; {eff.fitted['compute_memory_overlap'].note}"
     return path, line

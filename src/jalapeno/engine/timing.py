@@ -43,7 +43,11 @@ class LatencyRecorder:
     def __init__(self) -> None:
         self.values: list[float] = []
         self.counts: list[int] = []
-        self._steps: list[tuple[list[float], int]] = []  # (gaps of a multi-step batch, sequences)
+        # the gaps of multi-step batches, one flat list in the order they came, and per batch its number of
+        # sequences (each gap's count) and of gaps: one ``extend`` per batch, one array of each at the end
+        self._gaps: list[float] = []
+        self._seqs: list[int] = []
+        self._ngaps: list[int] = []
 
     def add(self, gap_s: float, count: int = 1) -> None:
         self.values.append(gap_s)
@@ -52,21 +56,22 @@ class LatencyRecorder:
     def add_steps(self, step_ends: list[float], num_seqs: int) -> None:
         """A multi-step batch's step end times (``step_ends[0]`` = its start): the gaps of steps 2..n, each
         once per sequence of the batch (all of them sample every step)."""
-        self._steps.append((list(map(sub, step_ends[2:], step_ends[1:-1])), num_seqs))
+        self._gaps.extend(map(sub, step_ends[2:], step_ends[1:-1]))
+        self._seqs.append(num_seqs)
+        self._ngaps.append(len(step_ends) - 2)
 
     def take(self) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`samples`, then forget them (the lists are cleared in place: the hot path holds them)."""
         out = self.samples()
         self.values.clear()
         self.counts.clear()
-        self._steps.clear()
+        self._gaps.clear()
+        self._seqs.clear()
+        self._ngaps.clear()
         return out
 
     def samples(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every gap recorded (s) and its count."""
-        vals = [np.asarray(self.values, dtype=np.float64)]
-        cnts = [np.asarray(self.counts, dtype=np.int64)]
-        for gaps, w in self._steps:
-            vals.append(np.asarray(gaps, dtype=np.float64))
-            cnts.append(np.full(len(gaps), w, dtype=np.int64))
-        return np.concatenate(vals), np.concatenate(cnts)
+        """Every gap recorded (s) and its count: the scalar gaps, then each multi-step batch's in order."""
+        vals = np.concatenate((np.asarray(self.values, dtype=np.float64), np.asarray(self._gaps, dtype=np.float64)))
+        steps = np.repeat(np.asarray(self._seqs, dtype=np.int64), np.asarray(self._ngaps, dtype=np.int64))
+        return vals, np.concatenate((np.asarray(self.counts, dtype=np.int64), steps))

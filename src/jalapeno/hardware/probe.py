@@ -151,6 +151,9 @@ class ProbeResult:
     prefill_flops: float | None = None
     prefill_step_s: float | None = None
     power_w: dict[str, float] = field(default_factory=dict)
+    #: the engine's decode step of the crossover model at CROSSOVER_CTX and LONG_CTX keys per sequence, by batch
+    #: (seconds, short / long): what attention over a long context costs (``efficiency.decode_attention_ns``)
+    ctx_step_s: dict[int, tuple[float, float]] = field(default_factory=dict)
     #: TFLOPS of a GEMM with M rows at ROWS_KN (the dtype the torch backend runs here), by M
     rows_tflops: dict[int, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -451,6 +454,34 @@ def measure_crossover(res: ProbeResult, quick: bool, budget_s: float) -> None:
             runner.policy = policy
             out[b] = _best_time(lambda: runner.forward(slices, ids, rows), budget_s, lambda: None)
     measure_prefill(res, runner, loaded, layers, budget_s)
+    measure_long_context(res, loaded, quick, budget_s)
+
+
+#: context tokens of each sequence in the long-context decode steps (a 512-token prompt's decode), and their batches
+LONG_CTX = 577
+LONG_BATCHES = (1, 8)
+
+
+def measure_long_context(res: ProbeResult, loaded: Any, quick: bool, budget_s: float) -> None:
+    """The crossover model's fused decode step at CROSSOVER_CTX and at LONG_CTX keys per sequence, by batch
+    (``res.ctx_step_s``), short and long timed back to back so both see the same machine: the difference is what
+    attending 512 more keys costs. Skipped in a quick probe."""
+    if quick:
+        return
+    import torch
+
+    from jalapeno.backends.torch.attention import SeqSlice
+    from jalapeno.backends.torch.runner import DecodePolicy, ModelRunner
+
+    per = LONG_CTX // 16 + 1
+    runner = ModelRunner(loaded.model, per * max(LONG_BATCHES), 16, "cpu", torch.float32)
+    for b in LONG_BATCHES:
+        runner.policy = DecodePolicy(fused_max_batch=b)
+        times = []
+        for ctx in (CROSSOVER_CTX, LONG_CTX):
+            slices = [SeqSlice(ctx - 1, 1, list(range(i * per, (i + 1) * per))) for i in range(b)]
+            times.append(_best_time(lambda: runner.forward(slices, [1] * b, list(range(b))), budget_s, lambda: None))
+        res.ctx_step_s[b] = (times[0], times[1])
 
 
 #: prompt tokens of the probe's prefill step (the shape of the matmul peak, ``prefill-512``)
@@ -603,6 +634,9 @@ def _measurement_notes(res: ProbeResult) -> list[str]:
     if res.dot_step_s:
         lines.append("decode step ms fused panels/dot tiles by batch: " + ", ".join(
             f"{b}: {res.fused_step_s[b] * 1e3:.2f}/{res.dot_step_s[b] * 1e3:.2f}" for b in sorted(res.dot_step_s)))
+    if res.ctx_step_s:
+        lines.append(f"decode step ms at context {CROSSOVER_CTX}/{LONG_CTX} by batch: " + ", ".join(
+            f"{b}: {s * 1e3:.2f}/{long * 1e3:.2f}" for b, (s, long) in sorted(res.ctx_step_s.items())))
     lines.append(f"load average at probe time: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cpus)")
     return lines
 

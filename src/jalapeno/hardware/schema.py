@@ -185,6 +185,11 @@ class Efficiency(_Strict):
     #: Interpolated in log(M), clamped at both ends; it replaces ``compute`` / ``compute_default`` for weight GEMMs
     #: (not attention, norms or sampling). None (every catalogue chip): all GEMMs run at the large-GEMM fraction
     compute_by_rows: dict[int, float] | None = None
+    #: per (query head, context key, attention layer) of a decode row, nanoseconds: a CPU engine's attention
+    #: kernel (scores, softmax exponentials, weighted sum, key by key per head) runs far below its GEMM rate and
+    #: above its KV bytes' time, and grows with the context; measured by ``jalapeno hardware probe`` (decode
+    #: steps at two contexts) and fitted as what the roofline leaves unpriced. 0 (every catalogue chip): none
+    decode_attention_ns: float = Field(default=0.0, ge=0)
     #: the share of the shorter of an operator's compute and memory times hidden under the longer: op time =
     #: max(c, m) + (1 - overlap) x min(c, m). None (every catalogue chip) = 1, the roofline max
     compute_memory_overlap: float | None = Field(default=None, ge=0, le=1)

@@ -121,6 +121,36 @@ MIXED_POLICY = SchedulingPolicy(source="vLLM V1 scheduler: chunked prefill mixed
 
 
 @dataclass(frozen=True)
+class DecodeSlots:
+    """A disaggregated recipe's decode ``--max-running-requests`` per worker, by the decode pool's layout (the
+    recipe sets it from its flags, not per run): with dp-attention ``per_dp_rank`` × the worker's attention ranks
+    (its chips), else ``ep`` with expert parallelism (EP > 1), else ``tp``. A prefilled request waits for one of
+    these slots before its KV is sent (:mod:`jalapeno.sim.cluster` decode admission)."""
+
+    per_dp_rank: int
+    ep: int
+    tp: int
+    source: str = ""
+
+    def cap(self, chips_per_worker: int, ep: int, dp_attention: bool) -> int:
+        """The sequence slots of one decode worker of ``chips_per_worker`` chips."""
+        if dp_attention:
+            return self.per_dp_rank * chips_per_worker
+        return self.ep if ep > 1 else self.tp
+
+
+#: billishyahao/sglang_disagg (the launcher InferenceX's MI355X disaggregated scripts clone;
+#: benchmarks/dsr1_fp8_mi355x_sglang-disagg_slurm.sh) sglang_disagg_server.sh: decode ``--max-running-requests``
+#: = MORI_MAX_DISPATCH_TOKENS_DECODE (160, set_env_vars.sh) × DECODE_TP_SIZE with dp-attention, 256 with EP, else 128
+MI355X_SGLANG_DISAGG_SLOTS = DecodeSlots(
+    per_dp_rank=160, ep=256, tp=128,
+    source="billishyahao/sglang_disagg sglang_disagg_server.sh (decode_max_running_requests: "
+           "MORI_MAX_DISPATCH_TOKENS_DECODE x DECODE_TP_SIZE with DP, 256 with EP, else 128) and set_env_vars.sh "
+           "(MORI_MAX_DISPATCH_TOKENS_DECODE=160); cloned by SemiAnalysisAI/InferenceX "
+           "benchmarks/dsr1_fp8_mi355x_sglang-disagg_slurm.sh")
+
+
+@dataclass(frozen=True)
 class ServingFramework:
     """One serving stack. ``request_overhead_ms`` replaces the chip's ``efficiency.request_overhead_ms``."""
 
@@ -148,6 +178,9 @@ class ServingFramework:
     #: get 0 for both (not carried across vendors or generations: B200's SGLang prefill term overprices H200's
     #: TTFT, docs/fidelity.md). Empty: every chip.
     fitted_chips: tuple[str, ...] = ()
+    #: a disaggregated stack: its recipe's decode slots per worker (:class:`DecodeSlots`; None = not published,
+    #: the engine default applies)
+    decode_slots: DecodeSlots | None = None
 
     def fitted_on(self, chip) -> bool:
         """Whether the stack's per-pool fitted terms apply to ``chip`` (a ChipSpec)."""
@@ -171,10 +204,10 @@ FRAMEWORKS: tuple[ServingFramework, ...] = (
     ServingFramework("mori-sglang", "SGLang PD with the MoRI KV transfer (disaggregated, ROCm)", 41.1, (),
                      HANDOFF_FITTED, engine="sglang", kv_handoff_ms=78.5,
                      prefill_token_ns=(("native", 20649.5), ("fp4", 20536.1)),
-                     dpa_decode_moe_layer_us=51.3, fitted_chips=("mi355x",)),
+                     dpa_decode_moe_layer_us=51.3, fitted_chips=("mi355x",), decode_slots=MI355X_SGLANG_DISAGG_SLOTS),
     ServingFramework("sglang-disagg", "SGLang PD disaggregation (router + prefill/decode servers)", 41.1, (),
                      HANDOFF_FITTED, engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 21181.8),),
-                     dpa_decode_moe_layer_us=369.3, fitted_chips=("mi355x",)),
+                     dpa_decode_moe_layer_us=369.3, fitted_chips=("mi355x",), decode_slots=MI355X_SGLANG_DISAGG_SLOTS),
 )
 
 
@@ -224,11 +257,21 @@ def dpa_decode_moe_layer_us(framework: str | None) -> float:
     return get_framework(framework).dpa_decode_moe_layer_us if framework else 0.0
 
 
+def decode_max_running_requests(framework: str | None, chips_per_worker: int, ep: int,
+                                dp_attention: bool) -> int | None:
+    """The sequence slots one decode worker of a disaggregated stack's recipe holds (:class:`DecodeSlots`) for a
+    decode pool of that layout; None for an engine profile, None, or a stack whose recipe does not publish them."""
+    if not framework:
+        return None
+    slots = get_framework(framework).decode_slots
+    return slots.cap(chips_per_worker, ep, dp_attention) if slots is not None else None
+
+
 def kv_handoff_ms(framework: str | None) -> float:
     """The per-request prefill -> decode handoff latency (ms) of a disaggregated stack; 0 for an engine
     profile or None."""
     return get_framework(framework).kv_handoff_ms if framework else 0.0
 
-__all__ = ["SchedulingPolicy", "SGLANG_POLICY", "MIXED_POLICY", "scheduling_policy", "ServingFramework", "FRAMEWORKS",
+__all__ = ["DecodeSlots", "MI355X_SGLANG_DISAGG_SLOTS", "decode_max_running_requests", "SchedulingPolicy", "SGLANG_POLICY", "MIXED_POLICY", "scheduling_policy", "ServingFramework", "FRAMEWORKS",
            "HANDOFF_FITTED", "PREFILL_FITTED", "get_framework", "apply_framework", "dpa_decode_moe_layer_us",
            "kv_handoff_ms", "prefill_token_ns"]

@@ -11,6 +11,8 @@ See docs/cost-model.md for every equation and assumption.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
+from itertools import accumulate
 
 import numpy as np
 
@@ -20,7 +22,7 @@ from jalapeno.models.arch import ModelArch
 from jalapeno.perf import dtypes as dt
 from jalapeno.perf.network import collective, p2p
 from jalapeno.perf.ops import (
-    IDX, NF, OpSpec, Routing, attention_dims, build_ops, features, kv_bytes_per_token_per_layer,
+    IDX, NF, Dims, OpSpec, Routing, attention_dims, build_ops, features, kv_bytes_per_token_per_layer,
     linear_state_bytes_per_layer, vec,
 )
 from jalapeno.perf.shape import StepShape
@@ -147,6 +149,13 @@ _OVERHEAD_FIELDS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead
                     "prefill_token_overhead_ns")
 
 
+def decode_attention_s_per_key(m: ModelArch, d: Dims, ns: float) -> float:
+    """Seconds ``efficiency.decode_attention_ns`` adds per context key of a decode query row: ``ns`` for each
+    query head on the chip in each attention layer (linear-attention layers hold no keys)."""
+    layers = sum(not m.is_linear_layer(i) for i in range(m.num_layers))
+    return layers * d.q_heads * ns * 1e-9
+
+
 def rows_efficiency(table: dict[int, float], rows: np.ndarray) -> np.ndarray:
     """A GEMM's achieved fraction of peak compute at ``rows`` rows, from a measured ``compute_by_rows`` table
     (rows -> fraction): piecewise linear in log2(rows) between the measured row counts, clamped at both ends
@@ -164,6 +173,15 @@ def overlapped_time(tc: np.ndarray, tm: np.ndarray, overlap: float) -> np.ndarra
 
 #: the features a weight GEMM's rows are counted in (its FLOPs are linear in exactly one of them)
 _GEMM_ROW_FEATURES = (IDX["T"], IDX["S"], IDX["Tm"])
+
+
+def _cut(ts: list[float], es: list[float], start: float, stop: float | None) -> tuple[list[float], list[float]]:
+    """``ts``, ``es`` up to the first step that ends at or after ``stop`` (ends ``start + d1``, ``+ d2``, ...
+    summed one by one); all of them when ``stop`` is None or no step reaches it."""
+    if stop is None:
+        return ts, es
+    run = min(len(ts), bisect_left(list(accumulate(ts, initial=start)), stop, 1))
+    return ts[:run], es[:run]
 
 
 class CostModel:
@@ -515,6 +533,8 @@ class CostModel:
                                          self.chip.launch_us)
         if self._paging_s_per_token:  # host paging: every context block of the step's block tables
             self._overhead = self._overhead + vec(C=self._paging_s_per_token, K=self._paging_s_per_token)
+        if eff.decode_attention_ns:  # a CPU attention kernel's per (head, key, layer) cost of each decode row
+            self._overhead = self._overhead + vec(Cr=decode_attention_s_per_key(m, self._dims, eff.decode_attention_ns))
         lin = sum(self._net_time, np.zeros(NF)) + self._overhead
         pj_net = self.chip.energy.pj_per_network_byte or FALLBACK_PJ_PER_NET_BYTE
         e_work = np.zeros(NF)
@@ -729,7 +749,7 @@ class CostModel:
             t += self._verify_s
         nc = self.chips_per_replica
         e = min(y[2 * n + 1] + self.idle_w * t * nc, self.tdp_w * t * nc)
-        return StepCost(t, e, y[2 * n + 2], y[2 * n + 3])
+        return StepCost.of(t, e, y[2 * n + 2], y[2 * n + 3])
 
     def decode_steps(self, shape: StepShape, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Durations and energies of ``k`` consecutive decode steps of the same batch (see
@@ -745,23 +765,27 @@ class CostModel:
             return fast
         return self._decode_steps_matrix(shape, k)
 
-    def decode_step_lists(self, shape: StepShape, k: int) -> tuple[list[float], list[float]]:
+    def decode_step_lists(self, shape: StepShape, k: int, start: float = 0.0,
+                          stop: float | None = None) -> tuple[list[float], list[float]]:
         """:meth:`decode_steps` as two Python lists, the same floats: when the run is affine (see
         :meth:`_decode_steps_affine`) each step's time and energy are evaluated in scalars, operation for
         operation as the vectorised form does them (cheaper than numpy's per-call overhead for the few steps
-        between two events of a simulation)."""
+        between two events of a simulation). ``stop``: only the steps up to the first that ends at or after
+        ``stop``, step ends being ``start + d1``, ``+ d2``, ... summed one by one (the steps after it are not
+        priced: a multi-step batch cut at an arrival)."""
         if shape.prefill_tokens or k <= 0 or not shape.decode_tokens:
             t, e = self.decode_steps(shape, k)
-            return t.tolist(), e.tolist()
+            return _cut(t.tolist(), e.tolist(), start, stop)
         line = self._affine_line(shape, k)
         if line is None:
             t, e = self._decode_steps_matrix(shape, k)
-            return t.tolist(), e.tolist()
+            return _cut(t.tolist(), e.tolist(), start, stop)
         a_t, b_t, a_e, b_e = line
         verify = self._verify_s if shape.decode_tokens > shape.decode_seqs else 0.0
         nc, idle, tdp = self.chips_per_replica, self.idle_w, self.tdp_w
         ts: list[float] = []
         es: list[float] = []
+        end = start
         for j in range(k):
             i = float(j)
             t = a_t + b_t * i
@@ -770,6 +794,10 @@ class CostModel:
             x, cap = a_e + b_e * i + idle * t * nc, tdp * t * nc
             ts.append(t)
             es.append(cap if cap < x else x)
+            if stop is not None:
+                end += t
+                if end >= stop:
+                    break
         return ts, es
 
     def _decode_steps_affine(self, shape: StepShape, k: int) -> tuple[np.ndarray, np.ndarray] | None:

@@ -224,15 +224,19 @@ class _State:
             gen.shut_down()
 
 
-def build_app(engine: Any, codec: Codec, cfg: ServerConfig):
+def build_app(engine: Any, codec: Codec, cfg: ServerConfig, tracer: Any = None):
     """A FastAPI app serving ``engine`` (a :class:`jalapeno.engine.Engine`); the engine thread starts and stops
-    with the app's lifespan."""
-    aeng = AsyncEngine(engine, time_scale=cfg.time_scale)
+    with the app's lifespan. ``tracer``: a :class:`~jalapeno.server.step_trace.StepTracer` recording every step."""
+    aeng = AsyncEngine(engine, time_scale=cfg.time_scale, tracer=tracer)
     state = _State(cfg, aeng, codec, ServerMetrics(aeng.stats), tuple(codec.eos_token_ids))
     aeng.on_itl = state.metrics.observe_itl
 
     @asynccontextmanager
     async def lifespan(_app):
+        if tracer is not None:
+            import threading
+
+            tracer.loop_tid = threading.get_native_id()  # the event loop's thread (HTTP, detokenise, SSE)
         aeng.start()
         try:
             yield

@@ -62,8 +62,10 @@ class _Handle:
 class AsyncEngine:
     """Thread owner of an engine. ``submit`` (from asyncio) returns a queue of :class:`RequestOutput`."""
 
-    def __init__(self, engine: Any, *, time_scale: float = 1.0, max_backlog: int = 4096) -> None:
+    def __init__(self, engine: Any, *, time_scale: float = 1.0, max_backlog: int = 4096, tracer: Any = None) -> None:
         self.engine = engine
+        #: a :class:`~jalapeno.server.step_trace.StepTracer` (``serve --step-trace``): each step's times and shape
+        self.tracer = tracer
         #: back-pressure: a request whose consumer has left this many step outputs unread (a client that does
         #: not read its stream) is aborted, so the server never buffers a whole output for it
         self.max_backlog = max_backlog
@@ -92,6 +94,8 @@ class AsyncEngine:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        if self.tracer is not None:
+            self.tracer.close()
 
     @property
     def alive(self) -> bool:
@@ -167,6 +171,8 @@ class AsyncEngine:
         anchor: tuple[float, float] | None = None  # (wall, virtual) while busy
         while not self._stop.is_set():
             busy = self.engine.has_unfinished()
+            if not busy and self.tracer is not None:
+                self.tracer.idle()  # waiting for work: the gap before the next step is idle, not the loop's
             self._drain(block=not busy)
             if not self.engine.has_unfinished():
                 anchor = None
@@ -174,6 +180,8 @@ class AsyncEngine:
                 continue
             if self.paced and anchor is None:
                 anchor = (time.perf_counter(), self.engine.clock.now())
+            if self.tracer is not None:
+                self.tracer.begin(self.engine)
             try:
                 outs = self.engine.step()
             except SequenceFailed as exc:  # one request's fault: abort it alone; the others step again
@@ -186,6 +194,8 @@ class AsyncEngine:
                 self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}")
                 continue
             self.steps += 1
+            if self.tracer is not None:
+                self.tracer.end_step()
             if self.paced and anchor is not None:
                 target = anchor[0] + (self.engine.clock.now() - anchor[1]) * self.time_scale
                 delay = target - time.perf_counter()
@@ -196,6 +206,8 @@ class AsyncEngine:
             vals, counts = self.engine.take_itl_samples()  # bounded memory: streamed into statistics
             if self.on_itl is not None and len(vals):
                 self.on_itl(vals, counts)
+            if self.tracer is not None:
+                self.tracer.done(self.engine, len(outs))
 
     def _fail_all(self, msg: str) -> None:
         with self._lock:

@@ -63,23 +63,17 @@ def serve(
     draft_layers: int | None = typer.Option(
         None, "--draft-layers", help="--speculative self: layers of the draft (default: a quarter of the model's)."
     ),
+    threads: int | None = typer.Option(
+        None, "--threads", help="cpu: torch compute threads of the served engine (default: the probe's choice)."
+    ),
+    step_trace: str | None = typer.Option(
+        None, "--step-trace", help="Write every engine step's times, shape and thread CPU here (JSON lines)."
+    ),
 ) -> None:
     """Serve /v1/completions, /v1/chat/completions, /v1/models, /health and /metrics."""
-    if backend not in ("cpu", "cuda", "sim"):
-        raise ConfigError(f"--backend must be cpu, cuda or sim (got '{backend}')")
-    if not 0 < port < 65536:
-        raise ConfigError(f"--port must be in 1..65535 (got {port})")
-    if api_key is not None and not api_key.strip():
-        raise ConfigError("--api-key is empty (which would serve without a key): give a key, or leave it out")
-    for name, v in (
-        ("--max-request-bytes", max_request_bytes),
-        ("--shutdown-timeout", shutdown_timeout),
-        ("--header-timeout", header_timeout),
-        ("--body-timeout", body_timeout),
-        ("--keep-alive-timeout", keep_alive_timeout),
-    ):
-        if not v > 0:
-            raise ConfigError(f"{name} must be > 0 (got {v})")
+    _check_args(backend, port, api_key, threads, step_trace, {
+        "--max-request-bytes": max_request_bytes, "--shutdown-timeout": shutdown_timeout,
+        "--header-timeout": header_timeout, "--body-timeout": body_timeout, "--keep-alive-timeout": keep_alive_timeout})
     from jalapeno.server import build
     from jalapeno.sim import SimLimits
     from jalapeno.speculative import spec_config_from_options
@@ -103,6 +97,11 @@ def serve(
     else:
         served = _build_torch(backend, model, api_key, served_model_name, spec, max_model_len,
                               block_size, max_num_seqs, max_num_batched_tokens)
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
+    tracer = _tracer(step_trace, backend)
 
     from dataclasses import replace
 
@@ -115,7 +114,7 @@ def serve(
         body_timeout_s=body_timeout,
         allowed_hosts=hosts_for(host, allowed_hosts),
     )
-    app = build_app(served.engine, served.codec, scfg)
+    app = build_app(served.engine, served.codec, scfg, tracer=tracer)
     where = f"http://{host}:{port}"
     typer.echo(
         f"serving '{served.config.model_name}' ({backend}) at {where}/v1"
@@ -133,6 +132,40 @@ def serve(
         keep_alive_s=keep_alive_timeout,
     )
     server.run()
+
+
+def _check_args(backend: str, port: int, api_key: str | None, threads: int | None, step_trace: str | None,
+                positive: dict[str, float]) -> None:
+    """One clear line for a bad ``serve`` argument, before anything loads or binds."""
+    if backend not in ("cpu", "cuda", "sim"):
+        raise ConfigError(f"--backend must be cpu, cuda or sim (got '{backend}')")
+    if not 0 < port < 65536:
+        raise ConfigError(f"--port must be in 1..65535 (got {port})")
+    if api_key is not None and not api_key.strip():
+        raise ConfigError("--api-key is empty (which would serve without a key): give a key, or leave it out")
+    for name, v in positive.items():
+        if not v > 0:
+            raise ConfigError(f"{name} must be > 0 (got {v})")
+    if threads is not None and (threads < 1 or backend != "cpu"):
+        raise ConfigError(f"--threads must be >= 1 and needs --backend cpu (got {threads} with --backend {backend})")
+    if step_trace is not None:
+        from jalapeno.server.step_trace import StepTracer
+
+        StepTracer.check_path(step_trace)  # before a model loads
+
+
+def _tracer(path: str | None, backend: str):
+    """The step tracer ``--step-trace`` asks for (None without it); its header names the compute threads."""
+    if path is None:
+        return None
+    from jalapeno.server.step_trace import StepTracer
+
+    header: dict = {"backend": backend}
+    if backend != "sim":
+        import torch
+
+        header["torch_threads"] = torch.get_num_threads()
+    return StepTracer(path, header)
 
 
 def _build_torch(device, model, api_key, served_name, spec, max_model_len, block_size, max_num_seqs,

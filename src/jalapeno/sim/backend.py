@@ -461,21 +461,20 @@ class SimBackend(Backend):
         times and energies (``CostModel.decode_step_lists``), the energy summed as numpy sums an array."""
         steps = batch.num_steps
         cm = self.cm
+        # a multi-step batch stops after the first step that ends at or after ``stop_at_s`` (the next arrival):
+        # the cost model prices the steps up to it only, its ends summed one by one from ``start_s``
+        start, stop = batch.start_s, batch.stop_at_s if steps > 1 else None
         if steps > 1 and not shape.prefill_tokens:
-            dl, el = cm.decode_step_lists(shape, steps)  # type: ignore[attr-defined]
+            dl, el = cm.decode_step_lists(shape, steps, start, stop)  # type: ignore[attr-defined]
         else:
             c = cm.step(shape)
             dl, el = [c.time_s], [c.energy_j]
-            if steps > 1:  # the first step finished some prompts; then everyone decodes
+            if steps > 1 and (stop is None or start + c.time_s < stop):  # then everyone decodes
                 assert nxt is not None
-                d2, e2 = cm.decode_step_lists(nxt, steps - 1)  # type: ignore[attr-defined]
+                d2, e2 = cm.decode_step_lists(nxt, steps - 1, start + c.time_s, stop)  # type: ignore[attr-defined]
                 dl += d2
                 el += e2
-        run = steps
-        if steps > 1 and batch.stop_at_s is not None:
-            ends = list(accumulate(dl, initial=batch.start_s))  # step ends, summed one by one
-            run = min(steps, bisect_left(ends, batch.stop_at_s, 1))  # the first end >= stop_at_s
-            dl, el = dl[:run], el[:run]
+        run = len(dl)
         energy = _numpy_sum(el)
         if self.trace is not None:
             self._record(run, shape, _numpy_sum(dl), dl, energy)

@@ -231,6 +231,7 @@ class EngineTarget:
         self.engine = engine
         #: the workload chains calls: each call's prompt extends the previous one's (prefix reuse by chain)
         self.chains = chains
+        self._params: dict[int, SamplingParams] = {}  # max_tokens -> the (frozen, shared) sampling parameters
 
     def now(self) -> float:
         return self.engine.clock.now()
@@ -265,8 +266,16 @@ class EngineTarget:
         )
 
     def submit_many(self, calls: list[Call]) -> None:
+        """Each call as :meth:`submit` would queue it, without its per-call set-up: one shared
+        ``SamplingParams`` per ``max_tokens`` (frozen), the sequence built here and queued with ``add_sequence``."""
+        e, params, chains = self.engine, self._params, self.chains
         for call in calls:
-            self.submit(call)
+            sp = params.get(call.max_tokens)
+            if sp is None:
+                sp = params[call.max_tokens] = SamplingParams(max_tokens=call.max_tokens, ignore_eos=True)
+            seq = Sequence(None, sp, prompt_len=call.prompt_len, arrival_s=call.arrive_s, user_data=call)
+            seq.kv_key = call.chain if chains else None
+            e.add_sequence(seq)
 
     def advance(self, horizon: float | None) -> list[Sequence]:
         e = self.engine

@@ -18,7 +18,6 @@ from jalapeno.perf.types import KV_PRECISIONS, WEIGHT_PRECISIONS
 from jalapeno.sim.backend import Speculation
 from jalapeno.speculative.proposer import KPolicy, MeasuredAcceptance
 from jalapeno.sim.client import run_workload
-from jalapeno.sim.collector import simulation_collector
 from jalapeno.sim.cluster import Cluster, KVLink
 from jalapeno.sim.factory import DEFAULT_MIN_NUM_SEQS, SimLimits, build_sim_engines, cost_model_for
 
@@ -425,6 +424,17 @@ def _decode_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):
     return _pool_model(sc, arch, q, efficiency, {"moe_layer_overhead_us": extra})
 
 
+def decode_max_num_seqs(sc: Scenario, q: "PoolSpec") -> int | None:
+    """Sequence slots of one decode worker: ``--decode-max-num-seqs``, else the disaggregated stack's recipe value
+    for the pool's layout (:func:`jalapeno.perf.frameworks.decode_max_running_requests`), else None (the engine's
+    ``--max-num-seqs``)."""
+    if sc.decode_max_num_seqs is not None:
+        return int(sc.decode_max_num_seqs)
+    from jalapeno.perf.frameworks import decode_max_running_requests
+
+    return decode_max_running_requests(sc.framework, q.chips_per_worker, q.ep, q.dp_attention)
+
+
 def prefill_limits(sc: Scenario, limits: SimLimits) -> SimLimits:
     """The prefill pool's scheduler limits: a disaggregated stack's prefill servers are its engine's servers, so
     they batch prompts under that engine's scheduling policy (SGLang: a prefill batch takes prompts up to
@@ -523,8 +533,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
             limits = replace(limits, scheduling=policy)
         engines = build_sim_engines(cm, replicas, speculation=speculation_for(cm), limits=limits, in_flight=in_flight)
         target = engines[0] if replicas == 1 else Cluster(engines)
-        with simulation_collector():
-            result = run_workload(target, wl, stop)
+        result = run_workload(target, wl, stop)
         num_chips = cm.chips_per_replica * replicas
         output_chips = None
         kv_tokens = engines[0].block_manager.num_blocks * sc.block_size
@@ -535,12 +544,11 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
         cm_d = _decode_pool_model(sc, arch, dp_, efficiency)
         n_p, n_d = pp_.workers, dp_.workers
         pre = build_sim_engines(cm_p, n_p, limits=prefill_limits(sc, limits), in_flight=in_flight)
-        dec_limits = replace(limits, max_num_seqs=sc.decode_max_num_seqs or limits.max_num_seqs)
+        dec_limits = replace(limits, max_num_seqs=decode_max_num_seqs(sc, dp_) or limits.max_num_seqs)
         dec = build_sim_engines(cm_d, n_d, speculation=speculation_for(cm_d), limits=dec_limits, in_flight=in_flight)
         link = _kv_link(cm_p, cm_d, n_p, n_d, handoff_ms(sc) * 1e-3)
         target = Cluster(pre, dec, link)
-        with simulation_collector():
-            result = run_workload(target, wl, stop)
+        result = run_workload(target, wl, stop)
         output_chips = n_d * cm_d.chips_per_replica
         num_chips = n_p * cm_p.chips_per_replica + output_chips
         engines = pre + dec
@@ -553,6 +561,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
                             "mean_queue_ms": target.kv_queue_s_mean() * 1e3, "handoff_ms": link.handoff_s * 1e3,
                             "mean_admission_wait_ms": target.admission_wait_s_mean() * 1e3,
                             "mean_decode_step_wait_ms": target.step_wait_s_mean() * 1e3,
+                            "decode_max_num_seqs": dec[0].config.max_num_seqs,
                             "prefill_token_ns": prefill_token_ns(sc),
                             "dpa_decode_moe_layer_us": dpa_decode_moe_layer_us(sc) if dp_.dp_attention and dp_.ep > 1
                             else 0.0}

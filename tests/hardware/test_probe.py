@@ -333,3 +333,25 @@ def test_decode_attention_term_is_what_the_long_context_steps_took_beyond_their_
     written = ChipSpec.model_validate(fitted_chip_dict(res, "local", "refit"))
     assert written.efficiency.decode_attention_ns == pytest.approx(60.0, abs=0.5)
     assert "decode_attention_ns" in written.efficiency.fitted
+
+
+def test_calibrate_probe_keeps_the_measured_thread_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The refit redoes the small-M terms from the notes, not the thread-policy measurement (its timings live in
+    the fact's note): `jalapeno calibrate --probe` must carry it over, or the entry points silently fall back to
+    the default policy after the second step of the documented probe -> calibrate pipeline."""
+    import yaml
+
+    from jalapeno.cli import main
+
+    data = yaml.safe_load((Path(__file__).parent / "data" / "local_probe_quiet_2334.yaml").read_text())
+    policy = {"wait": "ACTIVE", "pinned": True, "status": "measured", "source": "probe (test)",
+              "note": "decode/prefill ms: passive-unpinned 9.00/300.0, active-pinned 7.00/250.0"}
+    data["execution"]["thread_policy"] = policy
+    src = tmp_path / "probe" / "local.yaml"
+    src.parent.mkdir()
+    src.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--probe", str(src), "--out", str(tmp_path / "out")])
+    assert exc.value.code in (0, None), capsys.readouterr().err
+    got = load_spec_file(tmp_path / "out" / "local.yaml").execution.thread_policy
+    assert got is not None and (got.wait, got.pinned, got.note) == ("ACTIVE", True, policy["note"])

@@ -299,6 +299,9 @@ def refit_probe_file(src: Path, out_dir: Path, command: str) -> tuple[Path, str]
                             f"{command} ({_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC)")
     data["notes"] = [*chip.notes, f"small-M terms refitted from the notes above by {command}"]
     data["description"] = chip.description
+    if chip.execution is not None and chip.execution.thread_policy is not None:
+        # a measurement the refit does not redo (its timings live in the fact's note, not in the notes): keep it
+        data.setdefault("execution", {})["thread_policy"] = chip.execution.thread_policy.model_dump(mode="json")
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{chip.key}.yaml"
     path.write_text(f"# {chip.key}: {src.name} with its small-M terms refitted ({command})\n"

@@ -148,3 +148,15 @@ def test_the_compare_benchmark_reads_each_vllm_process_env() -> None:
         proc.wait()
     assert [p["pid"] for p in seen] == [proc.pid]
     assert seen[0]["omp_env"].get("GOMP_CPU_AFFINITY") == "0" and "OMP_WAIT_POLICY" not in seen[0]["omp_env"]
+
+
+def test_a_server_keeps_the_default_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`jalapeno serve` shares its cores with its event loop and clients: a spinning / pinned policy measured on an
+    engine alone is not applied there (measured: served TPOT 2.4x worse under it), unless the user sets one."""
+    _probe_with_policies(tmp_path, monkeypatch, {"passive-unpinned": (2.0, 2.0), "active-pinned": (1.0, 1.0)})
+    env: dict[str, str] = {}
+    line = th.apply_thread_policy(env, tmp_path, loaded=lambda: False, serving=True)
+    assert env == th.DEFAULT_POLICY.env(th.usable_cores()) and "default for a server" in line
+    env = {"OMP_WAIT_POLICY": "ACTIVE"}
+    th.apply_thread_policy(env, tmp_path, loaded=lambda: False, serving=True)
+    assert env == {"OMP_WAIT_POLICY": "ACTIVE"}  # the user's choice stands

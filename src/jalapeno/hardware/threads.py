@@ -95,16 +95,24 @@ def _user_policy(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def apply_thread_policy(environ: MutableMapping[str, str] | None = None, probe_dir: Path | None = None,
-                        loaded: Callable[[], bool] = lambda: "torch" in sys.modules) -> str:
+                        loaded: Callable[[], bool] = lambda: "torch" in sys.modules, serving: bool = False) -> str:
     """Set this process's OpenMP thread policy before torch loads: the one ``jalapeno hardware probe`` recorded
     in ``local.yaml`` (``execution.thread_policy``), else :data:`DEFAULT_POLICY`; nothing when the user set any
     of :data:`POLICY_VARS`, or when torch is already loaded (OpenMP has read its settings; the line says so).
+
+    ``serving``: the process shares its cores with an event loop and its clients (``jalapeno serve``). The probe
+    times an engine alone; spinning or pinned workers that win there took the cores a server's other threads need
+    (2026-12-02, quiet 2-core VM, active-unpinned recorded: served batch-1 TPOT 129.5 ms against 52.9 ms with the
+    default twelve minutes earlier, docs/performance.md), so a server keeps the default unless the user sets one.
     Returns one line saying which policy is in force."""
     env = os.environ if environ is None else environ
     user = _user_policy(env)
     if user:
         return "thread policy: set in the environment (" + ", ".join(f"{k}={v}" for k, v in user.items()) + ")"
     policy, source = recorded_policy(probe_dir)
+    if serving and policy != DEFAULT_POLICY:
+        policy, source = DEFAULT_POLICY, (f"default for a server: the probe's {policy.label} was measured on an "
+                                          "engine alone; set OMP_WAIT_POLICY / GOMP_CPU_AFFINITY to override")
     if loaded():
         return f"thread policy: torch was already loaded; OpenMP keeps its defaults ({policy.label} not applied)"
     env.update(policy.env(usable_cores()))

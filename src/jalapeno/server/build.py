@@ -89,7 +89,7 @@ def build_torch(
     if device == "cpu":  # OpenMP reads its thread policy when torch loads: set it first
         from jalapeno.hardware.threads import apply_thread_policy
 
-        log.info(apply_thread_policy())
+        log.info(apply_thread_policy(serving=True))
     from jalapeno.backends.torch.backend import TorchBackend  # imports torch
     from jalapeno.backends.torch.loader import load_tokenizer
     from jalapeno.engine.engine import Engine

@@ -24,7 +24,8 @@ def test_candidates_and_their_environment() -> None:
                                                "active-pinned"]
     assert PASSIVE == th.DEFAULT_POLICY
     assert PASSIVE.env([0, 1]) == {"OMP_WAIT_POLICY": "PASSIVE"}
-    assert ACTIVE_PIN.env([2, 3, 5]) == {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_CPU_AFFINITY": "2 3 5"}
+    assert ACTIVE_PIN.env([2, 3, 5]) == {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "300000",
+                                        "GOMP_CPU_AFFINITY": "2 3 5"}  # a bounded spin, then sleep
     assert th.ThreadPolicy.from_label("active-pinned") == ACTIVE_PIN
     with pytest.raises(ConfigError, match="unknown thread policy"):
         th.ThreadPolicy.from_label("spin")
@@ -90,7 +91,7 @@ def test_policy_is_applied_only_when_the_user_set_none(tmp_path: Path, monkeypat
     cores = " ".join(map(str, th.usable_cores()))
     env: dict[str, str] = {"PATH": "/bin"}
     line = th.apply_thread_policy(env, tmp_path, loaded=lambda: False)
-    assert env == {"PATH": "/bin", "OMP_WAIT_POLICY": "ACTIVE", "GOMP_CPU_AFFINITY": cores}
+    assert env == {"PATH": "/bin", "OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": "300000", "GOMP_CPU_AFFINITY": cores}
     assert line.startswith("thread policy: active-pinned (measured")
     # any one policy variable of the user's: nothing is touched
     for user in ({"OMP_WAIT_POLICY": "PASSIVE"}, {"OMP_PROC_BIND": "close"}, {"GOMP_CPU_AFFINITY": "1"}):
@@ -160,3 +161,29 @@ def test_a_server_keeps_the_default_policy(tmp_path: Path, monkeypatch: pytest.M
     env = {"OMP_WAIT_POLICY": "ACTIVE"}
     th.apply_thread_policy(env, tmp_path, loaded=lambda: False, serving=True)
     assert env == {"OMP_WAIT_POLICY": "ACTIVE"}  # the user's choice stands
+
+
+def _idle_cpu_after_parallel_work(env: dict[str, str]) -> float:
+    """CPU seconds a fresh torch process burns in 0.5 s of sleep right after OpenMP-parallel work."""
+    import subprocess
+    import sys
+
+    code = ("import time, torch; torch.set_num_threads(2); x = torch.ones(4_000_000)\n"
+            "for _ in range(20): x.mul_(1.0)\n"
+            "t = time.process_time(); time.sleep(0.5); print(time.process_time() - t)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def test_an_idle_engine_under_the_active_policy_stops_spinning() -> None:
+    """The ACTIVE candidate spins a bounded count, then sleeps: an idle process under it uses (almost) no CPU,
+    where OMP_WAIT_POLICY=ACTIVE alone keeps its workers spinning on the cores another program needs."""
+    import os
+
+    if len(th.usable_cores()) < 2:
+        pytest.skip("needs two cores for a second OpenMP worker")
+    base = {k: v for k, v in os.environ.items() if k not in th.POLICY_VARS}
+    forever = _idle_cpu_after_parallel_work({**base, "OMP_WAIT_POLICY": "ACTIVE"})
+    bounded = _idle_cpu_after_parallel_work({**base, **ACTIVE.env(th.usable_cores())})
+    assert bounded < 0.1 < 0.25 < forever, (bounded, forever)

@@ -77,7 +77,7 @@ def _hand_made_probe(cd: float) -> pr.ProbeResult:
     chip = ChipSpec.model_validate(pr.chip_dict(res, "local", "hand-made"))
     truth = chip.efficiency.model_copy(update={"memory_default": 0.6, "compute_memory_overlap": 0.4,
                                                "compute_default": cd, "layer_overhead_us": 0.0,
-                                               "compute_by_rows": rows_table(res, cd, 8, max(1.0, cd))})
+                                               "compute_by_rows": rows_table(res, cd, 8, ceiling=max(1.0, cd))})
     cm = cost_model_for(arch_from_config(pr.llama_config(6, *pr.CROSSOVER_MODEL), "t"), chip, precision="fp32",
                         kv="fp32", efficiency=truth)
     for b in (1, 4, 8, 16, 32):
@@ -120,6 +120,9 @@ def test_prefill_steps_faster_than_the_matmul_peak_raise_the_peak_not_cap_the_fr
     chip = ChipSpec.model_validate(fitted_chip_dict(res, "local", "hand-made"))
     assert chip.compute_tflops["fp32"].value == pytest.approx(0.1 * fit.peak_scale, rel=1e-3)
     assert chip.compute_tflops["fp32"].status == "fitted" and chip.efficiency.compute_default == 1.0
+    # the fused kernel's rows (up to the crossover, 8) stay at the microbenchmark's rate: 1 / 1.3 of the raised peak
+    assert chip.efficiency.compute_by_rows[8] == pytest.approx(1 / fit.peak_scale, abs=1e-4)
+    assert fit.memory_default == pytest.approx(0.6, abs=2e-3) and fit.overlap == pytest.approx(0.4)
 
 
 def test_probe_output_with_the_repeated_timings_loads_validates_and_refits(tmp_path: Path) -> None:

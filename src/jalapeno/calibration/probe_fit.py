@@ -49,21 +49,25 @@ class SmallMFit:
     prefill_s: dict[int, tuple[float, float]] = field(default_factory=dict)
 
 
-def rows_table(res: ProbeResult, compute_default: float, cap: int, ceiling: float = 1.0) -> dict[int, float] | None:
+def rows_table(res: ProbeResult, compute_default: float, cap: int, scale: float = 1.0, *,
+               ceiling: float = 1.0) -> dict[int, float] | None:
     """``compute_by_rows`` by the path the engine takes at each row count of ROWS_TABLE: up to the fused kernel's
     crossover ``cap``, the kernel, at ``compute_default`` (its per-row cost where the probe's decode steps are
     compute-bound, 16-32 rows, is at or above the fp32 matmul peak: its GEMMs are not small-M-starved; what makes
     its steps grow with the batch is compute that does not hide under the weight stream, the overlap); above it,
     PyTorch's GEMM at ROWS_KN, each row count's TFLOPS over the largest's times ``compute_default`` (the fraction a
     real prefill step reached: the table meets it at the prefill's rows). None when the PyTorch rows were not
-    measured. Entries are capped at ``ceiling`` (the fit lifts it while the compute fraction may exceed 1)."""
+    measured. ``compute_default`` is relative to the matmul microbenchmark's peak and may exceed 1 (real prefill
+    steps beat it); the kernel's rows never do (its GEMMs reach the microbenchmark's rate, not the prefill's), and
+    every entry is then divided by ``scale``, what the peak is raised by. Entries are capped at ``ceiling`` (the fit
+    lifts it while the fraction may exceed 1)."""
     from jalapeno.hardware.probe import ROWS_TABLE
 
     if len(res.rows_tflops) < 2:
         return None
     top = res.rows_tflops[max(res.rows_tflops)]
-    out = {m: compute_default for m in ROWS_TABLE if m <= cap}
-    out.update({m: compute_default * v / top for m, v in res.rows_tflops.items() if m > cap})
+    out = {m: min(compute_default, 1.0) / scale for m in ROWS_TABLE if m <= cap}
+    out.update({m: compute_default * v / top / scale for m, v in res.rows_tflops.items() if m > cap})
     return {m: round(min(ceiling, v), 5) for m, v in sorted(out.items())}
 
 
@@ -151,12 +155,13 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
     worst = max(abs(priced[b] / t - 1) for b, t in measured.items())
     pre = {}
     if prefill:  # the prefill steps as the fitted fractions price them (reported beside what they took)
-        eff = eff.model_copy(update={"compute_default": cd, "compute_by_rows": rows_table(res, cd, cap, max(1.0, cd))})
+        eff = eff.model_copy(update={"compute_default": cd,
+                                     "compute_by_rows": rows_table(res, cd, cap, ceiling=max(1.0, cd))})
         cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff)
         for t, s in prefill.items():
             tc, tm, _ = cm.op_times(StepShape.from_lists(prefill=[(t, 0)]))
             pre[t] = (s, float(_priced(tc, tm, np.array([f]), np.array([ov]))[0]))
-    return SmallMFit(round(cd / scale, 4), round(f, 4), round(ov, 2), rows_table(res, cd / scale, cap) or table,
+    return SmallMFit(round(cd / scale, 4), round(f, 4), round(ov, 2), rows_table(res, cd, cap, scale) or table,
                      measured, priced, worst if math.isfinite(worst) else 1.0, round(scale, 4), pre)
 
 

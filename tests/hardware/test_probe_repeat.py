@@ -176,3 +176,21 @@ def test_long_context_and_prefill_steps_are_timed_through_the_runner() -> None:
     pr.measure_prefill(res, runner, loaded, 1, 0.0)
     assert sorted(res.prefill_s) == [128, 512] and res.prefill_step_s == res.prefill_s[512][1]
     assert any("[2048] tokens do not fit" in n for n in res.notes)
+
+
+def test_refit_of_the_quiet_0551_probe_prices_prefill_at_what_its_step_reached() -> None:
+    """The lead's quiet 05:51 probe (its microbenchmark read 0.0771 TFLOPS, its 512-token prefill step 23.6 GFLOP
+    in 228.7 ms, 0.103 TFLOPS, so the old fit capped compute_default at 1 and priced TTFT at 0.0771): refitted, the
+    peak is raised to what the step reached (the cost model's price of that step = its time), the decode steps by
+    batch 1-32 stay within 5 % (overlap 0.18-0.19, as before) and the attention term is the old two-point one."""
+    from jalapeno.calibration.probe_fit import fitted_chip_dict, probe_from_chip
+    from jalapeno.hardware.schema import ChipSpec
+
+    res = probe_from_chip(load_spec_file(DATA / "local_probe_quiet_0551.yaml"))
+    chip = ChipSpec.model_validate(fitted_chip_dict(res, "local", "refit"))
+    assert chip.compute_tflops["fp32"].status == "fitted" and chip.efficiency.compute_default == 1.0
+    assert 0.103 < chip.compute_tflops["fp32"].value < 0.12
+    assert "512: 228.5/228.5" in chip.efficiency.fitted["compute_default"].note
+    assert "(worst 4." in chip.efficiency.fitted["compute_memory_overlap"].note
+    assert chip.efficiency.compute_memory_overlap == pytest.approx(0.18, abs=0.011)
+    assert chip.efficiency.decode_attention_ns == pytest.approx(41.6, abs=0.5)

@@ -14,6 +14,7 @@ from jalapeno.hardware import probe as pr
 from jalapeno.hardware.catalog import load_spec_file
 
 DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_interleaved_times_call_every_key_once_per_round() -> None:
@@ -186,7 +187,7 @@ def test_refit_of_the_quiet_0551_probe_prices_prefill_at_what_its_step_reached()
     from jalapeno.calibration.probe_fit import fitted_chip_dict, probe_from_chip
     from jalapeno.hardware.schema import ChipSpec
 
-    res = probe_from_chip(load_spec_file(DATA / "local_probe_quiet_0551.yaml"))
+    res = probe_from_chip(load_spec_file(ROOT / "benchmarks" / "data" / "local_probe_quiet_0551.yaml"))
     chip = ChipSpec.model_validate(fitted_chip_dict(res, "local", "refit"))
     assert chip.compute_tflops["fp32"].status == "fitted" and chip.efficiency.compute_default == 1.0
     assert 0.103 < chip.compute_tflops["fp32"].value < 0.12

@@ -112,8 +112,21 @@ def dedupe(items: list[tuple[Point, SimSpec]]) -> list[tuple[Point, SimSpec]]:
 
 # ------------------------------------------------------------------------------------------------ predicting
 def efficiency_with(base: Efficiency, params: dict[str, float]) -> Efficiency:
-    upd = {k: float(v) for k, v in params.items() if not k.startswith("fw.")}
+    """``base`` with ``params`` applied: ``fw.<stack>`` are front ends (see :func:`_latency_ms`), ``fp8moe.<stack>``
+    a stack's ``framework_fp8_moe_layer_us`` entry, anything else an efficiency field."""
+    upd: dict = {k: float(v) for k, v in params.items() if not k.startswith(("fw.", "fp8moe."))}
+    fp8 = {k.split(".", 1)[1]: float(v) for k, v in params.items() if k.startswith("fp8moe.")}
+    if fp8:
+        upd["framework_fp8_moe_layer_us"] = {**base.framework_fp8_moe_layer_us, **fp8}
     return base.model_copy(update=upd)
+
+
+def stack_efficiency(spec: SimSpec, eff: Efficiency) -> Efficiency:
+    """``eff`` with the per-stack kernel terms of ``spec``'s serving stack resolved (``simulate`` runs with
+    ``frameworks=False`` here: the front end is passed on its own)."""
+    from jalapeno.perf.frameworks import stack_kernel_terms
+
+    return stack_kernel_terms(eff, framework_profile(spec))
 
 
 def _latency_ms(spec: SimSpec, eff: Efficiency, params: dict[str, float]) -> float:
@@ -146,7 +159,7 @@ def predict(specs: list[SimSpec], params: dict[str, float] | None, per: int, poo
     params = params or {}
     jobs = []
     for s in specs:
-        eff = efficiency_with(efficiency_of(s.chip), params)
+        eff = stack_efficiency(s, efficiency_with(efficiency_of(s.chip), params))
         n = per if max_requests is None else max(1, min(per, max_requests // max(1, s.concurrency or 1)))
         jobs.append((s, eff, n, _latency_ms(s, eff, params), SCHEDULING["on"]))
     order = sorted(range(len(jobs)), key=lambda i: -(specs[i].concurrency or 1) * (specs[i].osl + specs[i].isl / 8))
@@ -211,7 +224,8 @@ def fit(items: list[tuple[Point, SimSpec]], names: list[str], start: dict[str, f
     x0 = {ln: float(np.clip(start.get(n, spec_all[n][0]), spec_all[n][1], spec_all[n][2])) for n, ln in zip(names, lib)}
 
     def eff(s: SimSpec, vals: dict[str, float]) -> Efficiency:
-        return efficiency_with(efficiency_of(s.chip), {**fixed, **{k: v for k, v in vals.items() if "@" not in k}})
+        return stack_efficiency(s, efficiency_with(efficiency_of(s.chip),
+                                                   {**fixed, **{k: v for k, v in vals.items() if "@" not in k}}))
 
     def latency(vals: dict[str, float]) -> dict[str, float]:
         return {k.split("@", 1)[1]: v for k, v in vals.items() if "@" in k}

@@ -67,6 +67,9 @@ DENSE_LAYER_US = 20.0
 #: most simulated requests per point during a fit (high-concurrency points run fewer rounds; the reported
 #: errors use ``--per`` rounds for every point)
 MAX_FIT_REQUESTS = 400
+#: the decode-side terms (every step's fixed cost): ``fit --hold-decode`` leaves each chip's own catalogue values
+DECODE_TERMS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us",
+                "seq_overhead_us", "expert_overhead_us")
 #: frameworks whose request latency is a global profile (jalapeno.perf.frameworks), fitted on the Hopper set only
 FRAMEWORK_PARAMS = {"fw.vllm": (20.0, 0.0, 200.0), "fw.sglang": (40.0, 0.0, 200.0), "fw.trt-llm": (40.0, 0.0, 200.0)}
 
@@ -332,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--terms", choices=("kernel", "layer"), default="kernel",
                     help="fit: per-kernel cost (kernels counted from the architecture; no per-layer constants) or "
                          "the per-layer / per-MoE-layer constants (dense per-layer prior DENSE_LAYER_US)")
+    ap.add_argument("--hold-decode", action="store_true",
+                    help="fit: leave every chip's own decode terms (DECODE_TERMS) as in its catalogue file and fit only "
+                         "the prefill-side terms and front ends (a pooled fit whose decode side stays per chip)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-scheduling", action="store_true",
                     help="price every serving stack with the engine's default (vLLM-style mixed prefill) scheduling, "
@@ -386,7 +392,10 @@ def main(argv: list[str] | None = None) -> int:
                 names += [n for n in FRAMEWORK_PARAMS if any(framework_profile(s) == n[3:] for _, s in train)
                           and n not in (a.fix or [])]
             start = {**(json.loads(a.start) if a.start else {})}
-            if a.terms == "kernel":  # the kernel count carries every per-layer cost
+            if a.hold_decode:
+                names = [n for n in names if n not in DECODE_TERMS]
+                start = {k: v for k, v in start.items() if k not in DECODE_TERMS}
+            elif a.terms == "kernel":  # the kernel count carries every per-layer cost
                 start.update(layer_overhead_us=0.0, moe_layer_overhead_us=0.0)
             else:
                 start.update(layer_overhead_us=DENSE_LAYER_US, kernel_overhead_us=0.0)

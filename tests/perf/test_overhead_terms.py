@@ -225,3 +225,22 @@ def test_stack_fp8_moe_term_applies_under_its_engine_stack_only():
     assert apply_framework(eff, None).fp8_moe_layer_overhead_us == 0.0
     # a disaggregated stack over TensorRT-LLM: its pools carry their own fitted per-precision terms
     assert apply_framework(eff, "dynamo-trt").fp8_moe_layer_overhead_us == 0.0
+
+
+def test_b200_catalogue_prices_tensorrt_llms_fp8_moe_path_per_moe_layer():
+    """The shipped B200 value (docs/fidelity.md "Step 5") through the public cost-model factory: DeepSeek-R1's FP8
+    checkpoint under TensorRT-LLM pays 58 MoE layers x the chip's trt-llm value per step; SGLang, the FP4
+    checkpoint and a chip without the value (H200) do not."""
+    from jalapeno.hardware.catalog import get_chip
+    from jalapeno.sim.factory import cost_model_for
+
+    us = get_chip("b200").efficiency.framework_fp8_moe_layer_us["trt-llm"]
+    assert us > 0
+
+    def t(hw, prec, fw):
+        cm = cost_model_for("deepseek-r1", hw, tp=8, ep=8, precision=prec, framework=fw)
+        return cm.step(DECODE).time_s
+
+    assert t("b200", "native", "trt-llm") - t("b200", "native", "sglang") == pytest.approx(58 * us * 1e-6, rel=1e-9)
+    assert t("b200", "fp4", "trt-llm") == t("b200", "fp4", "sglang")
+    assert t("h200", "native", "trt-llm") == t("h200", "native", "sglang")

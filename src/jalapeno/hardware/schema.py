@@ -214,6 +214,14 @@ class Efficiency(_Strict):
                 raise ValueError(f"efficiency {k}={x} must be in (0, 1]")
         return v
 
+    @field_validator("framework_fp8_moe_layer_us")
+    @classmethod
+    def _stack_terms(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, x in v.items():
+            if x < 0:
+                raise ValueError(f"framework_fp8_moe_layer_us {k}={x} must be >= 0 microseconds per MoE layer")
+        return v
+
     @field_validator("compute_by_rows")
     @classmethod
     def _rows_table(cls, v: dict[int, float] | None) -> dict[int, float] | None:

@@ -6,6 +6,8 @@
     python benchmarks/fit_terms.py write --chip b200 --params /tmp/b200.json --source "..." --calibration '{...}'
     python benchmarks/fit_terms.py params --chip b200 --out /tmp/b200.json    # a chip's fitted terms, to transfer
     python benchmarks/fit_terms.py eval --chip mi355x --params /tmp/b200.json # ... e.g. B200's fit on MI355X rows
+    python benchmarks/fit_terms.py fit --chip h200 --chip mi355x --frameworks --hold-decode  # pool the prefill side
+    python benchmarks/fit_terms.py eval --chip b200 --params '{"fp8moe.trt-llm": 95}'     # a stack's FP8 MoE term
 
 The shipped values (docs/fidelity.md "Overhead terms: fit and transfer") come from ``fit --frameworks`` per chip
 family (H200, B200, MI355X), ``--terms kernel`` (a per-kernel cost with the kernels counted from the architecture,

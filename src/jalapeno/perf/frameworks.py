@@ -228,10 +228,22 @@ def apply_framework(efficiency, framework: str | ServingFramework | None):
     if not framework:
         return efficiency
     fw = framework if isinstance(framework, ServingFramework) else get_framework(framework)
-    if fw.engine:  # a disaggregated stack: its engine's front end
+    disagg = bool(fw.engine)
+    if disagg:  # a disaggregated stack: its engine's front end
         fw = get_framework(fw.engine)
     ms = efficiency.framework_overhead_ms.get(fw.key, fw.request_overhead_ms)
-    return efficiency.model_copy(update={"request_overhead_ms": ms})
+    eff = efficiency.model_copy(update={"request_overhead_ms": ms})
+    # a disaggregated stack's pools carry their own fitted per-precision terms (``prefill_token_ns``,
+    # ``dpa_decode_moe_layer_us``): the engine's per-stack kernel terms are not added there, not to count twice
+    return eff if disagg else stack_kernel_terms(eff, fw.key)
+
+
+def stack_kernel_terms(efficiency, framework_key: str | None):
+    """``efficiency`` with the chip's per-stack kernel terms of ``framework_key`` resolved: its
+    ``framework_fp8_moe_layer_us`` entry becomes ``fp8_moe_layer_overhead_us`` (unchanged when the chip has none
+    for that stack, or ``framework_key`` is None)."""
+    us = efficiency.framework_fp8_moe_layer_us.get(framework_key) if framework_key else None
+    return efficiency if us is None else efficiency.model_copy(update={"fp8_moe_layer_overhead_us": float(us)})
 
 
 def scheduling_policy(framework: str | ServingFramework | None) -> SchedulingPolicy:
@@ -273,5 +285,5 @@ def kv_handoff_ms(framework: str | None) -> float:
     return get_framework(framework).kv_handoff_ms if framework else 0.0
 
 __all__ = ["DecodeSlots", "MI355X_SGLANG_DISAGG_SLOTS", "decode_max_running_requests", "SchedulingPolicy", "SGLANG_POLICY", "MIXED_POLICY", "scheduling_policy", "ServingFramework", "FRAMEWORKS",
-           "HANDOFF_FITTED", "PREFILL_FITTED", "get_framework", "apply_framework", "dpa_decode_moe_layer_us",
+           "HANDOFF_FITTED", "PREFILL_FITTED", "get_framework", "apply_framework", "stack_kernel_terms", "dpa_decode_moe_layer_us",
            "kv_handoff_ms", "prefill_token_ns"]

@@ -141,7 +141,8 @@ class DecodeSlots:
 
 #: billishyahao/sglang_disagg sglang_disagg_server.sh launches the PD router as ``python -m
 #: sglang_router.launch_router --pd-disaggregation --policy random --prefill-policy random --decode-policy random``:
-#: each request's prefill and decode worker are drawn at random, whatever their load
+#: each request's prefill and decode worker are drawn at random, whatever their load. The recipe's value, for
+#: ``--routing``; not the stacks' default ``router`` (see :class:`ServingFramework`)
 MI355X_SGLANG_DISAGG_ROUTER = "random"
 MI355X_SGLANG_DISAGG_ROUTER_SOURCE = (
     "billishyahao/sglang_disagg sglang_disagg_server.sh (ROUTER_CMD: sglang_router.launch_router "
@@ -190,8 +191,10 @@ class ServingFramework:
     #: a disaggregated stack: its recipe's decode slots per worker (:class:`DecodeSlots`; None = not published,
     #: the engine default applies)
     decode_slots: DecodeSlots | None = None
-    #: a disaggregated stack: how its router picks each request's prefill and decode worker
-    #: (:data:`jalapeno.sim.cluster.ROUTING`); "least-loaded" where the recipe's router is not known
+    #: a disaggregated stack: how the simulator routes its requests to the prefill and decode workers by default
+    #: (:data:`jalapeno.sim.cluster.ROUTING`). Every stack: "least-loaded". The MI355X recipes' router is random
+    #: (:data:`MI355X_SGLANG_DISAGG_ROUTER`, ``--routing random``), not the default: on the held-out points it
+    #: moves TTFT 42 -> 41% but TPOT 15 -> 18% (docs/fidelity.md, Disaggregated, fifth session)
     router: str = "least-loaded"
 
     def fitted_on(self, chip) -> bool:
@@ -216,12 +219,10 @@ FRAMEWORKS: tuple[ServingFramework, ...] = (
     ServingFramework("mori-sglang", "SGLang PD with the MoRI KV transfer (disaggregated, ROCm)", 41.1, (),
                      HANDOFF_FITTED, engine="sglang", kv_handoff_ms=78.5,
                      prefill_token_ns=(("native", 20649.5), ("fp4", 20536.1)),
-                     dpa_decode_moe_layer_us=51.3, fitted_chips=("mi355x",), decode_slots=MI355X_SGLANG_DISAGG_SLOTS,
-                     router=MI355X_SGLANG_DISAGG_ROUTER),
+                     dpa_decode_moe_layer_us=51.3, fitted_chips=("mi355x",), decode_slots=MI355X_SGLANG_DISAGG_SLOTS),
     ServingFramework("sglang-disagg", "SGLang PD disaggregation (router + prefill/decode servers)", 41.1, (),
                      HANDOFF_FITTED, engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 21181.8),),
-                     dpa_decode_moe_layer_us=369.3, fitted_chips=("mi355x",), decode_slots=MI355X_SGLANG_DISAGG_SLOTS,
-                     router=MI355X_SGLANG_DISAGG_ROUTER),
+                     dpa_decode_moe_layer_us=369.3, fitted_chips=("mi355x",), decode_slots=MI355X_SGLANG_DISAGG_SLOTS),
 )
 
 

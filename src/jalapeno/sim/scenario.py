@@ -150,8 +150,8 @@ class Scenario:
     decode_max_num_seqs: int | None = None
     #: disaggregated: how the router picks each request's prefill and decode worker: "least-loaded" (the one
     #: with the fewest requests; a prefilled request goes to any decode worker with room) or "random" (SGLang's
-    #: PD router with --prefill-policy/--decode-policy random; a request waits for room in its own decode
-    #: worker). None = the framework profile's (mori-sglang, sglang-disagg: random; else least-loaded)
+    #: PD router with --prefill-policy/--decode-policy random, as the InferenceX MI355X recipes launch it; a
+    #: request waits for room in its own decode worker). None = the framework profile's (least-loaded)
     routing: str | None = None
     #: power cap in watts: clocks lowered until the modelled power fits (jalapeno.hardware.power_cap); None = rated
     power_cap_w: float | None = None

@@ -50,7 +50,7 @@ from jalapeno.engine.timing import LatencyRecorder, StepTiming
 _WAITING, _RUNNING, _FINISHED = SeqStatus.WAITING, SeqStatus.RUNNING, SeqStatus.FINISHED
 
 
-@dataclass
+@dataclass(slots=True)
 class StepUpdate:
     """What applying one batch's results changed: the sequences that finished (already out of ``running``),
     tokens generated, prompt tokens computed."""
@@ -584,9 +584,10 @@ class Scheduler:
         if common:
             latency.add(timing.t_first - timing.t0, common)
         group = self.group
-        grouped = self.num_grouped and group is not None
-        _drop_finished(self.running, up.finished, group.left_at if grouped else ())  # type: ignore[union-attr]
-        if fast and self.group is not None:
+        if up.finished:
+            grouped = self.num_grouped and group is not None
+            _drop_finished(self.running, up.finished, group.left_at if grouped else ())  # type: ignore[union-attr]
+        if fast and group is not None and nd > self.num_grouped:
             self._regroup(batch.chunks, nd)
         if self.config.recv_interval > 1:  # a step that prefilled ends the receive interval
             if up.prefilled:

@@ -221,7 +221,9 @@ class Scheduler:
         nd = self._num_decodes
         start_sum = None
         if grouped:
-            start_sum = self.group.start_sum() + sum(c.start for c in chunks[grouped:nd])  # type: ignore[union-attr]
+            start_sum = self.group.start_sum()  # type: ignore[union-attr]
+            if nd > grouped:
+                start_sum += sum(c.start for c in chunks[grouped:nd])
         return ScheduledBatch(chunks, num_steps=steps, num_decodes=nd, decode_start_sum=start_sum,
                               loaded_tokens=self._loaded, num_grouped=grouped,
                               group=self.group if grouped else None)
@@ -578,9 +580,11 @@ class Scheduler:
             common += self._advance_group(first, timing, trim, up)
         fast = nd and tokens is None and outputs is None and not self.bm.prefix_caching
         if fast:
-            common += self._count_decodes(batch.chunks[first:nd], counts[first:nd], timing, trim, up, latency)
+            if nd > first:
+                common += self._count_decodes(batch.chunks[first:nd], counts[first:nd], timing, trim, up, latency)
             first = nd
-        common += self._apply_chunks(batch, first, counts, tokens, timing, trim, up, latency, outputs)
+        if first < len(batch.chunks):
+            common += self._apply_chunks(batch, first, counts, tokens, timing, trim, up, latency, outputs)
         if common:
             latency.add(timing.t_first - timing.t0, common)
         group = self.group

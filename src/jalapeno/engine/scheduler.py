@@ -568,8 +568,12 @@ class Scheduler:
         or cut-off steps, and let decodes join the lockstep group. ``outputs``: append one
         :class:`RequestOutput` per sampled chunk (the per-request path; ``None`` for the simulator)."""
         counts = result.token_counts
+        skip = 0  # counts[j] is chunk skip + j's (the group's members may be left out: they gain a token a step)
         if counts is None:
             counts = [len(t) for t in result.tokens]
+        else:
+            skip = result.counts_skip
+            assert skip <= self.num_grouped, "only the lockstep group's token counts may be left out"
         tokens = result.tokens if result.tokens else None
         nd = batch.num_decodes
         trim = self.config.num_speculative_tokens > 0 or timing.num_steps < batch.num_steps
@@ -581,10 +585,11 @@ class Scheduler:
         fast = nd and tokens is None and outputs is None and not self.bm.prefix_caching
         if fast:
             if nd > first:
-                common += self._count_decodes(batch.chunks[first:nd], counts[first:nd], timing, trim, up, latency)
+                common += self._count_decodes(batch.chunks[first:nd], counts[first - skip : nd - skip], timing, trim,
+                                              up, latency)
             first = nd
         if first < len(batch.chunks):
-            common += self._apply_chunks(batch, first, counts, tokens, timing, trim, up, latency, outputs)
+            common += self._apply_chunks(batch, first, counts, tokens, timing, trim, up, latency, outputs, skip)
         if common:
             latency.add(timing.t_first - timing.t0, common)
         group = self.group
@@ -662,10 +667,10 @@ class Scheduler:
     def _apply_chunks(
         self, batch: ScheduledBatch, first: int, counts: Seq[int], tokens: list[list[int]] | None,
         timing: StepTiming, trim: bool, up: StepUpdate, latency: LatencyRecorder,
-        outputs: list[RequestOutput] | None,
+        outputs: list[RequestOutput] | None, skip: int = 0,
     ) -> int:
-        """The general path over ``batch.chunks[first:]``: prefill chunks, token ids, stop tokens, outputs.
-        Returns how many sampled at t0."""
+        """The general path over ``batch.chunks[first:]``: prefill chunks, token ids, stop tokens, outputs
+        (``counts[i - skip]``: chunk ``i``'s tokens). Returns how many sampled at t0."""
         t0, t_first, t_last = timing.t0, timing.t_first, timing.t_last
         chunks = batch.chunks
         nd = batch.num_decodes
@@ -679,7 +684,7 @@ class Scheduler:
             out = seq.num_output_tokens
             if i >= nd:
                 up.prefilled += c.num_tokens
-            new = counts[i]
+            new = counts[i - skip]
             if not new:  # a prefill chunk that does not end the prompt
                 seq.num_computed_tokens = c.start + c.num_tokens
                 if prefix:

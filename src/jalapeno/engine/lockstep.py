@@ -236,6 +236,8 @@ class DecodeGroup:
         done: list[Sequence] = []
         self.left_at = left = []
         fin, now = self._finish, self.steps
+        if not self._ends.due(now):
+            return done
         for end, seq in self._ends.take_until(now):
             if fin.get(seq) == end:
                 assert end == now, "a member ran past its last token"
@@ -262,6 +264,11 @@ class _FinishCalendar:
             heapq.heappush(self._steps, end)
         else:
             members.append(seq)
+
+    def due(self, now: int) -> bool:
+        """Whether any entry's step is <= ``now`` (:meth:`take_until` would return something)."""
+        steps = self._steps
+        return bool(steps) and steps[0] <= now
 
     def take_until(self, now: int) -> list[tuple[int, Sequence]]:
         """Remove and return the entries of every step <= ``now``: by step, then join order."""
@@ -341,10 +348,13 @@ class _ChunkList:
         lst, order = self.chunks, self.order
         if lst is not None:
             del lst[self.lent :]
-            for i in sorted(self.pending, reverse=True):
-                del lst[i]
-                del order[i]
-        self.pending.clear()
+            if self.pending:
+                for i in sorted(self.pending, reverse=True):
+                    del lst[i]
+                    del order[i]
+                self.pending.clear()
+        else:
+            self.pending.clear()
         self.lent = None
 
     def lend(self, members: dict[Sequence, LockstepChunk], jn: dict[Sequence, int]) -> list[LockstepChunk]:

@@ -383,3 +383,44 @@ def test_trim_frees_the_look_ahead_blocks_counted_member_by_member(bs):
         assert g.trim() == want
         assert g.ahead == 0
         g.advance(rng.randrange(0, 3), g.t_last)
+
+
+@pytest.mark.parametrize("bs", [16, 64])
+def test_slack_cut_equals_the_sorted_slack_walk(bs):
+    """``DecodeGroup.slack_cut(rem, extra)`` (slacks walked in ascending order from the phase counts) equals the
+    walk it replaced in ``Scheduler._multi_step``: the members' ``slack_counts()`` merged with the other chunks'
+    slacks, sorted, and the first slack at which the running count passes ``rem``."""
+    import random
+
+    from jalapeno.engine.lockstep import DecodeGroup
+    from jalapeno.engine.sequence import Sequence
+
+    rng = random.Random(29)
+    g = DecodeGroup(bs)
+    live: list = []
+    for _ in range(300):
+        g.ahead = 0
+        if rng.random() < 0.6:
+            s = Sequence(None, SamplingParams(max_tokens=10_000), prompt_len=rng.randrange(1, 300))
+            s.num_output_tokens = 1
+            s.num_computed_tokens = s.prompt_len
+            s.num_blocks = -(-s.prompt_len // bs)
+            s.last_token_s = g.t_last
+            g.join(s, 10_000)
+            live.append(s)
+        if len(live) > 1 and rng.random() < 0.2:
+            g.release(live.pop(rng.randrange(len(live))))
+        g.ahead = rng.randrange(0, 3 * bs)
+        extra = {rng.randrange(bs): rng.randrange(1, 4) for _ in range(rng.randrange(3))}
+        counts = dict(g.slack_counts())
+        for sl, c in extra.items():
+            counts[sl] = counts.get(sl, 0) + c
+        n = sum(counts.values())
+        for rem in {0, n // 2, n - 1, rng.randrange(n)}:
+            taken = 0
+            for sl, cnt in sorted(counts.items()):
+                if taken + cnt > rem:
+                    break
+                taken += cnt
+            assert g.slack_cut(rem, extra) == sl
+        g.advance(rng.randrange(0, 3), g.t_last)

@@ -182,6 +182,25 @@ class DecodeGroup:
         bs, base = self.block_size, self.steps + self.ahead
         return [(-(p + base) % bs, n) for p, n in enumerate(self._pn) if n]
 
+    def slack_cut(self, rem: int, extra: dict[int, int] | None = None) -> int:
+        """The smallest slack ``j`` (free token slots in a member's last block) such that more than ``rem``
+        members — plus ``extra[j']`` other chunks of slack ``j'`` — have a slack <= ``j``: the slacks walked in
+        ascending order, stopping there (``rem`` must be below their total)."""
+        bs, pn = self.block_size, self._pn
+        base = self.steps + self.ahead  # slack j is phase (-j - base) mod bs
+        taken = 0
+        if extra:
+            for j in range(bs):
+                taken += pn[(-j - base) % bs] + extra.get(j, 0)
+                if taken > rem:
+                    return j
+        else:
+            for j in range(bs):
+                taken += pn[(-j - base) % bs]
+                if taken > rem:
+                    return j
+        raise ValueError(f"slack_cut: {rem} is not below the {taken} chunks counted")
+
     def blocks_for(self, extra: int, slacks: list[tuple[int, int]] | None = None) -> int:
         """New blocks the members need to hold ``extra`` more tokens each (``slacks``: :meth:`slack_counts`,
         when the caller has it).

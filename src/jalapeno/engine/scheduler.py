@@ -499,6 +499,10 @@ class Scheduler:
         # Maybe short of blocks: the largest K whose blocks fit. A chunk ending at e with h blocks held needs
         # max(0, ceil((x − s)/bs)) more for x = (K−1)·per extra tokens, s = h·bs − e its slack; so need(x)
         # only depends on how many chunks share each slack (a few distinct values): count them once.
+        if group is not None:
+            cut = self._group_slack_cut(group, rest, free, len(chunks))
+            if cut is not None:
+                return self._fit(rest, None, min(k, cut // per_step + 1), per_step)
         group_slacks = group.slack_counts() if group is not None else []
         counts = dict(group_slacks)  # one slack per phase: distinct
         for c in rest:
@@ -536,6 +540,21 @@ class Scheduler:
             else:
                 hi = mid
         return self._fit(rest, group_slacks, lo, per_step)
+
+    def _group_slack_cut(self, group: DecodeGroup, rest: list[SeqChunk], free: int, n: int) -> int | None:
+        """:meth:`_multi_step`'s largest fitting look-ahead ``x`` (tokens) when every slack is below the block
+        size, walking the group's slacks in ascending order (:meth:`DecodeGroup.slack_cut`) instead of listing,
+        merging and sorting every phase; ``rest``'s slacks (the chunks behind the group) are merged in. None when
+        one of them is outside ``[0, bs)`` (the caller's general count then decides)."""
+        bs = self.bm.block_size
+        extra: dict[int, int] = {}
+        for c in rest:
+            sl = c.seq.num_blocks * bs - c.start - c.num_tokens
+            if not 0 <= sl < bs:
+                return None
+            extra[sl] = extra.get(sl, 0) + 1
+        rounds, rem = divmod(free, n)
+        return rounds * bs + group.slack_cut(rem, extra)
 
     def _fit(self, rest: list[SeqChunk], group_slacks: list[tuple[int, int]], steps: int, per_step: int) -> int:
         """Reserve blocks for ``steps`` steps (known to fit) and return ``steps``. ``rest``: the chunks outside

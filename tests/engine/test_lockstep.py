@@ -289,7 +289,8 @@ def test_chunk_list_equals_the_members_through_joins_leaves_and_lending():
     rng = random.Random(11)
     g = DecodeGroup(16)
     live: list = []
-    lent = None
+    lent = told = None
+    kept = 0
     for _ in range(2000):
         r = rng.random()
         if r < 0.35:
@@ -308,14 +309,21 @@ def test_chunk_list_equals_the_members_through_joins_leaves_and_lending():
             victim = live.pop()
             j = next(k for k, c in enumerate(lent) if c.seq is victim)
             del lent[j]
+            if rng.random() < 0.7:  # told (the scheduler's way): the list keeps in step, not rebuilt
+                g.chunk_deleted(victim, j)
+                told = lent
             g.release(victim)
         else:  # a new batch: the members' chunks, in join order, with other chunks appended behind
             lent = g.chunks()
+            if told is not None:
+                kept += lent is told
+                told = None
             assert [c.seq for c in lent] == live
             assert lent == list(g.members.values())
             tail = Sequence(None, SamplingParams(max_tokens=4), prompt_len=5)
             lent.extend(SeqChunk(tail, 0, 5, True) for _ in range(rng.randrange(3)))
     assert [c.seq for c in g.chunks()] == live
+    assert kept > 10  # a told deletion kept the list (no rebuild)
 
 
 @pytest.mark.parametrize("bs", [16, 64, 1])

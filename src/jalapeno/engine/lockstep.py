@@ -154,6 +154,11 @@ class DecodeGroup:
         preempted member's chunk from) until the group's membership next changes or this is called again."""
         return self._list.lend(self.members, self._jn)  # type: ignore[return-value]
 
+    def chunk_deleted(self, seq: Sequence, j: int) -> None:
+        """The batch deleted member ``seq``'s chunk, at index ``j`` of the list :meth:`chunks` lent it (a
+        preemption, before ``seq`` is released): the group's list keeps in step instead of being rebuilt."""
+        self._list.deleted(j, self._jn[seq])
+
     def start_sum(self) -> int:
         """Σ members' computed tokens (their decode chunks' ``start``)."""
         return self._comp_sum + len(self.members) * self.steps
@@ -326,6 +331,7 @@ class _ChunkList:
         self.order: list[int] = []  # join numbers, ascending, parallel to ``chunks``
         self.lent: int | None = None  # members' chunks at the head of the lent list
         self.pending: list[int] = []  # indices of members that left while lent
+        self.gone = -1  # join number of the member whose chunk the borrower deleted (its remove is a no-op)
 
     def add(self, ch: LockstepChunk, jn: int) -> None:
         self.reclaim()
@@ -333,7 +339,23 @@ class _ChunkList:
             self.chunks.append(ch)
             self.order.append(jn)
 
+    def deleted(self, j: int, jn: int) -> None:
+        """The borrower deleted the lent list's chunk ``j``, the member with join number ``jn`` (its
+        :meth:`remove` follows, and finds nothing left to do); anything unexpected drops the list."""
+        lent, order = self.lent, self.order
+        if lent is None or self.chunks is None or not 0 <= j < lent or order[j] != jn:
+            self.drop()
+            return
+        del order[j]
+        self.lent = lent - 1
+        if self.pending:
+            self.pending = [i - 1 if i > j else i for i in self.pending]
+        self.gone = jn
+
     def remove(self, ch: LockstepChunk, jn: int) -> None:
+        if jn == self.gone:  # its chunk is already out (:meth:`deleted`)
+            self.gone = -1
+            return
         lst = self.chunks
         if lst is None:
             return
@@ -357,6 +379,7 @@ class _ChunkList:
         return i if i < self.lent and self.order[i] == jn else -1
 
     def drop(self) -> None:
+        self.gone = -1
         self.chunks = None
         self.order = []
         self.pending.clear()

@@ -459,6 +459,8 @@ class Scheduler:
                         del chunks[j]
                         if j < self._num_decodes:
                             self._num_decodes -= 1
+                        if victim.group is not None:  # the group's lent list: it keeps in step
+                            victim.group.chunk_deleted(victim, j)
                         break
             self._preempt(victim)
             if victim is seq:

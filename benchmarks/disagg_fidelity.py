@@ -95,6 +95,32 @@ def _breakdown(items: list, max_concurrency: int = 4) -> list[str]:
     return out
 
 
+def _occupancy(items: list, min_c: int = 32, max_c: int = 1024, min_ttft_s: float = 1.0) -> list[str]:
+    """Markdown: Little's law on the measured points (``calibration.disagg.decode_occupancy``) at concurrency
+    ``min_c``..``max_c`` whose median TTFT is at least ``min_ttft_s``, by prompt length: how many, the median and
+    largest share of the decode pool's recipe slots in use, the median share of the loop waiting for a first token."""
+    from jalapeno.calibration.disagg import decode_occupancy
+
+    groups: dict[str, list] = defaultdict(list)
+    for p, s in items:
+        m = p.metrics
+        if (not s.concurrency or not min_c <= s.concurrency <= max_c or m.get("median_ttft", 0) < min_ttft_s
+                or "median_tpot" not in m or "output_tput_per_gpu" not in m):
+            continue
+        o = decode_occupancy(p, s)
+        groups[f"{s.isl}/{s.osl}"].append(o)
+        groups["all"].append(o)
+    out = ["| ISL/OSL | points (TTFT >= 1 s) | with recipe slots | slot share median | slot share max "
+           "| waiting / concurrency median |", "|---|---|---|---|---|---|"]
+    for g in sorted(groups):
+        os_ = groups[g]
+        sh = [o.slot_share for o in os_ if o.slot_share is not None]
+        cells = [f"{np.median(sh):.2f}", f"{max(sh):.2f}"] if sh else ["-", "-"]
+        out.append(f"| {g} | {len(os_)} | {len(sh)} | " + " | ".join(cells)
+                   + f" | {np.median([o.waiting / o.concurrency for o in os_]):.2f} |")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from jalapeno.calibration import Excluded, load_points, to_sim_spec
 
@@ -127,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--breakdown", action="store_true",
                     help="idle-system TTFT by component (front end fixed and per token, prefill, handoff, wire) of "
                          "every point at concurrency <= 4 against its measured median TTFT; print a table and stop")
+    ap.add_argument("--occupancy", action="store_true",
+                    help="Little's law on the measured points: the decode pool's recipe slots in use and the share "
+                         "of the loop waiting for a first token, at concurrency 32-1024 with TTFT >= 1 s")
     ap.add_argument("--filter", default="", help="only the points whose label matches this regular expression "
                                                   "(e.g. 'mi355x.*c=(32|64)'), for quick looks")
     ap.add_argument("--json", type=Path)
@@ -148,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         held_set += h
     if a.breakdown:
         print("\n".join(_breakdown(dedupe(disagg_items(all_points)))))
+        return 0
+    if a.occupancy:
+        print("\n".join(_occupancy(disagg_items(all_points))))
         return 0
     if a.fit_prefill:
         print(json.dumps({"prefill_token_ns": {"fit": fit_prefill_token_ns(fit_set),

@@ -6,6 +6,8 @@
     python benchmarks/fit_terms.py write --chip b200 --params /tmp/b200.json --source "..." --calibration '{...}'
     python benchmarks/fit_terms.py params --chip b200 --out /tmp/b200.json    # a chip's fitted terms, to transfer
     python benchmarks/fit_terms.py eval --chip mi355x --params /tmp/b200.json # ... e.g. B200's fit on MI355X rows
+    python benchmarks/fit_terms.py fit --chip h200 --chip mi355x --frameworks --hold-decode  # pool the prefill side
+    python benchmarks/fit_terms.py eval --chip b200 --params '{"fp8moe.trt-llm": 95}'     # a stack's FP8 MoE term
 
 The shipped values (docs/fidelity.md "Overhead terms: fit and transfer") come from ``fit --frameworks`` per chip
 family (H200, B200, MI355X), ``--terms kernel`` (a per-kernel cost with the kernels counted from the architecture,
@@ -67,6 +69,9 @@ DENSE_LAYER_US = 20.0
 #: most simulated requests per point during a fit (high-concurrency points run fewer rounds; the reported
 #: errors use ``--per`` rounds for every point)
 MAX_FIT_REQUESTS = 400
+#: the decode-side terms (every step's fixed cost): ``fit --hold-decode`` leaves each chip's own catalogue values
+DECODE_TERMS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us",
+                "seq_overhead_us", "expert_overhead_us")
 #: frameworks whose request latency is a global profile (jalapeno.perf.frameworks), fitted on the Hopper set only
 FRAMEWORK_PARAMS = {"fw.vllm": (20.0, 0.0, 200.0), "fw.sglang": (40.0, 0.0, 200.0), "fw.trt-llm": (40.0, 0.0, 200.0)}
 
@@ -112,8 +117,21 @@ def dedupe(items: list[tuple[Point, SimSpec]]) -> list[tuple[Point, SimSpec]]:
 
 # ------------------------------------------------------------------------------------------------ predicting
 def efficiency_with(base: Efficiency, params: dict[str, float]) -> Efficiency:
-    upd = {k: float(v) for k, v in params.items() if not k.startswith("fw.")}
+    """``base`` with ``params`` applied: ``fw.<stack>`` are front ends (see :func:`_latency_ms`), ``fp8moe.<stack>``
+    a stack's ``framework_fp8_moe_layer_us`` entry, anything else an efficiency field."""
+    upd: dict = {k: float(v) for k, v in params.items() if not k.startswith(("fw.", "fp8moe."))}
+    fp8 = {k.split(".", 1)[1]: float(v) for k, v in params.items() if k.startswith("fp8moe.")}
+    if fp8:
+        upd["framework_fp8_moe_layer_us"] = {**base.framework_fp8_moe_layer_us, **fp8}
     return base.model_copy(update=upd)
+
+
+def stack_efficiency(spec: SimSpec, eff: Efficiency) -> Efficiency:
+    """``eff`` with the per-stack kernel terms of ``spec``'s serving stack resolved (``simulate`` runs with
+    ``frameworks=False`` here: the front end is passed on its own)."""
+    from jalapeno.perf.frameworks import stack_kernel_terms
+
+    return stack_kernel_terms(eff, framework_profile(spec))
 
 
 def _latency_ms(spec: SimSpec, eff: Efficiency, params: dict[str, float]) -> float:
@@ -146,7 +164,7 @@ def predict(specs: list[SimSpec], params: dict[str, float] | None, per: int, poo
     params = params or {}
     jobs = []
     for s in specs:
-        eff = efficiency_with(efficiency_of(s.chip), params)
+        eff = stack_efficiency(s, efficiency_with(efficiency_of(s.chip), params))
         n = per if max_requests is None else max(1, min(per, max_requests // max(1, s.concurrency or 1)))
         jobs.append((s, eff, n, _latency_ms(s, eff, params), SCHEDULING["on"]))
     order = sorted(range(len(jobs)), key=lambda i: -(specs[i].concurrency or 1) * (specs[i].osl + specs[i].isl / 8))
@@ -211,7 +229,8 @@ def fit(items: list[tuple[Point, SimSpec]], names: list[str], start: dict[str, f
     x0 = {ln: float(np.clip(start.get(n, spec_all[n][0]), spec_all[n][1], spec_all[n][2])) for n, ln in zip(names, lib)}
 
     def eff(s: SimSpec, vals: dict[str, float]) -> Efficiency:
-        return efficiency_with(efficiency_of(s.chip), {**fixed, **{k: v for k, v in vals.items() if "@" not in k}})
+        return stack_efficiency(s, efficiency_with(efficiency_of(s.chip),
+                                                   {**fixed, **{k: v for k, v in vals.items() if "@" not in k}}))
 
     def latency(vals: dict[str, float]) -> dict[str, float]:
         return {k.split("@", 1)[1]: v for k, v in vals.items() if "@" in k}
@@ -318,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--terms", choices=("kernel", "layer"), default="kernel",
                     help="fit: per-kernel cost (kernels counted from the architecture; no per-layer constants) or "
                          "the per-layer / per-MoE-layer constants (dense per-layer prior DENSE_LAYER_US)")
+    ap.add_argument("--hold-decode", action="store_true",
+                    help="fit: leave every chip's own decode terms (DECODE_TERMS) as in its catalogue file and fit only "
+                         "the prefill-side terms and front ends (a pooled fit whose decode side stays per chip)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-scheduling", action="store_true",
                     help="price every serving stack with the engine's default (vLLM-style mixed prefill) scheduling, "
@@ -372,7 +394,10 @@ def main(argv: list[str] | None = None) -> int:
                 names += [n for n in FRAMEWORK_PARAMS if any(framework_profile(s) == n[3:] for _, s in train)
                           and n not in (a.fix or [])]
             start = {**(json.loads(a.start) if a.start else {})}
-            if a.terms == "kernel":  # the kernel count carries every per-layer cost
+            if a.hold_decode:
+                names = [n for n in names if n not in DECODE_TERMS]
+                start = {k: v for k, v in start.items() if k not in DECODE_TERMS}
+            elif a.terms == "kernel":  # the kernel count carries every per-layer cost
                 start.update(layer_overhead_us=0.0, moe_layer_overhead_us=0.0)
             else:
                 start.update(layer_overhead_us=DENSE_LAYER_US, kernel_overhead_us=0.0)

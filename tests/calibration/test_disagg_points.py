@@ -207,3 +207,23 @@ def test_recipe_decode_slots_follow_the_recorded_launch_flags():
     dpa = parse("disagg P: 1 worker(s) x TP1 EP8 DPattn=True (8 GPUs); D: 1 worker(s) x TP1 EP16 DPattn=True (16 GPUs)")
     assert recipe_decode_slots("sglang-disagg", dpa.decode) == 160 * 16
     assert recipe_decode_slots("dynamo-sglang", dpa.decode) is None  # no published B200 recipe value
+
+
+def test_decode_occupancy_is_littles_law_against_the_recipe_slots_hand_counted():
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from jalapeno.calibration.disagg import decode_occupancy
+
+    # 500 output tok/s per decode GPU x 16 decode GPUs / 1000-token outputs = 8 requests/s; decoding at once
+    # 8 x 999 x 20 ms = 159.84; waiting for a first token 8 x 2 s = 16; the recipe's TP8 (no EP) decode worker
+    # holds 128, two of them 256
+    lay = parse("disagg P: 1 worker(s) x TP8 EP1 DPattn=False (8 GPUs); D: 2 worker(s) x TP8 EP1 DPattn=False (16 GPUs)")
+    spec = points.SimSpec("deepseek-r1", "mi355x", lay.decode.layout, "native", "fp8", 1000, 1000, 176, 1.0,
+                          framework="mori-sglang", disagg=lay)
+    p = SimpleNamespace(label="hand", metrics={"output_tput_per_gpu": 500.0, "median_tpot": 0.020, "median_ttft": 2.0})
+    o = decode_occupancy(p, spec)
+    assert o.decoding == pytest.approx(159.84, rel=1e-12) and o.waiting == pytest.approx(16.0, rel=1e-12)
+    assert (o.workers, o.slots) == (2, 128) and o.slot_share == pytest.approx(159.84 / 256, rel=1e-12)
+    # a stack without published slots has no share
+    assert decode_occupancy(p, replace(spec, framework="dynamo-sglang")).slot_share is None

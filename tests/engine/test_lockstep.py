@@ -289,7 +289,8 @@ def test_chunk_list_equals_the_members_through_joins_leaves_and_lending():
     rng = random.Random(11)
     g = DecodeGroup(16)
     live: list = []
-    lent = None
+    lent = told = None
+    kept = 0
     for _ in range(2000):
         r = rng.random()
         if r < 0.35:
@@ -308,17 +309,25 @@ def test_chunk_list_equals_the_members_through_joins_leaves_and_lending():
             victim = live.pop()
             j = next(k for k, c in enumerate(lent) if c.seq is victim)
             del lent[j]
+            if rng.random() < 0.7:  # told (the scheduler's way): the list keeps in step, not rebuilt
+                g.chunk_deleted(victim, j)
+                told = lent
             g.release(victim)
         else:  # a new batch: the members' chunks, in join order, with other chunks appended behind
             lent = g.chunks()
+            if told is not None:
+                kept += lent is told
+                told = None
             assert [c.seq for c in lent] == live
             assert lent == list(g.members.values())
             tail = Sequence(None, SamplingParams(max_tokens=4), prompt_len=5)
             lent.extend(SeqChunk(tail, 0, 5, True) for _ in range(rng.randrange(3)))
     assert [c.seq for c in g.chunks()] == live
+    assert kept > 10  # a told deletion kept the list (no rebuild)
 
 
-def test_blocks_for_equals_a_count_over_the_members():
+@pytest.mark.parametrize("bs", [16, 64, 1])
+def test_blocks_for_equals_a_count_over_the_members(bs):
     """``DecodeGroup.blocks_for(extra)`` (one pass over the phases) and with the caller's ``slack_counts()``
     both equal Σ over members of the new blocks ``extra`` more tokens need, counted member by member, through
     joins, releases, steps and look-aheads."""
@@ -328,24 +337,98 @@ def test_blocks_for_equals_a_count_over_the_members():
     from jalapeno.engine.sequence import Sequence
 
     rng = random.Random(19)
-    g = DecodeGroup(16)
+    g = DecodeGroup(bs)
     live: list = []
     for _ in range(400):
         if rng.random() < 0.6:
             s = Sequence(None, SamplingParams(max_tokens=10_000), prompt_len=rng.randrange(1, 200))
             s.num_output_tokens = 1
             s.num_computed_tokens = s.prompt_len
-            s.num_blocks = -(-s.prompt_len // 16)
+            s.num_blocks = -(-s.prompt_len // bs)
             s.last_token_s = g.t_last
             g.ahead = 0
             g.join(s, 10_000)
             live.append(s)
         if live and rng.random() < 0.2:
             g.release(live.pop(rng.randrange(len(live))))
-        g.ahead = rng.randrange(0, 5)
-        for extra in (0, 1, 3, 15, 16, 17, 40):
+        g.ahead = rng.randrange(0, 5 * bs)
+        for extra in (0, 1, 3, bs - 1, bs, bs + 1, 2 * bs + 7, 40):
             held = g.ahead
-            want = sum(-(-(s.num_computed_tokens + held + extra) // 16) - -(-(s.num_computed_tokens + held) // 16)
+            want = sum(-(-(s.num_computed_tokens + held + extra) // bs) - -(-(s.num_computed_tokens + held) // bs)
                        for s in live)
             assert g.blocks_for(extra) == want == g.blocks_for(extra, g.slack_counts())
         g.advance(1, g.t_last)
+
+
+@pytest.mark.parametrize("bs", [16, 64, 1])
+def test_trim_frees_the_look_ahead_blocks_counted_member_by_member(bs):
+    """``DecodeGroup.trim()`` (a sum over the look-ahead's remainder of phases) frees exactly the blocks each
+    member holds beyond its computed tokens, counted member by member (ceil((comp + ahead)/bs) − ceil(comp/bs)),
+    through joins, releases and steps, for look-aheads below, at and above a block."""
+    import random
+
+    from jalapeno.engine.lockstep import DecodeGroup
+    from jalapeno.engine.sequence import Sequence
+
+    rng = random.Random(23)
+    g = DecodeGroup(bs)
+    live: list = []
+    for _ in range(400):
+        g.ahead = 0
+        if rng.random() < 0.6:
+            s = Sequence(None, SamplingParams(max_tokens=10_000), prompt_len=rng.randrange(1, 300))
+            s.num_output_tokens = 1
+            s.num_computed_tokens = s.prompt_len
+            s.num_blocks = -(-s.prompt_len // bs)
+            s.last_token_s = g.t_last
+            g.join(s, 10_000)
+            live.append(s)
+        if live and rng.random() < 0.2:
+            g.release(live.pop(rng.randrange(len(live))))
+        g.ahead = rng.choice([0, 1, bs - 1, bs, bs + 1, rng.randrange(1, 4 * bs)])
+        held = g.ahead
+        want = sum(-(-(s.num_computed_tokens + held) // bs) - -(-s.num_computed_tokens // bs) for s in live)
+        assert g.trim() == want
+        assert g.ahead == 0
+        g.advance(rng.randrange(0, 3), g.t_last)
+
+
+@pytest.mark.parametrize("bs", [16, 64])
+def test_slack_cut_equals_the_sorted_slack_walk(bs):
+    """``DecodeGroup.slack_cut(rem, extra)`` (slacks walked in ascending order from the phase counts) equals the
+    walk it replaced in ``Scheduler._multi_step``: the members' ``slack_counts()`` merged with the other chunks'
+    slacks, sorted, and the first slack at which the running count passes ``rem``."""
+    import random
+
+    from jalapeno.engine.lockstep import DecodeGroup
+    from jalapeno.engine.sequence import Sequence
+
+    rng = random.Random(29)
+    g = DecodeGroup(bs)
+    live: list = []
+    for _ in range(300):
+        g.ahead = 0
+        if rng.random() < 0.6:
+            s = Sequence(None, SamplingParams(max_tokens=10_000), prompt_len=rng.randrange(1, 300))
+            s.num_output_tokens = 1
+            s.num_computed_tokens = s.prompt_len
+            s.num_blocks = -(-s.prompt_len // bs)
+            s.last_token_s = g.t_last
+            g.join(s, 10_000)
+            live.append(s)
+        if len(live) > 1 and rng.random() < 0.2:
+            g.release(live.pop(rng.randrange(len(live))))
+        g.ahead = rng.randrange(0, 3 * bs)
+        extra = {rng.randrange(bs): rng.randrange(1, 4) for _ in range(rng.randrange(3))}
+        counts = dict(g.slack_counts())
+        for sl, c in extra.items():
+            counts[sl] = counts.get(sl, 0) + c
+        n = sum(counts.values())
+        for rem in {0, n // 2, n - 1, rng.randrange(n)}:
+            taken = 0
+            for sl, cnt in sorted(counts.items()):
+                if taken + cnt > rem:
+                    break
+                taken += cnt
+            assert g.slack_cut(rem, extra) == sl
+        g.advance(rng.randrange(0, 3), g.t_last)

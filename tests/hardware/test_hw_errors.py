@@ -130,3 +130,12 @@ def test_bad_kernel_launch_fact(h200_data, write_spec):
     h200_data["kernel_launch_us"]["status"] = "inferred"
     with pytest.raises(SpecError, match=r"kernel_launch_us\.source.*missing|kernel_launch_us\.source"):
         load_spec_file(write_spec(h200_data, "nosrc.yaml"))
+
+
+def test_negative_stack_fp8_moe_term_is_refused_in_one_line(h200_data, write_spec):
+    h200_data["efficiency"]["framework_fp8_moe_layer_us"] = {"trt-llm": -5}
+    with pytest.raises(SpecError) as ei:
+        load_spec_file(write_spec(h200_data, "negfp8.yaml"))
+    msg = str(ei.value)
+    assert "negfp8.yaml" in msg and "framework_fp8_moe_layer_us" in msg and ">= 0" in msg
+    _one_line(msg)

@@ -89,7 +89,8 @@ def test_overhead_row_in_breakdown_sums_every_term():
 
 def test_decode_steps_closed_form_holds_with_every_term():
     terms = dict(step_overhead_us=50.0, layer_overhead_us=2.0, moe_layer_overhead_us=9.0, seq_overhead_us=3.0,
-                 prefill_layer_overhead_us=4.0, prefill_token_overhead_ns=5.0, prefill_collective_overlap=0.5)
+                 prefill_layer_overhead_us=4.0, prefill_token_overhead_ns=5.0, prefill_collective_overlap=0.5,
+                 fp8_moe_layer_overhead_us=70.0)
     _, over = _pair(DEEPSEEK_R1, Parallelism(tp=8, ep=8), Precision("native"), **terms)
     s = StepShape.from_lists(decode_ctx=[700 + 3 * i for i in range(64)])
     t, e = over.decode_steps(s, 40)
@@ -192,3 +193,58 @@ def test_a_transferred_stack_term_keeps_the_target_chips_launch_gap():
     assert _dt(a, b, DECODE) == pytest.approx(291 * 3.0e-6, rel=1e-9)
     # the fit's gradient for the stack term is unchanged by the chip fact (it is not a fitted parameter)
     assert np.array_equal(a.fixed_time_gradient("kernel_overhead_us"), b.fixed_time_gradient("kernel_overhead_us"))
+
+
+def test_fp8_moe_layer_overhead_counts_moe_layers_with_fp8_routed_experts_only():
+    # DeepSeek-R1 native: FP8 128x128 block-scaled experts in 58 MoE layers (3 of 61 layers are dense)
+    base, over = _pair(DEEPSEEK_R1, Parallelism(tp=8, ep=8), Precision("native"), fp8_moe_layer_overhead_us=80.0)
+    for shape in (DECODE, PREFILL, MIXED):  # once per step, whatever the step holds
+        assert _dt(base, over, shape) == pytest.approx(58 * 80e-6, rel=1e-9)
+    # the FP4 checkpoint keeps attention and shared experts in FP8 but its routed experts are FP4: no term
+    b2, o2 = _pair(DEEPSEEK_R1, Parallelism(tp=8, ep=8), Precision("fp4"), fp8_moe_layer_overhead_us=80.0)
+    assert _dt(b2, o2, DECODE) == 0.0
+    # a dense model quantized to FP8 has no MoE layer; GPT-OSS's native experts are MXFP4
+    b3, o3 = _pair(LLAMA_8B, prec=Precision("fp8"), fp8_moe_layer_overhead_us=80.0)
+    assert _dt(b3, o3, DECODE) == 0.0
+    b4, o4 = _pair(GPT_OSS_120B, prec=Precision("native"), fp8_moe_layer_overhead_us=80.0)
+    assert _dt(b4, o4, DECODE) == 0.0
+    # the breakdown's overhead row carries it, and the fit's linearisation has its gradient
+    def ovh(cm):
+        return sum(o.time_s for o in cm.breakdown(DECODE).ops if o.name == "overhead")
+
+    assert ovh(over) == pytest.approx(ovh(base) + 58 * 80e-6, rel=1e-9)
+    assert over.fixed_time_gradient("fp8_moe_layer_overhead_us") @ over.features(DECODE) == pytest.approx(58e-6)
+
+
+def test_stack_fp8_moe_term_applies_under_its_engine_stack_only():
+    from jalapeno.perf.frameworks import apply_framework
+
+    eff = Efficiency(**H200_EFF, framework_fp8_moe_layer_us={"trt-llm": 80.0})
+    assert apply_framework(eff, "trt").fp8_moe_layer_overhead_us == 80.0  # alias of trt-llm
+    assert apply_framework(eff, "sglang").fp8_moe_layer_overhead_us == 0.0
+    assert apply_framework(eff, None).fp8_moe_layer_overhead_us == 0.0
+    # a disaggregated stack over TensorRT-LLM: its pools carry their own fitted per-precision terms
+    assert apply_framework(eff, "dynamo-trt").fp8_moe_layer_overhead_us == 0.0
+
+
+def test_a_calibrated_fp8_moe_value_prices_tensorrt_llms_fp8_moe_path_per_moe_layer():
+    """A B200 efficiency block carrying the stack's FP8 MoE value (fitted by `fit_terms.py`, not shipped:
+    docs/fidelity.md "Step 5") through the public cost-model factory: DeepSeek-R1's FP8 checkpoint under
+    TensorRT-LLM pays 58 MoE layers x the value per step; SGLang, the FP4 checkpoint and the shipped catalogue
+    (no value) do not."""
+    from jalapeno.hardware.catalog import get_chip
+    from jalapeno.sim.factory import cost_model_for
+
+    us = 95.0
+    b200 = get_chip("b200")
+    eff = b200.efficiency.model_copy(update={"framework_fp8_moe_layer_us": {"trt-llm": us}})
+
+    def t(prec, fw, e=eff):
+        cm = cost_model_for("deepseek-r1", b200, tp=8, ep=8, precision=prec, framework=fw, efficiency=e)
+        return cm.step(DECODE).time_s
+
+    assert t("native", "trt-llm") - t("native", "sglang") == pytest.approx(58 * us * 1e-6, rel=1e-9)
+    assert t("fp4", "trt-llm") == t("fp4", "sglang")
+    shipped = b200.efficiency
+    assert t("native", "trt-llm", shipped) == t("native", "sglang", shipped)
+    assert not shipped.framework_fp8_moe_layer_us  # the catalogue ships no value (held-out rows overshoot)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from jalapeno.sim.backend import _numpy_sum
 
@@ -16,3 +17,50 @@ def test_numpy_sum_equals_numpy_bit_for_bit():
             xs = (rng.random(n) * 10.0 ** rng.integers(-6, 6, size=n)).tolist()
             assert _numpy_sum(xs) == float(np.sum(np.array(xs)))
         assert _numpy_sum([0.1] * n) == float(np.sum(np.full(n, 0.1)))
+
+
+class _FullCounts:
+    """Reference: the backend's result with every chunk's token count listed (``counts_skip`` 0), as before the
+    group's members were left out."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+        self.skipped = 0
+
+    def __call__(self, batch):
+        r = self.backend.__class__.execute(self.backend, batch)
+        if r.counts_skip:
+            self.skipped += 1
+            r.token_counts = [len(r.step_durations)] * r.counts_skip + list(r.token_counts)
+            r.counts_skip = 0
+        return r
+
+
+@pytest.mark.parametrize("model", ["gpt-oss-120b", "llama-3.1-8b"])
+def test_counts_without_the_group_members_equal_the_full_list(model):
+    """``StepResult.counts_skip`` (the lockstep group's members left out of ``token_counts``) gives the same
+    run, request by request and step by step, as every chunk's count listed; the skip is taken (the test can
+    fail)."""
+    from dataclasses import astuple
+
+    from jalapeno.engine import Engine, EngineConfig
+    from jalapeno.sim.backend import SimBackend
+    from jalapeno.sim.client import run_workload
+    from jalapeno.sim.factory import cost_model_for
+    from jalapeno.workload import inferencex_workload
+
+    wl = inferencex_workload(300, 200, concurrency=24, num_prompts=72, seed=5)
+    runs = []
+    for full in (False, True):
+        b = SimBackend(cost_model_for(model, "h200"), keep_trace=True)
+        ref = None
+        if full:
+            ref = b.execute = _FullCounts(b)
+        e = Engine(b, EngineConfig(max_num_seqs=64, max_num_batched_tokens=2048))
+        r = run_workload(e, wl)
+        v, c = e.itl_samples()
+        runs.append(([astuple(o) for o in r.outcomes], r.num_steps, r.duration_s, r.energy_j, v.tolist(), c.tolist(),
+                     b.trace))
+        if ref is not None:
+            assert ref.skipped > 10
+    assert runs[0] == runs[1]

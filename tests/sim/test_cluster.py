@@ -191,3 +191,78 @@ def test_inbound_totals_equal_a_recount_of_the_transfers():
     r = c.run(wl)
     assert len(r.outcomes) == 160 and seen > 0
     assert not any(c._inbound_n) and not any(c._inbound_blocks)
+
+
+def _decode_picks(seed: int, n: int, workers: int = 2) -> list[int]:
+    """The decode workers a random-routing cluster seeded ``seed`` draws for its first ``n`` prefilled requests
+    (one prefill worker: no prefill draw), from numpy's documented seeded generator."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [int(rng.integers(workers)) for _ in range(n)]
+
+
+def test_random_routing_holds_a_request_at_its_own_full_decode_worker_while_another_is_free():
+    # two decode workers with one sequence slot each, two requests prefilled together. Least-loaded routing sends
+    # them to different workers: nobody waits for a slot. A random router (SGLang's PD router, --decode-policy
+    # random) that draws the same worker for both makes the second wait there until the first has finished
+    # decoding, although the other worker is free; when its draws differ, nobody waits. Hand count from the fake
+    # cost model's step times (as in the one-slot test above)
+    P, O = 1000, 6
+    wl = Workload([P, P], [O, O], concurrency=2)
+    link = KVLink(latency_s=0.01, bytes_per_s=1e9, bytes_per_token=70_000)
+    one_slot = EngineConfig(max_num_seqs=1, max_num_batched_tokens=2048)
+
+    def pool():
+        return [Engine(SimBackend(FakeCostModel()), one_slot) for _ in range(2)]
+
+    cm = FakeCostModel()
+    prefill = cm.step(StepShape.from_lists(prefill=[(P, 0), (P, 0)])).time_s
+    wire = P * 70_000 / 1e9
+    hop = 0.01 + wire
+    first_in = prefill + hop
+    decode = sum(cm.step(StepShape.from_lists(decode_ctx=[P + i])).time_s for i in range(1, O))
+    same = next(s for s in range(100) if len(set(_decode_picks(s, 2))) == 1)
+    apart = next(s for s in range(100) if len(set(_decode_picks(s, 2))) == 2)
+    c = Cluster([eng()], pool(), link, routing="random", seed=same)
+    ttft = sorted(o.ttft_s for o in c.run(wl).outcomes)
+    assert ttft[0] == pytest.approx(first_in, rel=1e-12)
+    assert ttft[1] == pytest.approx(first_in + decode + hop, rel=1e-12)  # waited at its own worker
+    assert c.admission_wait_s_mean() == pytest.approx((first_in + decode - prefill) / 2, rel=1e-12)
+    j = _decode_picks(same, 1)[0]
+    assert c.decode[j].stats.tokens_generated > 0 and c.decode[1 - j].stats.tokens_generated == 0
+    for cl in (Cluster([eng()], pool(), link, routing="random", seed=apart), Cluster([eng()], pool(), link)):
+        ttft = sorted(o.ttft_s for o in cl.run(wl).outcomes)
+        assert ttft[1] == pytest.approx(prefill + hop + wire, rel=1e-12)  # only the send lane is shared
+        assert cl.admission_wait_s_mean() == 0.0
+    with pytest.raises(ValueError, match="routing 'round-robin'"):
+        Cluster([eng()], pool(), link, routing="round-robin")
+
+
+def test_random_routing_at_concurrency_equal_to_the_slots_queues_where_least_loaded_does_not():
+    # a closed loop of 8 with 2 decode workers of 4 slots: least-loaded routing always finds the free slot (no
+    # admission wait); random routing overfills one worker now and then, so requests wait and TTFT grows; every
+    # request still completes and the decode pool never holds more than its slots
+    wl = inferencex_workload(300, 40, concurrency=8, num_prompts=96, seed=3)
+    link = KVLink(2e-3, 5e9, 10_000)
+    four = EngineConfig(max_num_seqs=4, max_num_batched_tokens=2048)
+
+    def run(**kw):
+        c = Cluster([eng()], [Engine(SimBackend(FakeCostModel()), four) for _ in range(2)], link, **kw)
+        advance, most = c.advance, [0]
+
+        def checked(horizon):
+            out = advance(horizon)
+            most[0] = max([most[0]] + [c._load(d) + c._inbound_n[j] for j, d in enumerate(c.decode)])
+            return out
+
+        c.advance = checked
+        return c, c.run(wl), most[0]
+
+    ll, r_ll, _ = run()
+    rnd, r_rnd, most = run(routing="random", seed=1)
+    assert len(r_ll.outcomes) == len(r_rnd.outcomes) == 96
+    assert ll.admission_wait_s_mean() == 0.0 < rnd.admission_wait_s_mean()
+    assert r_rnd.metrics()["mean_ttft_ms"] > r_ll.metrics()["mean_ttft_ms"]
+    assert most == 4  # full at times, never over its slots
+    assert not rnd.busy() and not any(rnd._handoffs_to)

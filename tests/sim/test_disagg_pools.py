@@ -256,3 +256,23 @@ def test_an_sglang_stack_prefill_pool_batches_prompts_under_max_prefill_tokens()
     assert ttft[0] == pytest.approx(front + both + link.transfer_s(6000), rel=1e-9)
     # the second KV queues behind the first one's bytes on the worker's one link lane
     assert ttft[1] == pytest.approx(ttft[0] + link.busy_s(6000), rel=1e-9)
+
+
+def test_routing_is_least_loaded_unless_the_flag_says_random_and_bad_values_are_one_line():
+    # the MI355X stacks' recipe launches SGLang's PD router with --decode-policy random (billishyahao/sglang_disagg):
+    # recorded, and what --routing random runs; every stack's default stays least-loaded (the random router
+    # made the held-out TPOT worse, docs/fidelity.md); --routing overrides it
+    from jalapeno.perf.frameworks import MI355X_SGLANG_DISAGG_ROUTER, router_policy
+
+    assert MI355X_SGLANG_DISAGG_ROUTER == "random"
+    assert {router_policy(f) for f in ("mori-sglang", "sglang-disagg", "dynamo-sglang", "sglang", None)} == {
+        "least-loaded"}
+    one = dict(model="llama-3.1-8b", hardware="mi355x", isl=256, osl=8, concurrency=2, num_prompts=4,
+               prefill_workers=1, decode_workers=2)
+    assert run_scenario(Scenario(**one, framework="mori-sglang"))["kv_transfer"]["routing"] == "least-loaded"
+    assert run_scenario(Scenario(**one, framework="mori-sglang", routing=MI355X_SGLANG_DISAGG_ROUTER))[
+        "kv_transfer"]["routing"] == "random"
+    with pytest.raises(ConfigError, match="--routing 'rr' must be one of least-loaded, random"):
+        run_scenario(Scenario(**one, routing="rr"))
+    with pytest.raises(ConfigError, match="--routing applies to a disaggregated run"):
+        run_scenario(Scenario(model="llama-3.1-8b", hardware="h200", concurrency=1, num_prompts=1, routing="random"))

@@ -289,6 +289,38 @@ def fit_prefill_token_ns(items: list) -> dict[str, dict[str, Any]]:
 
 
 @dataclass(frozen=True)
+class DecodeOccupancy:
+    """Where a measured closed-loop disaggregated point's requests are, by Little's law on its medians:
+    ``decoding`` = request rate × (mean output − 1) × TPOT, ``waiting`` = request rate × TTFT (the request rate =
+    output tok/s per decode GPU × decode GPUs / mean output; ``decoding + waiting`` ≈ the concurrency), against the
+    decode pool's recipe slots (``slots`` per worker × ``workers``; ``slots`` None where none is published)."""
+
+    concurrency: int
+    decoding: float
+    waiting: float
+    workers: int
+    slots: int | None
+
+    @property
+    def slot_share(self) -> float | None:
+        """The share of the decode pool's recipe slots in use (None without published slots)."""
+        return self.decoding / (self.workers * self.slots) if self.slots else None
+
+
+def decode_occupancy(p: Any, s: Any) -> DecodeOccupancy:
+    """:class:`DecodeOccupancy` of measured point ``p`` (``s`` its SimSpec; needs its median TTFT, TPOT and output
+    tok/s per GPU)."""
+    m = p.metrics
+    osl = s.osl * (1 + s.range_ratio) / 2
+    d = s.disagg
+    if d is None or not s.concurrency:
+        raise ConfigError(f"{p.label}: not a closed-loop disaggregated point")
+    rate = m["output_tput_per_gpu"] * d.decode.gpus / osl
+    return DecodeOccupancy(int(s.concurrency), rate * (osl - 1) * m["median_tpot"], rate * m["median_ttft"],
+                           d.decode.workers, recipe_decode_slots(s.framework, d.decode))
+
+
+@dataclass(frozen=True)
 class DecodeStep:
     """One measured non-speculative point with a dp-attention + EP decode pool: its median TPOT against the
     cost model's decode step at the batch it ran (Little's law: requests/s × (mean output - 1) × TPOT requests
@@ -357,7 +389,7 @@ def fit_dpa_decode_moe_layer_us(items: list) -> dict[str, dict[str, Any]]:
     return out
 
 
-__all__ = ["DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate",
+__all__ = ["DecodeOccupancy", "decode_occupancy", "DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate",
            "prefill_step_tokens", "disagg_items", "disagg_scenario", "fit_handoff",
            "fit_prefill_token_ns", "pool_fields", "prefill_rate", "recipe_decode_slots", "simulate_disagg", "INFERENCEX_PER_SLOT",
            "weighted_median_ttft"]

@@ -88,3 +88,7 @@ class StepResult:
     #: simulated backends: how many (placeholder) tokens each chunk produced over all steps run, instead of
     #: materialising them in ``tokens`` (which may then be empty)
     token_counts: Seq[int] | None = None
+    #: simulated backends: ``token_counts`` leaves out the first ``counts_skip`` chunks (at most the batch's
+    #: ``num_grouped``: lockstep group members, which gain one token per step run, as the scheduler knows) and
+    #: ``token_counts[j]`` is chunk ``counts_skip + j``'s: no per-member list at every event
+    counts_skip: int = 0

@@ -21,7 +21,6 @@ import numpy as np
 
 from jalapeno.engine.block_manager import BlockManager
 from jalapeno.engine.config import EngineConfig
-from jalapeno.engine.batch import ScheduledBatch, StepResult
 from jalapeno.engine.interface import Backend, Clock, VirtualClock, WallClock
 from jalapeno.engine.scheduler import Scheduler
 from jalapeno.engine.sequence import RequestOutput, SamplingParams, Sequence
@@ -186,12 +185,15 @@ class Engine:
         return self._step(None)
 
     def _step(self, outputs: list[RequestOutput] | None) -> list[Sequence]:
+        """One event as one routine: schedule → backend → clock → ``update_from_output`` (the same calls the
+        per-request path makes, with no intermediate routine or object per stage)."""
         with self._lock:
             clock = self.clock
-            group = self.scheduler.group
+            sched = self.scheduler
+            group = sched.group
             if group is not None and group.members and (outputs is not None or group.t_last != clock.now()):
                 group.dissolve()  # per-request outputs, or an idle gap: every sequence goes through the walk
-            batch = self.scheduler.schedule(self._max_steps)
+            batch = sched.schedule(self._max_steps)
             if batch is None:
                 return []
             t0 = clock.now()
@@ -199,32 +201,27 @@ class Engine:
                 batch.start_s = t0
                 batch.stop_at_s = self.next_event_s
             result = self.backend.execute(batch)
-            return self._apply(batch, result, t0, outputs)
-
-    def _advance_clock(self, batch: ScheduledBatch, result: StepResult, t0: float) -> StepTiming:
-        """Move the clock over the step(s) ``result`` reports; a multi-step batch's gaps go to the recorder."""
-        durations = result.step_durations or (result.duration_s,)
-        t_first, t_last, step_ends = self.clock.advance_steps(durations)
-        if step_ends is not None:
-            self.latency.add_steps(step_ends, len(batch.chunks))
-        return StepTiming.of(t0, t_first, t_last, len(durations))
-
-    def _apply(
-        self, batch: ScheduledBatch, result: StepResult, t0: float, outputs: list[RequestOutput] | None
-    ) -> list[Sequence]:
-        timing = self._advance_clock(batch, result, t0)
-        self.num_steps += timing.num_steps
-        self.energy_j += result.energy_j
-        update = self.scheduler.update_from_output(batch, result, timing, self.latency, outputs)
-        self.tokens_generated += update.generated
-        self.prompt_tokens_computed += update.prefilled
-        seqs = self._seqs
-        for seq in update.finished:
-            seqs.pop(seq.seq_id, None)
-        last_is_decode = timing.num_steps > 1 or update.prefilled == 0
-        durations = result.step_durations or (result.duration_s,)
-        self.last_decode_step_s = durations[-1] if last_is_decode and not update.finished else 0.0
-        return update.finished
+            # the clock moves over the step(s) the result reports; a multi-step batch's gaps go to the recorder
+            durations = result.step_durations or (result.duration_s,)
+            t_first, t_last, step_ends = clock.advance_steps(durations)
+            if step_ends is not None:
+                self.latency.add_steps(step_ends, len(batch.chunks))
+            n = len(durations)
+            timing = StepTiming.of(t0, t_first, t_last, n)
+            self.num_steps += n
+            self.energy_j += result.energy_j
+            update = sched.update_from_output(batch, result, timing, self.latency, outputs)
+            self.tokens_generated += update.generated
+            self.prompt_tokens_computed += update.prefilled
+            finished = update.finished
+            if finished:
+                seqs = self._seqs
+                for seq in finished:
+                    seqs.pop(seq.seq_id, None)
+                self.last_decode_step_s = 0.0
+            else:  # all-decode and nothing finished: a lower bound on the next steps' durations
+                self.last_decode_step_s = durations[-1] if n > 1 or update.prefilled == 0 else 0.0
+            return finished
 
     # --- results ----------------------------------------------------------------------------------
     def itl_samples(self) -> tuple[np.ndarray, np.ndarray]:

@@ -76,6 +76,8 @@ class DecodeGroup:
         #: member → its decode chunk, oldest first (the head of the scheduler's running list)
         self.members: dict[Sequence, LockstepChunk] = {}
         self._phase: list[dict[Sequence, None]] = [{} for _ in range(block_size)]
+        #: members per phase (``len`` of each ``_phase`` dict): the block counts below read these
+        self._pn: list[int] = [0] * block_size
         self._comp_sum = 0  # Σ members' _comp
         self._finish: dict[Sequence, int] = {}  # member → the step count at which it finishes
         self._ends = _FinishCalendar()  # members by finish step, in join order
@@ -110,7 +112,9 @@ class DecodeGroup:
         self.members[seq] = ch = LockstepChunk(seq, 0, 1, True)
         self._jn[seq] = jn = next(self._joins)
         self._list.add(ch, jn)
-        self._phase[comp % self.block_size][seq] = None
+        p = comp % self.block_size
+        self._phase[p][seq] = None
+        self._pn[p] += 1
         self._comp_sum += comp
         if self._window is not None:
             self._window.add(seq, comp, steps)
@@ -127,7 +131,9 @@ class DecodeGroup:
         out, comp = _OUT.__get__(seq) + steps, offset + steps  # what the member's properties read
         blocks = -(-(comp + self.ahead) // bs)
         self._list.remove(self.members.pop(seq), self._jn.pop(seq))
-        del self._phase[offset % bs][seq]
+        p = offset % bs
+        del self._phase[p][seq]
+        self._pn[p] -= 1
         del self._finish[seq]
         self.capped.discard(seq)
         self._comp_sum -= offset
@@ -147,6 +153,11 @@ class DecodeGroup:
         """The members' decode chunks, oldest first, as a list the caller may append to (and delete a
         preempted member's chunk from) until the group's membership next changes or this is called again."""
         return self._list.lend(self.members, self._jn)  # type: ignore[return-value]
+
+    def chunk_deleted(self, seq: Sequence, j: int) -> None:
+        """The batch deleted member ``seq``'s chunk, at index ``j`` of the list :meth:`chunks` lent it (a
+        preemption, before ``seq`` is released): the group's list keeps in step instead of being rebuilt."""
+        self._list.deleted(j, self._jn[seq])
 
     def start_sum(self) -> int:
         """Σ members' computed tokens (their decode chunks' ``start``)."""
@@ -174,20 +185,46 @@ class DecodeGroup:
     def slack_counts(self) -> list[tuple[int, int]]:
         """(free token slots in a member's last block, how many members) for every phase present."""
         bs, base = self.block_size, self.steps + self.ahead
-        return [(-(p + base) % bs, len(m)) for p, m in enumerate(self._phase) if m]
+        return [(-(p + base) % bs, n) for p, n in enumerate(self._pn) if n]
+
+    def slack_cut(self, rem: int, extra: dict[int, int] | None = None) -> int:
+        """The smallest slack ``j`` (free token slots in a member's last block) such that more than ``rem``
+        members — plus ``extra[j']`` other chunks of slack ``j'`` — have a slack <= ``j``: the slacks walked in
+        ascending order, stopping there (``rem`` must be below their total)."""
+        bs, pn = self.block_size, self._pn
+        base = self.steps + self.ahead  # slack j is phase (-j - base) mod bs
+        taken = 0
+        if extra:
+            for j in range(bs):
+                taken += pn[(-j - base) % bs] + extra.get(j, 0)
+                if taken > rem:
+                    return j
+        else:
+            for j in range(bs):
+                taken += pn[(-j - base) % bs]
+                if taken > rem:
+                    return j
+        raise ValueError(f"slack_cut: {rem} is not below the {taken} chunks counted")
 
     def blocks_for(self, extra: int, slacks: list[tuple[int, int]] | None = None) -> int:
         """New blocks the members need to hold ``extra`` more tokens each (``slacks``: :meth:`slack_counts`,
-        when the caller has it)."""
+        when the caller has it).
+
+        A member with ``sl`` free slots in its last block (0 <= sl < bs) needs ``ceil((extra - sl) / bs)``
+        more blocks when ``sl < extra``, else none; with ``extra = q·bs + s`` (0 <= s < bs) that is ``q`` plus
+        one when ``sl < s``, so the total is ``q·members`` plus the members whose slack is below ``s``: a sum
+        over ``s`` phases, not all of them (the integers of the per-phase sum, in another order)."""
         bs = self.block_size
         total = 0
-        if slacks is None:  # one pass over the phases, without building the (slack, count) list
-            base = self.steps + self.ahead
-            for p, m in enumerate(self._phase):
-                if m:
-                    sl = -(p + base) % bs
-                    if sl < extra:
-                        total -= len(m) * ((sl - extra) // bs)
+        if slacks is None:
+            q, s = divmod(extra, bs)
+            if extra <= 0:
+                return 0
+            pn = self._pn
+            total = q * len(self.members)
+            base = self.steps + self.ahead  # slack j is phase (-j - base) mod bs
+            for j in range(s):
+                total += pn[(-j - base) % bs]
             return total
         for sl, cnt in slacks:
             if sl < extra:
@@ -195,14 +232,21 @@ class DecodeGroup:
         return total
 
     def trim(self) -> int:
-        """Drop the look-ahead (blocks reserved for steps not run); returns how many blocks that frees."""
+        """Drop the look-ahead (blocks reserved for steps not run); returns how many blocks that frees.
+
+        A member whose computed count is ``r`` past a block boundary (``r = (phase + steps) mod bs``) holds
+        ``ceil((r + a) / bs) - ceil(r / bs)`` blocks for the look-ahead ``a = q·bs + s``: ``q``, plus one when
+        ``r = 0 < s`` or ``r > bs - s`` — the ``s`` values ``r ∈ {0, bs-s+1, …, bs-1}``: a sum over ``s`` phases."""
         bs, a = self.block_size, self.ahead
         freed = 0
         if a:
-            for p, m in enumerate(self._phase):
-                if m:
-                    r = (p + self.steps) % bs
-                    freed += len(m) * (-(-(r + a) // bs) - -(-r // bs))
+            assert a > 0, "the look-ahead is never negative (the steps run are at most those reserved)"
+            q, s = divmod(a, bs)
+            pn = self._pn
+            freed = q * len(self.members)
+            steps = self.steps
+            for j in range(s):  # r = -j mod bs, phase = (r - steps) mod bs
+                freed += pn[(-j - steps) % bs]
             self.ahead = 0
         return freed
 
@@ -216,6 +260,8 @@ class DecodeGroup:
         done: list[Sequence] = []
         self.left_at = left = []
         fin, now = self._finish, self.steps
+        if not self._ends.due(now):
+            return done
         for end, seq in self._ends.take_until(now):
             if fin.get(seq) == end:
                 assert end == now, "a member ran past its last token"
@@ -243,6 +289,11 @@ class _FinishCalendar:
         else:
             members.append(seq)
 
+    def due(self, now: int) -> bool:
+        """Whether any entry's step is <= ``now`` (:meth:`take_until` would return something)."""
+        steps = self._steps
+        return bool(steps) and steps[0] <= now
+
     def take_until(self, now: int) -> list[tuple[int, Sequence]]:
         """Remove and return the entries of every step <= ``now``: by step, then join order."""
         steps, at = self._steps, self._at
@@ -258,8 +309,9 @@ class _FinishCalendar:
         steps, at = self._steps, self._at
         while True:
             end = steps[0]
-            if any(finish.get(seq) == end for seq in at[end]):
-                return end
+            for seq in at[end]:
+                if finish.get(seq) == end:
+                    return end
             heapq.heappop(steps)
             del at[end]
 
@@ -279,6 +331,7 @@ class _ChunkList:
         self.order: list[int] = []  # join numbers, ascending, parallel to ``chunks``
         self.lent: int | None = None  # members' chunks at the head of the lent list
         self.pending: list[int] = []  # indices of members that left while lent
+        self.gone = -1  # join number of the member whose chunk the borrower deleted (its remove is a no-op)
 
     def add(self, ch: LockstepChunk, jn: int) -> None:
         self.reclaim()
@@ -286,7 +339,23 @@ class _ChunkList:
             self.chunks.append(ch)
             self.order.append(jn)
 
+    def deleted(self, j: int, jn: int) -> None:
+        """The borrower deleted the lent list's chunk ``j``, the member with join number ``jn`` (its
+        :meth:`remove` follows, and finds nothing left to do); anything unexpected drops the list."""
+        lent, order = self.lent, self.order
+        if lent is None or self.chunks is None or not 0 <= j < lent or order[j] != jn:
+            self.drop()
+            return
+        del order[j]
+        self.lent = lent - 1
+        if self.pending:
+            self.pending = [i - 1 if i > j else i for i in self.pending]
+        self.gone = jn
+
     def remove(self, ch: LockstepChunk, jn: int) -> None:
+        if jn == self.gone:  # its chunk is already out (:meth:`deleted`)
+            self.gone = -1
+            return
         lst = self.chunks
         if lst is None:
             return
@@ -310,6 +379,7 @@ class _ChunkList:
         return i if i < self.lent and self.order[i] == jn else -1
 
     def drop(self) -> None:
+        self.gone = -1
         self.chunks = None
         self.order = []
         self.pending.clear()
@@ -320,10 +390,13 @@ class _ChunkList:
         lst, order = self.chunks, self.order
         if lst is not None:
             del lst[self.lent :]
-            for i in sorted(self.pending, reverse=True):
-                del lst[i]
-                del order[i]
-        self.pending.clear()
+            if self.pending:
+                for i in sorted(self.pending, reverse=True):
+                    del lst[i]
+                    del order[i]
+                self.pending.clear()
+        else:
+            self.pending.clear()
         self.lent = None
 
     def lend(self, members: dict[Sequence, LockstepChunk], jn: dict[Sequence, int]) -> list[LockstepChunk]:

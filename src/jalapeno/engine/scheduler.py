@@ -50,7 +50,7 @@ from jalapeno.engine.timing import LatencyRecorder, StepTiming
 _WAITING, _RUNNING, _FINISHED = SeqStatus.WAITING, SeqStatus.RUNNING, SeqStatus.FINISHED
 
 
-@dataclass
+@dataclass(slots=True)
 class StepUpdate:
     """What applying one batch's results changed: the sequences that finished (already out of ``running``),
     tokens generated, prompt tokens computed."""
@@ -221,7 +221,9 @@ class Scheduler:
         nd = self._num_decodes
         start_sum = None
         if grouped:
-            start_sum = self.group.start_sum() + sum(c.start for c in chunks[grouped:nd])  # type: ignore[union-attr]
+            start_sum = self.group.start_sum()  # type: ignore[union-attr]
+            if nd > grouped:
+                start_sum += sum(c.start for c in chunks[grouped:nd])
         return ScheduledBatch(chunks, num_steps=steps, num_decodes=nd, decode_start_sum=start_sum,
                               loaded_tokens=self._loaded, num_grouped=grouped,
                               group=self.group if grouped else None)
@@ -457,6 +459,8 @@ class Scheduler:
                         del chunks[j]
                         if j < self._num_decodes:
                             self._num_decodes -= 1
+                        if victim.group is not None:  # the group's lent list: it keeps in step
+                            victim.group.chunk_deleted(victim, j)
                         break
             self._preempt(victim)
             if victim is seq:
@@ -497,6 +501,10 @@ class Scheduler:
         # Maybe short of blocks: the largest K whose blocks fit. A chunk ending at e with h blocks held needs
         # max(0, ceil((x − s)/bs)) more for x = (K−1)·per extra tokens, s = h·bs − e its slack; so need(x)
         # only depends on how many chunks share each slack (a few distinct values): count them once.
+        if group is not None:
+            cut = self._group_slack_cut(group, rest, free, len(chunks))
+            if cut is not None:
+                return self._fit(rest, None, min(k, cut // per_step + 1), per_step)
         group_slacks = group.slack_counts() if group is not None else []
         counts = dict(group_slacks)  # one slack per phase: distinct
         for c in rest:
@@ -535,6 +543,21 @@ class Scheduler:
                 hi = mid
         return self._fit(rest, group_slacks, lo, per_step)
 
+    def _group_slack_cut(self, group: DecodeGroup, rest: list[SeqChunk], free: int, n: int) -> int | None:
+        """:meth:`_multi_step`'s largest fitting look-ahead ``x`` (tokens) when every slack is below the block
+        size, walking the group's slacks in ascending order (:meth:`DecodeGroup.slack_cut`) instead of listing,
+        merging and sorting every phase; ``rest``'s slacks (the chunks behind the group) are merged in. None when
+        one of them is outside ``[0, bs)`` (the caller's general count then decides)."""
+        bs = self.bm.block_size
+        extra: dict[int, int] = {}
+        for c in rest:
+            sl = c.seq.num_blocks * bs - c.start - c.num_tokens
+            if not 0 <= sl < bs:
+                return None
+            extra[sl] = extra.get(sl, 0) + 1
+        rounds, rem = divmod(free, n)
+        return rounds * bs + group.slack_cut(rem, extra)
+
     def _fit(self, rest: list[SeqChunk], group_slacks: list[tuple[int, int]], steps: int, per_step: int) -> int:
         """Reserve blocks for ``steps`` steps (known to fit) and return ``steps``. ``rest``: the chunks outside
         the group; ``group_slacks``: the group's (slack, members) pairs."""
@@ -566,8 +589,12 @@ class Scheduler:
         or cut-off steps, and let decodes join the lockstep group. ``outputs``: append one
         :class:`RequestOutput` per sampled chunk (the per-request path; ``None`` for the simulator)."""
         counts = result.token_counts
+        skip = 0  # counts[j] is chunk skip + j's (the group's members may be left out: they gain a token a step)
         if counts is None:
             counts = [len(t) for t in result.tokens]
+        else:
+            skip = result.counts_skip
+            assert skip <= self.num_grouped, "only the lockstep group's token counts may be left out"
         tokens = result.tokens if result.tokens else None
         nd = batch.num_decodes
         trim = self.config.num_speculative_tokens > 0 or timing.num_steps < batch.num_steps
@@ -578,15 +605,19 @@ class Scheduler:
             common += self._advance_group(first, timing, trim, up)
         fast = nd and tokens is None and outputs is None and not self.bm.prefix_caching
         if fast:
-            common += self._count_decodes(batch.chunks[first:nd], counts[first:nd], timing, trim, up, latency)
+            if nd > first:
+                common += self._count_decodes(batch.chunks[first:nd], counts[first - skip : nd - skip], timing, trim,
+                                              up, latency)
             first = nd
-        common += self._apply_chunks(batch, first, counts, tokens, timing, trim, up, latency, outputs)
+        if first < len(batch.chunks):
+            common += self._apply_chunks(batch, first, counts, tokens, timing, trim, up, latency, outputs, skip)
         if common:
             latency.add(timing.t_first - timing.t0, common)
         group = self.group
-        grouped = self.num_grouped and group is not None
-        _drop_finished(self.running, up.finished, group.left_at if grouped else ())  # type: ignore[union-attr]
-        if fast and self.group is not None:
+        if up.finished:
+            grouped = self.num_grouped and group is not None
+            _drop_finished(self.running, up.finished, group.left_at if grouped else ())  # type: ignore[union-attr]
+        if fast and group is not None and nd > self.num_grouped:
             self._regroup(batch.chunks, nd)
         if self.config.recv_interval > 1:  # a step that prefilled ends the receive interval
             if up.prefilled:
@@ -657,10 +688,10 @@ class Scheduler:
     def _apply_chunks(
         self, batch: ScheduledBatch, first: int, counts: Seq[int], tokens: list[list[int]] | None,
         timing: StepTiming, trim: bool, up: StepUpdate, latency: LatencyRecorder,
-        outputs: list[RequestOutput] | None,
+        outputs: list[RequestOutput] | None, skip: int = 0,
     ) -> int:
-        """The general path over ``batch.chunks[first:]``: prefill chunks, token ids, stop tokens, outputs.
-        Returns how many sampled at t0."""
+        """The general path over ``batch.chunks[first:]``: prefill chunks, token ids, stop tokens, outputs
+        (``counts[i - skip]``: chunk ``i``'s tokens). Returns how many sampled at t0."""
         t0, t_first, t_last = timing.t0, timing.t_first, timing.t_last
         chunks = batch.chunks
         nd = batch.num_decodes
@@ -674,7 +705,7 @@ class Scheduler:
             out = seq.num_output_tokens
             if i >= nd:
                 up.prefilled += c.num_tokens
-            new = counts[i]
+            new = counts[i - skip]
             if not new:  # a prefill chunk that does not end the prompt
                 seq.num_computed_tokens = c.start + c.num_tokens
                 if prefix:

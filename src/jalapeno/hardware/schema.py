@@ -177,6 +177,14 @@ class Efficiency(_Strict):
     #: front-end time per prompt token (tokenization, request copy), microseconds; adds to the per-request
     #: latency like ``request_overhead_ms``
     request_overhead_us_per_token: float = Field(default=0.0, ge=0)
+    #: per MoE layer whose routed experts are FP8 128x128 block-scaled weights (DeepSeek's native FP8), every
+    #: step: the serving stack's block-scaled FP8 grouped-GEMM path beyond its roofline (activation quantization
+    #: to 1x128 groups, scale re-layout for the chip's tensor cores, the small-M latency floor of block-scaled FP8
+    #: GEMM kernels), microseconds. Usually set per stack by ``framework_fp8_moe_layer_us`` (``--framework``)
+    fp8_moe_layer_overhead_us: float = Field(default=0.0, ge=0)
+    #: per serving framework (``jalapeno.perf.frameworks`` key -> us): this chip family's
+    #: ``fp8_moe_layer_overhead_us`` under that stack (B200: TensorRT-LLM's FP8 block-scale MoE; docs/cost-model.md)
+    framework_fp8_moe_layer_us: dict[str, float] = Field(default_factory=dict)
     #: per serving framework (``jalapeno.perf.frameworks`` key -> ms): this chip family's fitted front-end latency
     #: of that stack; replaces the framework profile's global value when ``--framework`` names it
     framework_overhead_ms: dict[str, float] = Field(default_factory=dict)
@@ -204,6 +212,14 @@ class Efficiency(_Strict):
         for k, x in v.items():
             if not 0 < x <= 1:
                 raise ValueError(f"efficiency {k}={x} must be in (0, 1]")
+        return v
+
+    @field_validator("framework_fp8_moe_layer_us")
+    @classmethod
+    def _stack_terms(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, x in v.items():
+            if x < 0:
+                raise ValueError(f"framework_fp8_moe_layer_us {k}={x} must be >= 0 microseconds per MoE layer")
         return v
 
     @field_validator("compute_by_rows")

@@ -139,6 +139,16 @@ class DecodeSlots:
         return self.ep if ep > 1 else self.tp
 
 
+#: billishyahao/sglang_disagg sglang_disagg_server.sh launches the PD router as ``python -m
+#: sglang_router.launch_router --pd-disaggregation --policy random --prefill-policy random --decode-policy random``:
+#: each request's prefill and decode worker are drawn at random, whatever their load. The recipe's value, for
+#: ``--routing``; not the stacks' default ``router`` (see :class:`ServingFramework`)
+MI355X_SGLANG_DISAGG_ROUTER = "random"
+MI355X_SGLANG_DISAGG_ROUTER_SOURCE = (
+    "billishyahao/sglang_disagg sglang_disagg_server.sh (ROUTER_CMD: sglang_router.launch_router "
+    "--pd-disaggregation --policy random --prefill-policy random --decode-policy random); cloned by "
+    "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_mi355x_sglang-disagg_slurm.sh")
+
 #: billishyahao/sglang_disagg (the launcher InferenceX's MI355X disaggregated scripts clone;
 #: benchmarks/dsr1_fp8_mi355x_sglang-disagg_slurm.sh) sglang_disagg_server.sh: decode ``--max-running-requests``
 #: = MORI_MAX_DISPATCH_TOKENS_DECODE (160, set_env_vars.sh) × DECODE_TP_SIZE with dp-attention, 256 with EP, else 128
@@ -181,6 +191,11 @@ class ServingFramework:
     #: a disaggregated stack: its recipe's decode slots per worker (:class:`DecodeSlots`; None = not published,
     #: the engine default applies)
     decode_slots: DecodeSlots | None = None
+    #: a disaggregated stack: how the simulator routes its requests to the prefill and decode workers by default
+    #: (:data:`jalapeno.sim.cluster.ROUTING`). Every stack: "least-loaded". The MI355X recipes' router is random
+    #: (:data:`MI355X_SGLANG_DISAGG_ROUTER`, ``--routing random``), not the default: on the held-out points it
+    #: moves TTFT 42 -> 41% but TPOT 15 -> 18% (docs/fidelity.md, Disaggregated, fifth session)
+    router: str = "least-loaded"
 
     def fitted_on(self, chip) -> bool:
         """Whether the stack's per-pool fitted terms apply to ``chip`` (a ChipSpec)."""
@@ -228,10 +243,22 @@ def apply_framework(efficiency, framework: str | ServingFramework | None):
     if not framework:
         return efficiency
     fw = framework if isinstance(framework, ServingFramework) else get_framework(framework)
-    if fw.engine:  # a disaggregated stack: its engine's front end
+    disagg = bool(fw.engine)
+    if disagg:  # a disaggregated stack: its engine's front end
         fw = get_framework(fw.engine)
     ms = efficiency.framework_overhead_ms.get(fw.key, fw.request_overhead_ms)
-    return efficiency.model_copy(update={"request_overhead_ms": ms})
+    eff = efficiency.model_copy(update={"request_overhead_ms": ms})
+    # a disaggregated stack's pools carry their own fitted per-precision terms (``prefill_token_ns``,
+    # ``dpa_decode_moe_layer_us``): the engine's per-stack kernel terms are not added there, not to count twice
+    return eff if disagg else stack_kernel_terms(eff, fw.key)
+
+
+def stack_kernel_terms(efficiency, framework_key: str | None):
+    """``efficiency`` with the chip's per-stack kernel terms of ``framework_key`` resolved: its
+    ``framework_fp8_moe_layer_us`` entry becomes ``fp8_moe_layer_overhead_us`` (unchanged when the chip has none
+    for that stack, or ``framework_key`` is None)."""
+    us = efficiency.framework_fp8_moe_layer_us.get(framework_key) if framework_key else None
+    return efficiency if us is None else efficiency.model_copy(update={"fp8_moe_layer_overhead_us": float(us)})
 
 
 def scheduling_policy(framework: str | ServingFramework | None) -> SchedulingPolicy:
@@ -267,11 +294,17 @@ def decode_max_running_requests(framework: str | None, chips_per_worker: int, ep
     return slots.cap(chips_per_worker, ep, dp_attention) if slots is not None else None
 
 
+def router_policy(framework: str | None) -> str:
+    """How a disaggregated stack's router picks workers (:data:`jalapeno.sim.cluster.ROUTING`); "least-loaded"
+    for an engine profile, None, or a stack whose recipe's router is not known."""
+    return get_framework(framework).router if framework else "least-loaded"
+
+
 def kv_handoff_ms(framework: str | None) -> float:
     """The per-request prefill -> decode handoff latency (ms) of a disaggregated stack; 0 for an engine
     profile or None."""
     return get_framework(framework).kv_handoff_ms if framework else 0.0
 
-__all__ = ["DecodeSlots", "MI355X_SGLANG_DISAGG_SLOTS", "decode_max_running_requests", "SchedulingPolicy", "SGLANG_POLICY", "MIXED_POLICY", "scheduling_policy", "ServingFramework", "FRAMEWORKS",
-           "HANDOFF_FITTED", "PREFILL_FITTED", "get_framework", "apply_framework", "dpa_decode_moe_layer_us",
+__all__ = ["DecodeSlots", "MI355X_SGLANG_DISAGG_SLOTS", "MI355X_SGLANG_DISAGG_ROUTER", "router_policy", "decode_max_running_requests", "SchedulingPolicy", "SGLANG_POLICY", "MIXED_POLICY", "scheduling_policy", "ServingFramework", "FRAMEWORKS",
+           "HANDOFF_FITTED", "PREFILL_FITTED", "get_framework", "apply_framework", "stack_kernel_terms", "dpa_decode_moe_layer_us",
            "kv_handoff_ms", "prefill_token_ns"]

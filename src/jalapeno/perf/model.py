@@ -123,15 +123,17 @@ def kernel_count(m: ModelArch, tp: int = 1, ep: int = 1) -> int:
 
 
 def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_per_chip: float = 0.0,
-                    kernels: int = 0, launch_us: float = 0.0) -> np.ndarray:
+                    kernels: int = 0, launch_us: float = 0.0, fp8_moe_layers: int = 0) -> np.ndarray:
     """Time (s) the fixed costs add to a step, as coefficients over :data:`~jalapeno.perf.ops.FEATURES`:
     per step, per layer, per MoE layer, per kernel of a step (``kernels``: :func:`kernel_count`), per routed expert run in a MoE layer (``Ue`` x experts per chip x MoE
     layers), per sequence in the step (``N``), per layer of a step that prefills (``Pf``), per routed expert run
     in a MoE layer of a step that prefills (``Uep``, same scale) and per prefill token (``Tp``). Affine in the features, so ``decode_steps`` stays closed-form.
     Each kernel costs ``launch_us`` (the chip's graph-replay launch gap, ``ChipSpec.kernel_launch_us``: a chip
-    fact) plus ``eff.kernel_overhead_us`` (the serving stack's fitted share)."""
+    fact) plus ``eff.kernel_overhead_us`` (the serving stack's fitted share). Each MoE layer whose routed experts
+    are FP8 block-scaled (``fp8_moe_layers``) adds ``eff.fp8_moe_layer_overhead_us`` (the stack's FP8 MoE path)."""
     us = 1e-6
     fixed = eff.step_overhead_us + num_layers * eff.layer_overhead_us + moe_layers * eff.moe_layer_overhead_us
+    fixed += fp8_moe_layers * eff.fp8_moe_layer_overhead_us
     return vec(
         one=(fixed + kernels * (launch_us + eff.kernel_overhead_us)) * us,
         N=eff.seq_overhead_us * us,
@@ -146,7 +148,7 @@ def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_p
 _OVERHEAD_FIELDS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us",
                     "seq_overhead_us",
                     "prefill_layer_overhead_us", "expert_overhead_us", "prefill_expert_overhead_us",
-                    "prefill_token_overhead_ns")
+                    "prefill_token_overhead_ns", "fp8_moe_layer_overhead_us")
 
 
 def decode_attention_s_per_key(m: ModelArch, d: Dims, ns: float) -> float:
@@ -530,7 +532,7 @@ class CostModel:
         self.kernels = kernel_count(m, self.parallel.tp, self.parallel.ep)
         self._overhead = overhead_vector(eff, m.num_layers, self._moe_layers(),
                                          m.num_experts / self.parallel.ep if m.num_experts else 0.0, self.kernels,
-                                         self.chip.launch_us)
+                                         self.chip.launch_us, self._fp8_moe_layers())
         if self._paging_s_per_token:  # host paging: every context block of the step's block tables
             self._overhead = self._overhead + vec(C=self._paging_s_per_token, K=self._paging_s_per_token)
         if eff.decode_attention_ns:  # a CPU attention kernel's per (head, key, layer) cost of each decode row
@@ -681,6 +683,11 @@ class CostModel:
         m = self.model
         return sum(1 for i in range(m.num_layers) if m.is_moe_layer(i)) if m.num_experts else 0
 
+    def _fp8_moe_layers(self) -> int:
+        """MoE layers whose routed experts are stored as FP8 (block-scaled) weights: what
+        ``efficiency.fp8_moe_layer_overhead_us`` multiplies."""
+        return self._moe_layers() if self.weight_dtypes.get("experts") == "fp8" else 0
+
     def _overlapped(self, o: OpSpec) -> np.ndarray:
         """``o``'s time coefficients with ``prefill_collective_overlap`` applied: a layer collective's per-token
         term ``T`` is split into its decode part (``Td``, exposed) and its prefill part (``Tp``, scaled by
@@ -728,7 +735,8 @@ class CostModel:
         m = self.model
         unit = Efficiency.model_construct(**{**{f: 0.0 for f in _OVERHEAD_FIELDS}, name: 1.0})
         return overhead_vector(unit, m.num_layers, self._moe_layers(),
-                               m.num_experts / self.parallel.ep if m.num_experts else 0.0, self.kernels)
+                               m.num_experts / self.parallel.ep if m.num_experts else 0.0, self.kernels,
+                               fp8_moe_layers=self._fp8_moe_layers())
 
     @property
     def time_rows(self) -> np.ndarray:

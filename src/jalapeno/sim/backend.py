@@ -478,16 +478,18 @@ class SimBackend(Backend):
         energy = _numpy_sum(el)
         if self.trace is not None:
             self._record(run, shape, _numpy_sum(dl), dl, energy)
+        skip = batch.num_grouped  # the group's members: one token per step run (no list of them)
         return StepResult(tokens=[], duration_s=float(sum(dl)), energy_j=energy, step_durations=dl,
-                          token_counts=self._token_counts(batch, run))
+                          token_counts=self._token_counts(batch, run, skip), counts_skip=skip)
 
-    def _token_counts(self, batch: ScheduledBatch, steps: int) -> Seq[int]:
-        """Tokens each chunk gained over ``steps`` steps (every chunk of a multi-step batch samples)."""
+    def _token_counts(self, batch: ScheduledBatch, steps: int, skip: int = 0) -> Seq[int]:
+        """Tokens each chunk gained over ``steps`` steps (every chunk of a multi-step batch samples), leaving out
+        the first ``skip`` chunks (lockstep group members, ``StepResult.counts_skip``)."""
         if not self.k:
             if batch.num_steps > 1:
-                return [steps] * len(batch.chunks)
+                return [steps] * (len(batch.chunks) - skip)
             nd = batch.num_decodes  # decode chunks always sample
-            return [1] * nd + [1 if c.sample else 0 for c in batch.chunks[nd:]]
+            return [1] * (nd - skip) + [1 if c.sample else 0 for c in batch.chunks[nd:]]
         acc, e = self._acc, self._e_num
         nd = batch.num_decodes  # chunks[:nd] decode (and sample)
         out = []

@@ -22,6 +22,13 @@ transfer, a prefilled request is handed to a decode worker only when that worker
 (``max_num_seqs``, counting the requests already on their way) and free KV blocks for its prompt (after those
 of the requests it already holds waiting or inbound). Until then it waits, first come first served, in the
 cluster's handoff queue; its TTFT includes the wait, and the prefill pool runs ahead meanwhile.
+
+Routing (``routing``): ``"least-loaded"`` (the default) sends a request to the least-loaded prefill worker and
+its KV to the least-loaded decode worker with room; ``"random"`` is a router that picks each request's prefill
+worker and decode worker uniformly at random, whatever their load (SGLang's PD router with ``--prefill-policy
+random --decode-policy random``, as the InferenceX MI355X recipes launch it): a prefilled request then waits for
+room in *its* decode worker, first come first served there, even while another worker has free slots. The
+draws come from one seeded generator (``seed``), in the order requests arrive and finish prefill.
 """
 
 from __future__ import annotations
@@ -102,8 +109,13 @@ class Cluster:
     """A client target over ``workers`` (aggregated replicas) or ``prefill`` + ``decode`` pools."""
 
     def __init__(self, workers: list[Engine], decode: list[Engine] | None = None, link: KVLink | None = None,
-                 *, first_token_at_step: bool = True) -> None:
+                 *, first_token_at_step: bool = True, routing: str = "least-loaded", seed: int = 0) -> None:
+        if routing not in ROUTING:
+            raise ValueError(f"routing {routing!r}: use one of {', '.join(ROUTING)}")
         self.prefill = workers
+        #: how requests pick their workers (:data:`ROUTING`); ``"random"`` draws from ``_rng``
+        self.routing = routing
+        self._rng = np.random.default_rng(seed) if routing == "random" else None
         #: disaggregated: a request's first token is streamed by its decode worker's loop, at the end of the decode
         #: step in progress when its KV landed (False: at the landing itself)
         self.first_token_at_step = first_token_at_step
@@ -135,6 +147,9 @@ class Cluster:
         self._num_transfers = 0
         #: prefilled requests waiting for room in a decode worker: (KV ready at, sending worker, sequence)
         self._handoffs: deque[tuple[float, Engine, Sequence]] = deque()
+        #: random routing: per decode worker, the prefilled requests the router sent there, waiting for its room
+        self._handoffs_to: list[deque[tuple[float, Engine, Sequence]]] = [deque() for _ in self.decode]
+        self._num_handoffs_to = 0
         self._admission_wait_s = 0.0
         self._params: dict[int, SamplingParams] = {}
 
@@ -167,7 +182,8 @@ class Cluster:
         return float(getattr(self.prefill[0].backend, "request_latency_per_token_s", 0.0))
 
     def busy(self) -> bool:
-        return bool(self._transfers) or bool(self._handoffs) or any(e.has_unfinished() for e in self.all)
+        return (bool(self._transfers) or bool(self._handoffs) or self._num_handoffs_to > 0
+                or any(e.has_unfinished() for e in self.all))
 
     def wait_until(self, t: float) -> None:
         for e in self.all:
@@ -188,8 +204,9 @@ class Cluster:
         prefill = self.prefill
         loads = [self._load(e) for e in prefill]
         one = self._sampling(1) if self.decode else None
+        rng = self._rng
         for call in calls:
-            i = loads.index(min(loads))
+            i = int(rng.integers(len(prefill))) if rng is not None and len(prefill) > 1 else loads.index(min(loads))
             e = prefill[i]
             if not e.has_unfinished():
                 _idle(e, call.arrive_s)
@@ -229,16 +246,21 @@ class Cluster:
         if not self.decode:
             return done
         if e in self.decode:
-            if done and self._handoffs:
+            if done and (self._handoffs or self._num_handoffs_to):
                 self._dispatch(e.clock.now())  # slots and KV freed now: waiting handoffs may go
             return done
         out = []
+        rng = self._rng
         for seq in done:  # prefill finished: queue the handoff to the decode pool
             call: Call = seq.user_data  # type: ignore[assignment]
             if call.max_tokens <= 1:
                 out.append(seq)
                 continue
-            self._handoffs.append((float(seq.finish_s), e, seq))
+            if rng is None:
+                self._handoffs.append((float(seq.finish_s), e, seq))
+            else:  # the router's pick for this request, whatever the workers' load
+                self._handoffs_to[int(rng.integers(len(self.decode)))].append((float(seq.finish_s), e, seq))
+                self._num_handoffs_to += 1
         self._dispatch(e.clock.now())
         return out
 
@@ -279,6 +301,9 @@ class Cluster:
         transfer starts when its KV is ready, or at ``now`` (when the room appeared) if it had to wait. The
         decode workers' queues, slots and free blocks do not change during one dispatch (only their inbound
         transfers), so they are read once."""
+        if self._rng is not None:
+            self._dispatch_routed(now)
+            return
         if not self._handoffs:
             return
         handoffs, decode = self._handoffs, self.decode
@@ -299,14 +324,42 @@ class Cluster:
             if j < 0:
                 return
             handoffs.popleft()
-            start = max(ready, now)
-            self._admission_wait_s += start - ready
-            call: Call = seq.user_data  # type: ignore[assignment]
-            t = self._transfer(src, decode[j], start, plen)
-            seq.hand_over(self._params.get(call.max_tokens) or self._sampling(call.max_tokens), t)
-            heapq.heappush(self._transfers, (t, next(self._tick), seq, j))
-            inbound_n[j] += 1
-            inbound_blocks[j] += -(-(plen + 1) // bs[j])
+            self._send(src, seq, j, ready, now)
+
+    def _send(self, src: Engine, seq: Sequence, j: int, ready: float, now: float) -> None:
+        """Start the KV transfer of prefilled ``seq`` (ready at ``ready``) from ``src`` to decode worker ``j`` at
+        ``max(ready, now)``, counting its wait for room and its inbound slot and blocks."""
+        start = max(ready, now)
+        self._admission_wait_s += start - ready
+        call: Call = seq.user_data  # type: ignore[assignment]
+        plen = seq.prompt_len
+        t = self._transfer(src, self.decode[j], start, plen)
+        seq.hand_over(self._params.get(call.max_tokens) or self._sampling(call.max_tokens), t)
+        heapq.heappush(self._transfers, (t, next(self._tick), seq, j))
+        self._inbound_n[j] += 1
+        self._inbound_blocks[j] += self.decode[j].block_manager.blocks_for(plen + 1)
+
+    def _dispatch_routed(self, now: float) -> None:
+        """Random routing: each decode worker takes the requests the router sent it, in order, while it has room
+        (a free sequence slot counting its inbound transfers, and free KV blocks for the prompt and first token
+        after its waiting and inbound requests'); a worker without room holds its queue (head of line)."""
+        if not self._num_handoffs_to:
+            return
+        for j, q in enumerate(self._handoffs_to):
+            if not q:
+                continue
+            d = self.decode[j]
+            bm = d.block_manager
+            load, cap = self._load(d), d.config.max_num_seqs
+            free = bm.num_free - self._waiting_held(d)
+            while q:
+                ready, src, seq = q[0]
+                if (load + self._inbound_n[j] >= cap
+                        or free - self._inbound_blocks[j] < bm.blocks_for(seq.prompt_len + 1)):
+                    break
+                q.popleft()
+                self._num_handoffs_to -= 1
+                self._send(src, seq, j, ready, now)
 
     def _transfer(self, src: Engine, dst: Engine, ready: float, tokens: int) -> float:
         """Queue one KV transfer on the earliest-free lanes of ``src`` and ``dst``; returns its arrival time."""
@@ -346,6 +399,10 @@ class Cluster:
 
     def run(self, wl: Workload) -> SimResult:
         return drive(self, wl)
+
+
+#: how a :class:`Cluster` routes requests to its workers (see the module docstring)
+ROUTING = ("least-loaded", "random")
 
 
 def _idle(e: Engine, t: float) -> None:

@@ -159,6 +159,7 @@ def register(app: typer.Typer) -> None:
         hardware_dir: Annotated[Optional[list[Path]], typer.Option("--hardware-dir", help="Extra chip YAML directory.")] = None,
         framework: Annotated[Optional[str], typer.Option(help="Serving framework profile: vllm | sglang | trt-llm, or a disaggregated stack dynamo-sglang | dynamo-trt | mori-sglang | sglang-disagg (its per-request latency; default: the chip's generic one).")] = None,
         decode_max_num_seqs: Annotated[Optional[int], typer.Option(help="Disaggregated: most sequences one decode worker holds; a prefilled request waits for a slot (and KV room) before its transfer (default: --max-num-seqs).")] = None,
+        routing: Annotated[Optional[str], typer.Option(help="Disaggregated: how the router picks each request's prefill and decode worker: least-loaded | random (SGLang PD router --decode-policy random: a request waits for room in its own decode worker). The InferenceX MI355X recipes (mori-sglang, sglang-disagg) launch the random one. Default: least-loaded.")] = None,
         scheduler_recv_interval: Annotated[Optional[int], typer.Option("--scheduler-recv-interval", help="With --framework sglang: decode steps between polls for new requests (SGLang's flag; InferenceX's B200 SGLang runs use 30 at concurrency >= 16, else 10). Default: the profile's 1.")] = None,
         attention_dp_balance: Annotated[Optional[int], typer.Option("--attention-dp-balance", help="With --framework trt-llm --dp-attention: TensorRT-LLM's attention-DP context balancing, holding new requests until every rank has one or this many steps passed (attention_dp_config timeout_iters; InferenceX's TRT-LLM scripts use 60). Default: off.")] = None,
         kv_handoff_ms: Annotated[Optional[float], typer.Option("--kv-handoff-ms", help="Disaggregated: fixed per-request prefill->decode handoff latency (ms; default: the --framework stack's fitted value, e.g. dynamo-trt).")] = None,
@@ -208,7 +209,7 @@ def register(app: typer.Typer) -> None:
             hardware_dir=[str(d) for d in hardware_dir or []], framework=framework,
             kv_handoff_ms=kv_handoff_ms, prefill_token_ns=prefill_token_ns, scheduler_recv_interval=scheduler_recv_interval,
             attention_dp_balance=attention_dp_balance,
-            dpa_decode_moe_layer_us=dpa_decode_moe_layer_us, decode_max_num_seqs=decode_max_num_seqs,
+            dpa_decode_moe_layer_us=dpa_decode_moe_layer_us, decode_max_num_seqs=decode_max_num_seqs, routing=routing,
             power_cap_w=power_cap_w, kv_sram_gb=kv_sram_gb, kv_offload=kv_offload,
             chip_features=_on_off(chip_features), early_stop=early_stop,
         )

@@ -148,6 +148,11 @@ class Scenario:
     #: disaggregated: most sequences one decode worker holds (SGLang --max-running-requests, TRT-LLM
     #: max_batch_size); a prefilled request waits for a slot before its KV is sent. None = --max-num-seqs
     decode_max_num_seqs: int | None = None
+    #: disaggregated: how the router picks each request's prefill and decode worker: "least-loaded" (the one
+    #: with the fewest requests; a prefilled request goes to any decode worker with room) or "random" (SGLang's
+    #: PD router with --prefill-policy/--decode-policy random, as the InferenceX MI355X recipes launch it; a
+    #: request waits for room in its own decode worker). None = the framework profile's (least-loaded)
+    routing: str | None = None
     #: power cap in watts: clocks lowered until the modelled power fits (jalapeno.hardware.power_cap); None = rated
     power_cap_w: float | None = None
     #: GB of each chip's SRAM that holds KV blocks (the fastest KV tier; 0 = KV in main memory)
@@ -268,6 +273,14 @@ def _validate(sc: Scenario) -> None:
         raise ConfigError(f"--dpa-decode-moe-layer-us must be >= 0 microseconds (got {sc.dpa_decode_moe_layer_us})")
     if sc.prefill_token_ns is not None and not sc.prefill_token_ns >= 0:
         raise ConfigError(f"--prefill-token-ns must be >= 0 nanoseconds (got {sc.prefill_token_ns})")
+    if sc.routing is not None:
+        from jalapeno.sim.cluster import ROUTING
+
+        if sc.routing not in ROUTING:
+            raise ConfigError(f"--routing {sc.routing!r} must be one of {', '.join(ROUTING)}")
+        if not sc.disaggregated:
+            raise ConfigError("--routing applies to a disaggregated run (prefill/decode pools); drop it or add "
+                              "--prefill-workers / --decode-workers")
     if sc.power_cap_w is not None and not sc.power_cap_w > 0:
         raise ConfigError(f"--power-cap-w must be > 0 watts (got {sc.power_cap_w})")
     if sc.spec_decode is not None and sc.spec_decode not in ("mtp", "draft", "ngram"):
@@ -346,6 +359,14 @@ def _check_context(wl, ctx: int, name: str) -> None:
             f"the longest request has {longest} tokens (prompt + output), beyond {name}'s context of {ctx}: "
             "lower --isl/--osl (or the trace's lengths)"
         )
+
+
+def routing(sc: Scenario) -> str:
+    """How the disaggregated cluster routes requests: ``--routing``, else the stack's router
+    (:func:`jalapeno.perf.frameworks.router_policy`)."""
+    from jalapeno.perf.frameworks import router_policy
+
+    return sc.routing if sc.routing is not None else router_policy(sc.framework)
 
 
 def handoff_ms(sc: Scenario) -> float:
@@ -547,7 +568,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
         dec_limits = replace(limits, max_num_seqs=decode_max_num_seqs(sc, dp_) or limits.max_num_seqs)
         dec = build_sim_engines(cm_d, n_d, speculation=speculation_for(cm_d), limits=dec_limits, in_flight=in_flight)
         link = _kv_link(cm_p, cm_d, n_p, n_d, handoff_ms(sc) * 1e-3)
-        target = Cluster(pre, dec, link)
+        target = Cluster(pre, dec, link, routing=routing(sc), seed=sc.seed)
         result = run_workload(target, wl, stop)
         output_chips = n_d * cm_d.chips_per_replica
         num_chips = n_p * cm_p.chips_per_replica + output_chips
@@ -561,7 +582,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
                             "mean_queue_ms": target.kv_queue_s_mean() * 1e3, "handoff_ms": link.handoff_s * 1e3,
                             "mean_admission_wait_ms": target.admission_wait_s_mean() * 1e3,
                             "mean_decode_step_wait_ms": target.step_wait_s_mean() * 1e3,
-                            "decode_max_num_seqs": dec[0].config.max_num_seqs,
+                            "decode_max_num_seqs": dec[0].config.max_num_seqs, "routing": target.routing,
                             "prefill_token_ns": prefill_token_ns(sc),
                             "dpa_decode_moe_layer_us": dpa_decode_moe_layer_us(sc) if dp_.dp_attention and dp_.ep > 1
                             else 0.0}

@@ -131,9 +131,13 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
         return out if b is None else out.add_(b)
     # oneDNN for several rows on 2+ threads: any number of rows on a row-major weight (prefill too: ~10-20 %
     # less time per GEMM than MKL's sgemm at 96-2048 rows, docs/performance.md "Prefill"); up to
-    # ONEDNN_MAX_ROWS on an input-major one, which oneDNN re-packs on every call
-    multi_row = rows > GEMV_MAX_ROWS and (rows <= ONEDNN_MAX_ROWS or w.is_contiguous())
-    if multi_row and ONEDNN and x.device.type == "cpu" and torch.get_num_threads() > 1:
+    # ONEDNN_MAX_ROWS on an input-major one, which oneDNN re-packs on every call. One row on a row-major weight
+    # on 2+ threads (a prefill's LM head; the runner runs one-token steps on one thread) takes oneDNN too: MKL's
+    # row-major GEMV runs on one thread, oneDNN splits the outputs over all (docs/performance.md, "Prefill,
+    # ninth session").
+    row_major = w.is_contiguous()
+    use_onednn = rows > GEMV_MAX_ROWS and (rows <= ONEDNN_MAX_ROWS or row_major) or rows == 1 and row_major
+    if use_onednn and ONEDNN and x.device.type == "cpu" and torch.get_num_threads() > 1:
         out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), w, b, "none", [], "")
         return out.view(*x.shape[:-1], w.shape[0])
     return F.linear(x, w, b)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from jalapeno.backends.torch.attention import StepMetadata
+from jalapeno.backends.torch.elementwise import add_rms_norm, silu_mul
 from jalapeno.backends.torch.linear import (
     WEIGHT_LAYOUTS,
     input_major,
@@ -39,10 +40,20 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
-            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+            fused = add_rms_norm(x, None, self.weight, self.eps)  # one C pass (elementwise.py), when it applies
+            return fused[1] if fused is not None else F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * xf.to(x.dtype)
+
+    def add_forward(self, x: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x + d, self(x + d))``: the residual add and the norm after it, in one pass where the fused kernel
+        applies (:func:`~jalapeno.backends.torch.elementwise.add_rms_norm`)."""
+        fused = add_rms_norm(x, d, self.weight, self.eps) if x.dtype == torch.float32 else None
+        if fused is not None:
+            return fused
+        s = x + d
+        return s, self(s)
 
 
 def fusable(*linears: nn.Module) -> bool:
@@ -128,8 +139,12 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if fused_intact(self._gate_up, self, ("gate_proj", "up_proj"), self._gate_up_parts):
-            gate, up = linear(x, self._gate_up).chunk(2, dim=-1)
-            return run_linear(self.down_proj, F.silu(gate).mul_(up))
+            gate_up = linear(x, self._gate_up)
+            act = silu_mul(gate_up)  # one C pass (elementwise.py), when it applies
+            if act is None:
+                gate, up = gate_up.chunk(2, dim=-1)
+                act = F.silu(gate).mul_(up)
+            return run_linear(self.down_proj, act)
         self._gate_up = None  # modules were swapped or re-assigned: stop using the fused copy for good
         return run_linear(self.down_proj, F.silu(run_linear(self.gate_proj, x)) * run_linear(self.up_proj, x))
 
@@ -146,8 +161,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x, cos, sin, meta, cache):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta, cache)
-        return x + getattr(self, self.mlp_name)(self.post_attention_layernorm(x))
+        x, h = self.post_attention_layernorm.add_forward(x, self.self_attn(self.input_layernorm(x), cos, sin, meta,
+                                                                            cache))
+        return x + getattr(self, self.mlp_name)(h)
 
 
 class Backbone(nn.Module):

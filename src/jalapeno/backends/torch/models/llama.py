@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from jalapeno.backends.torch.attention import StepMetadata, paged_attention, write_kv
+from jalapeno.backends.torch.elementwise import rope_store
 from jalapeno.backends.torch.linear import linear, relayout, run_linear
 from jalapeno.backends.torch.models.layers import (
     CausalLM,
@@ -57,9 +58,15 @@ class Attention(nn.Module):
         t = x.shape[0]
         h, kvh, d = self.h, self.kvh, self.d
         fused = self._qkv
+        k_cache, v_cache = cache
+        stored = False
         if fused is not None and fused_intact(fused[0], self, ("q_proj", "k_proj", "v_proj"), self._qkv_parts):
             qkv = linear(x, *fused).view(t, h + 2 * kvh, d)
-            if self.qk_norm:
+            # RoPE on q and k in place and the K/V cache write, one C pass (elementwise.py), when it applies
+            stored = not self.qk_norm and rope_store(qkv, h, kvh, cos, sin, k_cache, v_cache, meta.slot_mapping)
+            if stored:
+                q, k = qkv[:, :h], qkv[:, h : h + kvh]
+            elif self.qk_norm:
                 q, k = self.q_norm(qkv[:, :h]), self.k_norm(qkv[:, h : h + kvh])
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             else:  # q and k sit side by side: rotate them in one pass
@@ -74,9 +81,9 @@ class Attention(nn.Module):
             if self.qk_norm:
                 q, k = self.q_norm(q), self.k_norm(k)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        k_cache, v_cache = cache
-        write_kv(k_cache, meta.slot_mapping, k)
-        write_kv(v_cache, meta.slot_mapping, v)
+        if not stored:
+            write_kv(k_cache, meta.slot_mapping, k)
+            write_kv(v_cache, meta.slot_mapping, v)
         o = paged_attention(q, k_cache, v_cache, meta, self.scale, self.window, self.sinks, new_kv=(k, v))
         return run_linear(self.o_proj, o.reshape(t, h * d))
 

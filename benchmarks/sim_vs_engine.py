@@ -10,12 +10,18 @@ throughput, and over the grid the median and worst |error| of each (error = sim 
     jalapeno hardware probe                                 # once: writes $JALAPENO_CACHE/hardware/local.yaml
     python benchmarks/sim_vs_engine.py [--quick] [--device cpu|cuda] [--out results.json]
     python benchmarks/sim_vs_engine.py --prompts-per-slot 1 --estimate-only   # how long the full grid takes
+    python benchmarks/sim_vs_engine.py --prompts-per-slot 1 --out grid.json   # the full grid, unattended, resumable
 
 The grid is concurrency 1,4,8,16,32 × ISL 128,512,2048 × OSL 64,256 (``--quick``: 1,4 × 128 × 64). Each point
 sends ``--prompts-per-slot`` × concurrency requests (at least ``--min-prompts``). Before it starts, the script
 prints an estimated duration: every point simulated on the chip it compares against (the simulated benchmark
 durations, plus the server start). Timings depend on what else runs on the machine: the script records the
 load average before and after each point.
+
+Resumable: with ``--out R.json`` every point is appended to ``R.points.jsonl`` as it finishes (one JSON object a
+line); run the same command again and the points already there (same concurrency, ISL, OSL, requests and chip) are
+kept, not re-run, and only the rest is estimated and measured. A point whose bench fails is reported and left for
+the next run; the summary always covers every point in the file.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from jalapeno.errors import ConfigError, JalapenoError
 
 METRICS = {"TTFT": "median_ttft_ms", "TPOT": "median_tpot_ms", "E2E": "median_e2el_ms",
            "throughput": "output_throughput"}
@@ -85,6 +93,17 @@ def bench_point(port: int, conc: int, isl: int, osl: int, prompts: int, hardware
 
 def num_prompts(conc: int, per_slot: int, minimum: int) -> int:
     return max(minimum, per_slot * conc)
+
+
+def parse_list(flag: str, text: str) -> list[int]:
+    """``"1,8,16"`` -> [1, 8, 16]; anything but positive integers is a ConfigError naming the flag."""
+    try:
+        out = [int(v) for v in text.split(",")]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise ConfigError(f"--{flag} {text!r}: give positive integers separated by commas, e.g. --{flag} 1,8,16")
+    return out
 
 
 def grid_points(grid: dict[str, list[int]]) -> list[tuple[int, int, int]]:
@@ -169,6 +188,66 @@ def served_splits(points: list[dict], trace: Path) -> None:
               + f"; client CPU {c['client_cpu_s']:.1f} s", flush=True)
 
 
+#: what makes two runs' points the same measurement (a resumed run skips a point with all of these equal)
+POINT_KEY = ("concurrency", "isl", "osl", "prompts", "hardware", "device")
+
+
+def point_key(p: dict) -> tuple:
+    return tuple(p.get(k) for k in POINT_KEY)
+
+
+def points_path(out: Path) -> Path:
+    """Where the per-point results of a run writing ``out`` go: ``out`` with ``.points.jsonl`` for its suffix."""
+    return out.with_suffix(".points.jsonl")
+
+
+def read_points(path: Path) -> list[dict]:
+    """The points a (possibly interrupted) run wrote to ``path``, in order; none when the file does not exist. A torn
+    last line (the run was killed while writing it) is dropped with a note; any other line that is not a point is a
+    ConfigError naming the line."""
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            p = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines):
+                print(f"note: {path}:{i}: a torn last line (an interrupted run); that point runs again", flush=True)
+                continue
+            raise ConfigError(f"{path}:{i}: not a JSON line; move the file aside to start the grid afresh") from None
+        missing = [k for k in (*POINT_KEY, *METRICS) if not isinstance(p, dict) or k not in p]
+        if missing:
+            raise ConfigError(f"{path}:{i}: not a sim_vs_engine point (no {', '.join(missing)}); move the file aside "
+                              "to start the grid afresh")
+        out.append(p)
+    return out
+
+
+def append_point(path: Path, p: dict) -> None:
+    """Append one finished point to ``path`` (one line, flushed to disk before the next point starts), first
+    cutting a torn last line (no newline: a run killed while writing it) that :func:`read_points` skipped."""
+    if path.is_file() and path.stat().st_size:
+        data = path.read_bytes()
+        if not data.endswith(b"\n"):
+            path.write_bytes(data[: data.rfind(b"\n") + 1])
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(p) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def pending(todo: list[tuple[int, int, int]], done: list[dict], per_slot: int, minimum: int, hardware: str,
+            device: str) -> list[tuple[int, int, int]]:
+    """The grid points of ``todo`` not yet in ``done`` (same concurrency, lengths, requests, chip and device)."""
+    have = {point_key(p) for p in done}
+    return [(c, i, o) for c, i, o in todo
+            if (c, i, o, num_prompts(c, per_slot, minimum), hardware, device) not in have]
+
+
 def summarise(points: list[dict]) -> dict[str, dict[str, float]]:
     """Median and worst |sim / measured - 1| per metric, in percent."""
     out = {}
@@ -180,7 +259,48 @@ def summarise(points: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
+def run_points(args: argparse.Namespace, grid: dict[str, list[int]], todo: list[tuple[int, int, int]],
+               sink: Path | None, trace: Path | None) -> list[dict]:
+    """Serve the model once and bench every point of ``todo``, appending each to ``sink`` as it finishes; returns
+    the points measured now. A failing point is reported and skipped (a resumed run tries it again)."""
+    port = free_port()
+    server = start_server(args.device, port, max(grid["concurrency"]), trace, args.threads)
+    points = []
+    try:
+        for k, (conc, isl, osl) in enumerate(todo, 1):
+            load0 = os.getloadavg()[0]
+            n = num_prompts(conc, args.prompts_per_slot, args.min_prompts)
+            t0 = time.perf_counter()
+            try:
+                p = bench_point(port, conc, isl, osl, n, args.hardware)
+            except subprocess.CalledProcessError as exc:
+                print(f"c={conc} isl={isl} osl={osl}: bench failed (exit {exc.returncode}); left for the next run",
+                      flush=True)
+                continue
+            p.update(concurrency=conc, isl=isl, osl=osl, prompts=n, hardware=args.hardware, device=args.device,
+                     load_before=load0, load_after=os.getloadavg()[0], wall_s=time.perf_counter() - t0,
+                     finished_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
+            points.append(p)
+            if sink is not None:
+                append_point(sink, p)
+            row = "  ".join(f"{m} {p[m]['measured'] or 0:.1f}/{p[m]['simulated'] or 0:.1f}" for m in METRICS)
+            print(f"[{k}/{len(todo)}] c={conc} isl={isl} osl={osl} (load {load0:.1f}, {p['wall_s']:.0f} s) "
+                  f"measured/sim: {row}", flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return points
+
+
 def main() -> None:
+    try:
+        _main()
+    except JalapenoError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="concurrency 1,4 x ISL 128 x OSL 64")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -201,47 +321,45 @@ def main() -> None:
     grid = dict(QUICK if args.quick else GRID)
     for key in ("concurrency", "isl", "osl"):
         if getattr(args, key):
-            grid[key] = [int(v) for v in getattr(args, key).split(",")]
+            grid[key] = parse_list(key, getattr(args, key))
     todo = grid_points(grid)
     if args.prompts_per_slot < 1 or args.min_prompts < 1:
         ap.error("--prompts-per-slot and --min-prompts must be >= 1")
-    est = estimated_duration_s(todo, args.prompts_per_slot, args.min_prompts, args.hardware)
+    if args.offline and args.step_trace is None:
+        ap.error("--offline needs --step-trace DIR (where its traces go)")
+    sink = points_path(args.out) if args.out else None
+    done = read_points(sink) if sink is not None else []
+    kept = {point_key(p) for p in done}
+    wanted = {(c, i, o, num_prompts(c, args.prompts_per_slot, args.min_prompts), args.hardware, args.device)
+              for c, i, o in todo}
+    prior = [p for p in done if point_key(p) in wanted]
+    todo = pending(todo, done, args.prompts_per_slot, args.min_prompts, args.hardware, args.device)
+    if done:
+        print(f"{sink}: {len(prior)} of this grid's points already measured ({len(kept)} in the file); "
+              f"{len(todo)} to run", flush=True)
+    est = estimated_duration_s(todo, args.prompts_per_slot, args.min_prompts, args.hardware) if todo else 0.0
     print(f"{len(todo)} points, estimated {est / 60:.0f} min (simulated on {args.hardware}; a loaded machine "
           f"takes longer)", flush=True)
     if args.estimate_only:
         return
-    if args.offline and args.step_trace is None:
-        ap.error("--offline needs --step-trace DIR (where its traces go)")
     trace = None
     if args.step_trace is not None:
         args.step_trace.mkdir(parents=True, exist_ok=True)
         trace = args.step_trace / "served.jsonl"
     offline = (offline_points(args.device, todo, args.prompts_per_slot, args.min_prompts, args.step_trace,
-                              args.threads) if args.offline else None)
-    port = free_port()
-    server = start_server(args.device, port, max(grid["concurrency"]), trace, args.threads)
-    points = []
+                              args.threads) if args.offline and todo else None)
     t0 = time.perf_counter()
-    try:
-        for conc, isl, osl in todo:
-            load0 = os.getloadavg()[0]
-            n = num_prompts(conc, args.prompts_per_slot, args.min_prompts)
-            p = bench_point(port, conc, isl, osl, n, args.hardware)
-            p.update(concurrency=conc, isl=isl, osl=osl, prompts=n, load_before=load0, load_after=os.getloadavg()[0])
-            points.append(p)
-            row = "  ".join(f"{m} {p[m]['measured'] or 0:.1f}/{p[m]['simulated'] or 0:.1f}" for m in METRICS)
-            print(f"c={conc} isl={isl} osl={osl} (load {load0:.1f}) measured/sim: {row}", flush=True)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    points = run_points(args, grid, todo, sink, trace) if todo else []
     print(f"grid took {(time.perf_counter() - t0) / 60:.1f} min (estimated {est / 60:.0f})")
-    if trace is not None:
+    if trace is not None and points:
         served_splits(points, trace)
-    summary = summarise(points)
+    everything = [*prior, *points]
+    summary = summarise(everything)
     for name, s in summary.items():
-        print(f"{name:>10}: median |error| {s['median_pct']:.1f}%, worst {s['worst_pct']:.1f}%")
+        print(f"{name:>10}: median |error| {s['median_pct']:.1f}%, worst {s['worst_pct']:.1f}% "
+              f"({len(everything)} points)")
     if args.out:
-        args.out.write_text(json.dumps({"device": args.device, "hardware": args.hardware, "points": points,
+        args.out.write_text(json.dumps({"device": args.device, "hardware": args.hardware, "points": everything,
                                         "summary": summary, "cpus": os.cpu_count(), "offline_decode_step_ms": offline,
                                         "threads": args.threads}, indent=2) + "\n")
 

@@ -301,10 +301,10 @@ def test_calibrate_probe_writes_the_refitted_chip_and_bad_files_are_one_line(
 
 
 def test_decode_attention_term_is_what_the_long_context_steps_took_beyond_their_price() -> None:
-    """The quiet probe refitted, given decode steps at 65 and 577 keys whose extra time is the chip's own price
-    for the extra keys plus a known 60 ns per (query head, key, layer): the fit recovers 60 ns (hand count: 6
-    layers x 9 heads x 512 keys x b pairs); a probe without the two-context steps fits no term; the notes line
-    round-trips through ``probe_from_chip``."""
+    """The quiet probe refitted, given decode steps at every LONG_CONTEXTS length whose time is the chip's own
+    price plus a per-batch constant plus a known 60 ns per (query head, key, layer) (6 layers x 9 heads x ctx x b
+    pairs): the least-squares fit recovers 60 ns exactly (rms 0); a probe without steps at two contexts fits no
+    term; the notes line round-trips through ``probe_from_chip``."""
     from jalapeno.calibration.probe_fit import fit_decode_attention, fitted_chip_dict, probe_from_chip
     from jalapeno.hardware.schema import ChipSpec
     from jalapeno.perf.shape import StepShape
@@ -320,19 +320,17 @@ def test_decode_attention_term_is_what_the_long_context_steps_took_beyond_their_
     cm = cost_model_for(arch_from_config(arch, "x"), chip, precision="fp32", kv="fp32",
                         efficiency=chip.efficiency.model_copy(update=zero))
     for b in pr.LONG_BATCHES:
-        short = 7e-3 * b
-        priced_extra = (cm.step(StepShape.from_lists(decode_ctx=[pr.LONG_CTX] * b)).time_s
-                        - cm.step(StepShape.from_lists(decode_ctx=[pr.CROSSOVER_CTX] * b)).time_s)
-        res.ctx_step_s[b] = (short, short + priced_extra + 60e-9 * 6 * 9 * 512 * b)
+        res.ctx_step_s[b] = {c: cm.step(StepShape.from_lists(decode_ctx=[c] * b)).time_s + 1e-3 * b
+                             + 60e-9 * 6 * 9 * c * b for c in pr.LONG_CONTEXTS}
     fit = fit_decode_attention(res, chip)
-    assert fit is not None and fit.ns == pytest.approx(60.0, abs=0.01)
+    assert fit is not None and fit.ns == pytest.approx(60.0, abs=0.01) and fit.rms_error < 1e-6
     notes = pr._measurement_notes(res)
-    assert any(n.startswith("decode step ms at context 65/577 by batch: 1: ") for n in notes)
+    assert any(n.startswith("decode step ms at context 65/129/577/1153/2305 by batch: 1: ") for n in notes)
     again = probe_from_chip(chip.model_copy(update={"notes": [*chip.notes, *notes]}))
-    assert again.ctx_step_s[8] == pytest.approx(res.ctx_step_s[8], abs=1e-5)
+    assert again.ctx_step_s[8] == pytest.approx(res.ctx_step_s[8], abs=1e-6)
     written = ChipSpec.model_validate(fitted_chip_dict(res, "local", "refit"))
     assert written.efficiency.decode_attention_ns == pytest.approx(60.0, abs=0.5)
-    assert "decode_attention_ns" in written.efficiency.fitted
+    assert "least squares" in written.efficiency.fitted["decode_attention_ns"].note
 
 
 def test_calibrate_probe_keeps_the_measured_thread_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

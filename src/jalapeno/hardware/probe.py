@@ -15,6 +15,7 @@ torch backend's execution choices; :func:`measured_execution` reads them back fr
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import platform
 import time
@@ -151,9 +152,13 @@ class ProbeResult:
     prefill_flops: float | None = None
     prefill_step_s: float | None = None
     power_w: dict[str, float] = field(default_factory=dict)
-    #: the engine's decode step of the crossover model at CROSSOVER_CTX and LONG_CTX keys per sequence, by batch
-    #: (seconds, short / long): what attention over a long context costs (``efficiency.decode_attention_ns``)
-    ctx_step_s: dict[int, tuple[float, float]] = field(default_factory=dict)
+    #: the engine's decode step of the crossover model by batch, then by keys per sequence (LONG_CONTEXTS), seconds:
+    #: what attention over a long context costs (``efficiency.decode_attention_ns``)
+    ctx_step_s: dict[int, dict[int, float]] = field(default_factory=dict)
+    #: prefill steps of the crossover model by prompt tokens: (FLOPs, seconds) (PREFILL_LENGTHS)
+    prefill_s: dict[int, tuple[float, float]] = field(default_factory=dict)
+    #: every sample of the repeated timings (label -> seconds in round order), written beside the chip YAML
+    samples: dict[str, list[float]] = field(default_factory=dict)
     #: TFLOPS of a GEMM with M rows at ROWS_KN (the dtype the torch backend runs here), by M
     rows_tflops: dict[int, float] = field(default_factory=dict)
     #: best (batch-1 decode step, prefill step) seconds per OpenMP thread policy label, each run in its own process
@@ -455,19 +460,51 @@ def measure_crossover(res: ProbeResult, quick: bool, budget_s: float) -> None:
         for policy, out in paths:
             runner.policy = policy
             out[b] = _best_time(lambda: runner.forward(slices, ids, rows), budget_s, lambda: None)
-    measure_prefill(res, runner, loaded, layers, budget_s)
+    measure_prefill(res, runner, loaded, layers, budget_s, (PREFILL_TOKENS,) if quick else PREFILL_LENGTHS)
     measure_long_context(res, loaded, quick, budget_s)
 
 
-#: context tokens of each sequence in the long-context decode steps (a 512-token prompt's decode), and their batches
-LONG_CTX = 577
+#: context tokens of each sequence in the long-context decode steps (the decoded token included): the closed loop's
+#: span, from a 64-token prompt's first decode to a 2048-token prompt's 256th; and the batches they are timed at
+LONG_CONTEXTS = (65, 129, 577, 1153, 2305)
 LONG_BATCHES = (1, 8)
+#: rounds of the interleaved timings: at least the first, at most the second, more while the budget lasts
+LONG_ROUNDS = (5, 15)
+PREFILL_ROUNDS = (3, 9)
+
+
+def interleaved_times(fns: Mapping[Any, Callable[[], Any]], budget_s: float, rounds: tuple[int, int],
+                      sync: Callable[[], None] = lambda: None) -> dict[Any, list[float]]:
+    """Wall seconds of every callable in ``fns``, timed in rounds that call each once in turn (after one warm-up
+    each), so a change in what else the machine runs hits every key alike: at least ``rounds[0]`` rounds, then more
+    up to ``rounds[1]`` while the time spent is under ``budget_s``. Returns each key's samples in round order."""
+    for fn in fns.values():
+        fn()
+        sync()
+    out: dict[Any, list[float]] = {k: [] for k in fns}
+    spent, done = 0.0, 0
+    while done < rounds[0] or (spent < budget_s and done < rounds[1]):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            dt = time.perf_counter() - t0
+            out[k].append(dt)
+            spent += dt
+        done += 1
+    return out
+
+
+def robust_time(samples: list[float]) -> float:
+    """The probe's figure for a repeated timing: the best of its samples (the step with the machine to itself;
+    the samples' spread is kept in ``ProbeResult.samples``)."""
+    return min(samples)
 
 
 def measure_long_context(res: ProbeResult, loaded: Any, quick: bool, budget_s: float) -> None:
-    """The crossover model's fused decode step at CROSSOVER_CTX and at LONG_CTX keys per sequence, by batch
-    (``res.ctx_step_s``), short and long timed back to back so both see the same machine: the difference is what
-    attending 512 more keys costs. Skipped in a quick probe."""
+    """The crossover model's fused decode step at every LONG_CONTEXTS length, by LONG_BATCHES batch
+    (``res.ctx_step_s``), interleaved round by round (:func:`interleaved_times`) and taken as the best of the
+    rounds: what attending more keys costs, fitted by least squares over the contexts. Skipped in a quick probe."""
     if quick:
         return
     import torch
@@ -475,19 +512,28 @@ def measure_long_context(res: ProbeResult, loaded: Any, quick: bool, budget_s: f
     from jalapeno.backends.torch.attention import SeqSlice
     from jalapeno.backends.torch.runner import DecodePolicy, ModelRunner
 
-    per = LONG_CTX // 16 + 1
+    per = max(LONG_CONTEXTS) // 16 + 1
     runner = ModelRunner(loaded.model, per * max(LONG_BATCHES), 16, "cpu", torch.float32)
-    for b in LONG_BATCHES:
-        runner.policy = DecodePolicy(fused_max_batch=b)
-        times = []
-        for ctx in (CROSSOVER_CTX, LONG_CTX):
-            slices = [SeqSlice(ctx - 1, 1, list(range(i * per, (i + 1) * per))) for i in range(b)]
-            times.append(_best_time(lambda: runner.forward(slices, [1] * b, list(range(b))), budget_s, lambda: None))
-        res.ctx_step_s[b] = (times[0], times[1])
+
+    def step(b: int, ctx: int) -> Callable[[], Any]:
+        slices = [SeqSlice(ctx - 1, 1, list(range(i * per, (i + 1) * per))) for i in range(b)]
+
+        def run() -> Any:
+            runner.policy = DecodePolicy(fused_max_batch=b)
+            return runner.forward(slices, [1] * b, list(range(b)))
+        return run
+
+    fns = {(b, ctx): step(b, ctx) for b in LONG_BATCHES for ctx in LONG_CONTEXTS}
+    got = interleaved_times(fns, 10 * budget_s, LONG_ROUNDS)
+    for (b, ctx), samples in got.items():
+        res.ctx_step_s.setdefault(b, {})[ctx] = robust_time(samples)
+        res.samples[f"decode b{b} ctx{ctx}"] = samples
 
 
-#: prompt tokens of the probe's prefill step (the shape of the matmul peak, ``prefill-512``)
+#: prompt tokens of the probe's prefill steps (the closed loop's input lengths); the first of PREFILL_TOKENS's size
+#: is also the shape of the matmul peak, ``prefill-512``
 PREFILL_TOKENS = 512
+PREFILL_LENGTHS = (128, 512, 2048)
 
 
 def prefill_flops(params: float, embed_params: float, layers: int, hidden: int, vocab: int, tokens: int) -> float:
@@ -499,22 +545,35 @@ def prefill_flops(params: float, embed_params: float, layers: int, hidden: int, 
     return dense + attention + 2.0 * hidden * vocab
 
 
-def measure_prefill(res: ProbeResult, runner: Any, loaded: Any, layers: int, budget_s: float) -> None:
-    """Best time of one PREFILL_TOKENS-token prefill step through the runner (the engine's own choice of path)."""
+def measure_prefill(res: ProbeResult, runner: Any, loaded: Any, layers: int, budget_s: float,
+                    lengths: tuple[int, ...] = PREFILL_LENGTHS) -> None:
+    """One prefill step from an empty cache at each of ``lengths`` prompt tokens through the runner (the engine's
+    own choice of path), interleaved round by round and taken as the best (``res.prefill_s``: tokens -> (FLOPs,
+    seconds)); lengths the runner's cache cannot hold are skipped with a note. ``prefill_flops`` /
+    ``prefill_step_s`` keep the PREFILL_TOKENS step (the compute fraction's first estimate)."""
     from jalapeno.backends.torch.attention import SeqSlice
     from jalapeno.backends.torch.runner import DecodePolicy
 
-    t = PREFILL_TOKENS
-    blocks = -(-t // 16)
-    if runner.num_blocks < blocks:
-        return
-    runner.policy = DecodePolicy()
     hidden, vocab = int(loaded.config.hidden_size), int(loaded.config.vocab_size)
     params = float(sum(p.numel() for p in loaded.model.parameters()))  # tied embedding counted once
-    res.prefill_flops = prefill_flops(params, float(hidden * vocab), layers, hidden, vocab, t)
-    sl = [SeqSlice(0, t, list(range(blocks)))]
-    res.prefill_step_s = _best_time(lambda: runner.forward(sl, [1] * t, [t - 1]), budget_s, lambda: None)
 
+    def step(t: int) -> Callable[[], Any]:
+        sl = [SeqSlice(0, t, list(range(-(-t // 16))))]
+
+        def run() -> Any:
+            runner.policy = DecodePolicy()
+            return runner.forward(sl, [1] * t, [t - 1])
+        return run
+
+    fit = [t for t in lengths if runner.num_blocks >= -(-t // 16)]
+    if len(fit) < len(lengths):
+        res.notes.append(f"prefill: {sorted(set(lengths) - set(fit))} tokens do not fit the probe's cache; skipped")
+    got = interleaved_times({t: step(t) for t in fit}, 6 * budget_s, PREFILL_ROUNDS)
+    for t, samples in got.items():
+        res.prefill_s[t] = (prefill_flops(params, float(hidden * vocab), layers, hidden, vocab, t), robust_time(samples))
+        res.samples[f"prefill {t}"] = samples
+    if PREFILL_TOKENS in res.prefill_s:
+        res.prefill_flops, res.prefill_step_s = res.prefill_s[PREFILL_TOKENS]
 
 
 def measure_thread_policy(res: ProbeResult, quick: bool) -> None:
@@ -668,8 +727,12 @@ def _measurement_notes(res: ProbeResult) -> list[str]:
         lines.append("decode step ms fused panels/dot tiles by batch: " + ", ".join(
             f"{b}: {res.fused_step_s[b] * 1e3:.2f}/{res.dot_step_s[b] * 1e3:.2f}" for b in sorted(res.dot_step_s)))
     if res.ctx_step_s:
-        lines.append(f"decode step ms at context {CROSSOVER_CTX}/{LONG_CTX} by batch: " + ", ".join(
-            f"{b}: {s * 1e3:.2f}/{long * 1e3:.2f}" for b, (s, long) in sorted(res.ctx_step_s.items())))
+        ctxs = sorted({c for by in res.ctx_step_s.values() for c in by})
+        lines.append(f"decode step ms at context {'/'.join(map(str, ctxs))} by batch: " + ", ".join(
+            f"{b}: " + "/".join(f"{by[c] * 1e3:.3f}" for c in ctxs) for b, by in sorted(res.ctx_step_s.items())))
+    if res.prefill_s:
+        lines.append("prefill step ms (GFLOP) by tokens: " + ", ".join(
+            f"{t}: {s * 1e3:.2f}/{f / 1e9:.4f}" for t, (f, s) in sorted(res.prefill_s.items())))
     lines.append(f"load average at probe time: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cpus)")
     return lines
 
@@ -718,4 +781,7 @@ def write_chip(res: ProbeResult, out_dir: Path, key: str = LOCAL_KEY, command: s
     text = yaml.dump(data, Dumper=_NoAliases, sort_keys=False, allow_unicode=True, width=120)
     path.write_text(head + text, encoding="utf-8")
     load_spec_file(path)
+    if res.samples:  # the repeated timings' every sample, for their spread (the YAML keeps the best)
+        samples = {"source": source, "load_average": os.getloadavg()[0], "seconds": res.samples}
+        (out_dir / f"{key}.samples.json").write_text(json.dumps(samples, indent=1) + "\n", encoding="utf-8")
     return path

@@ -326,6 +326,20 @@ def test_chunk_list_equals_the_members_through_joins_leaves_and_lending():
     assert kept > 10  # a told deletion kept the list (no rebuild)
 
 
+def _join_a_random_prompt(g, rng, bs: int, live: list, max_prompt: int) -> None:
+    """A sequence whose prompt (1 .. max_prompt - 1 tokens) is computed and its first token out joins the decode
+    group ``g`` (blocks of ``bs``) with 10,000 tokens left, and ``live`` (the test's own member list)."""
+    from jalapeno.engine.sequence import Sequence
+
+    s = Sequence(None, SamplingParams(max_tokens=10_000), prompt_len=rng.randrange(1, max_prompt))
+    s.num_output_tokens = 1
+    s.num_computed_tokens = s.prompt_len
+    s.num_blocks = -(-s.prompt_len // bs)
+    s.last_token_s = g.t_last
+    g.join(s, 10_000)
+    live.append(s)
+
+
 @pytest.mark.parametrize("bs", [16, 64, 1])
 def test_blocks_for_equals_a_count_over_the_members(bs):
     """``DecodeGroup.blocks_for(extra)`` (one pass over the phases) and with the caller's ``slack_counts()``
@@ -334,21 +348,14 @@ def test_blocks_for_equals_a_count_over_the_members(bs):
     import random
 
     from jalapeno.engine.lockstep import DecodeGroup
-    from jalapeno.engine.sequence import Sequence
 
     rng = random.Random(19)
     g = DecodeGroup(bs)
     live: list = []
     for _ in range(400):
         if rng.random() < 0.6:
-            s = Sequence(None, SamplingParams(max_tokens=10_000), prompt_len=rng.randrange(1, 200))
-            s.num_output_tokens = 1
-            s.num_computed_tokens = s.prompt_len
-            s.num_blocks = -(-s.prompt_len // bs)
-            s.last_token_s = g.t_last
             g.ahead = 0
-            g.join(s, 10_000)
-            live.append(s)
+            _join_a_random_prompt(g, rng, bs, live, 200)
         if live and rng.random() < 0.2:
             g.release(live.pop(rng.randrange(len(live))))
         g.ahead = rng.randrange(0, 5 * bs)
@@ -368,7 +375,6 @@ def test_trim_frees_the_look_ahead_blocks_counted_member_by_member(bs):
     import random
 
     from jalapeno.engine.lockstep import DecodeGroup
-    from jalapeno.engine.sequence import Sequence
 
     rng = random.Random(23)
     g = DecodeGroup(bs)
@@ -376,13 +382,7 @@ def test_trim_frees_the_look_ahead_blocks_counted_member_by_member(bs):
     for _ in range(400):
         g.ahead = 0
         if rng.random() < 0.6:
-            s = Sequence(None, SamplingParams(max_tokens=10_000), prompt_len=rng.randrange(1, 300))
-            s.num_output_tokens = 1
-            s.num_computed_tokens = s.prompt_len
-            s.num_blocks = -(-s.prompt_len // bs)
-            s.last_token_s = g.t_last
-            g.join(s, 10_000)
-            live.append(s)
+            _join_a_random_prompt(g, rng, bs, live, 300)
         if live and rng.random() < 0.2:
             g.release(live.pop(rng.randrange(len(live))))
         g.ahead = rng.choice([0, 1, bs - 1, bs, bs + 1, rng.randrange(1, 4 * bs)])
@@ -401,7 +401,6 @@ def test_slack_cut_equals_the_sorted_slack_walk(bs):
     import random
 
     from jalapeno.engine.lockstep import DecodeGroup
-    from jalapeno.engine.sequence import Sequence
 
     rng = random.Random(29)
     g = DecodeGroup(bs)
@@ -409,13 +408,7 @@ def test_slack_cut_equals_the_sorted_slack_walk(bs):
     for _ in range(300):
         g.ahead = 0
         if rng.random() < 0.6:
-            s = Sequence(None, SamplingParams(max_tokens=10_000), prompt_len=rng.randrange(1, 300))
-            s.num_output_tokens = 1
-            s.num_computed_tokens = s.prompt_len
-            s.num_blocks = -(-s.prompt_len // bs)
-            s.last_token_s = g.t_last
-            g.join(s, 10_000)
-            live.append(s)
+            _join_a_random_prompt(g, rng, bs, live, 300)
         if len(live) > 1 and rng.random() < 0.2:
             g.release(live.pop(rng.randrange(len(live))))
         g.ahead = rng.randrange(0, 3 * bs)

@@ -223,7 +223,7 @@ def test_rows_are_measured_at_every_table_size() -> None:
     assert sorted(res.rows_tflops) == list(pr.ROWS_TABLE) and all(v > 0 for v in res.rows_tflops.values())
 
 
-def test_overlap_fit_recovers_the_terms_that_made_the_steps(tmp_path: Path) -> None:
+def test_overlap_fit_recovers_the_terms_that_made_the_steps(tmp_path: Path, hand_made_probe_result) -> None:
     """Decode steps by batch made by the cost model with memory fraction 0.6, overlap 0.4 and a rows table (plus
     6 layers x 10 us of overhead, which the probe's steps carry): the fit finds 0.6 and 0.4 again and writes them
     with the table into a chip mapping that validates; the probe alone (hardware, below the cost model) does not."""
@@ -233,11 +233,7 @@ def test_overlap_fit_recovers_the_terms_that_made_the_steps(tmp_path: Path) -> N
     from jalapeno.perf.shape import StepShape
     from jalapeno.sim.factory import cost_model_for
 
-    res = pr.ProbeResult("cpu", "hand-made", 16.0, read_gbps={2: 20.0}, copy_gbps={2: 18.0},
-                         matmul_tflops={"fp32": {"prefill-512": 0.1}})
-    res.step_overhead_us, res.layer_overhead_us, res.seq_overhead_us = 0.0, 10.0, 0.0
-    res.rows_tflops = {1: 0.01, 8: 0.03, 32: 0.05, 512: 0.1}
-    res.decode_bytes, res.decode_layers = 90e6, 6
+    res = hand_made_probe_result()
     chip = ChipSpec.model_validate(pr.chip_dict(res, "local", "hand-made"))
     truth = chip.efficiency.model_copy(update={"memory_default": 0.6, "compute_memory_overlap": 0.4,
                                                "compute_by_rows": rows_table(res, 1.0, 8), "layer_overhead_us": 0.0})

@@ -60,21 +60,18 @@ def _quiet_probe():
     return probe_from_chip(load_spec_file(DATA / "local_probe_quiet_2334.yaml"))
 
 
-def _hand_made_probe(cd: float) -> pr.ProbeResult:
+def _hand_made_probe(make, cd: float) -> pr.ProbeResult:
     """A probe whose decode steps by batch (the fused kernel up to batch 8, PyTorch above) and prefill steps at
     128 / 512 / 2048 tokens are what the cost model prices with memory fraction 0.6, overlap 0.4 and compute fraction
-    ``cd`` of a 0.1 TFLOPS matmul peak (plus 6 layers x 10 us of overhead, which the probe's steps carry)."""
+    ``cd`` of a 0.1 TFLOPS matmul peak (plus 6 layers x 10 us of overhead, which the probe's steps carry); ``make``
+    is the ``hand_made_probe_result`` fixture (tests/hardware/conftest.py)."""
     from jalapeno.calibration.probe_fit import rows_table
     from jalapeno.hardware.schema import ChipSpec
     from jalapeno.models.hf_config import arch_from_config
     from jalapeno.perf.shape import StepShape
     from jalapeno.sim.factory import cost_model_for
 
-    res = pr.ProbeResult("cpu", "hand-made", 16.0, read_gbps={2: 20.0}, copy_gbps={2: 18.0},
-                         matmul_tflops={"fp32": {"prefill-512": 0.1}})
-    res.step_overhead_us, res.layer_overhead_us, res.seq_overhead_us = 0.0, 10.0, 0.0
-    res.rows_tflops = {1: 0.01, 8: 0.03, 32: 0.05, 512: 0.1}
-    res.decode_bytes, res.decode_layers = 90e6, 6
+    res = make()
     chip = ChipSpec.model_validate(pr.chip_dict(res, "local", "hand-made"))
     truth = chip.efficiency.model_copy(update={"memory_default": 0.6, "compute_memory_overlap": 0.4,
                                                "compute_default": cd, "layer_overhead_us": 0.0,
@@ -89,14 +86,14 @@ def _hand_made_probe(cd: float) -> pr.ProbeResult:
     return res
 
 
-def test_compute_fraction_is_fitted_over_every_prefill_length() -> None:
+def test_compute_fraction_is_fitted_over_every_prefill_length(hand_made_probe_result) -> None:
     """Prefill steps at 128 / 512 / 2048 tokens made by the cost model at compute fraction 0.8 (with the decode
     steps of the same chip): the fit finds 0.8 (and the memory fraction and overlap) and prices each prefill step as
     made; the fitted fraction's provenance lists every length."""
     from jalapeno.calibration.probe_fit import fit_small_m, fitted_chip_dict
     from jalapeno.hardware.schema import ChipSpec
 
-    res = _hand_made_probe(0.8)
+    res = _hand_made_probe(hand_made_probe_result, 0.8)
     fit = fit_small_m(res, ChipSpec.model_validate(pr.chip_dict(res, "local", "hand-made")), 8)
     assert fit is not None and fit.compute_default == pytest.approx(0.8, abs=2e-3) and fit.peak_scale == 1.0
     assert fit.memory_default == pytest.approx(0.6, abs=2e-3) and fit.overlap == pytest.approx(0.4)
@@ -106,7 +103,7 @@ def test_compute_fraction_is_fitted_over_every_prefill_length() -> None:
     assert "128: " in eff.fitted["compute_default"].note and "2048: " in eff.fitted["compute_default"].note
 
 
-def test_prefill_steps_faster_than_the_matmul_peak_raise_the_peak_not_cap_the_fraction() -> None:
+def test_prefill_steps_faster_than_the_matmul_peak_raise_the_peak_not_cap_the_fraction(hand_made_probe_result) -> None:
     """The TTFT swing between quiet probes: a 512xKxK matmul "peak" measured below what the probe's real prefill
     steps reached capped compute_default at 1, and TTFT was priced at the low peak. Steps made at fraction 1.3 of
     the recorded peak: the fit writes compute_default 1 and the fp32 peak x 1.3 (status fitted), and prices the
@@ -114,7 +111,7 @@ def test_prefill_steps_faster_than_the_matmul_peak_raise_the_peak_not_cap_the_fr
     from jalapeno.calibration.probe_fit import fit_small_m, fitted_chip_dict
     from jalapeno.hardware.schema import ChipSpec
 
-    res = _hand_made_probe(1.3)
+    res = _hand_made_probe(hand_made_probe_result, 1.3)
     fit = fit_small_m(res, ChipSpec.model_validate(pr.chip_dict(res, "local", "hand-made")), 8)
     assert fit is not None and fit.compute_default == 1.0 and fit.peak_scale == pytest.approx(1.3, abs=3e-3)
     assert all(abs(q / m - 1) < 2e-3 for m, q in fit.prefill_s.values())

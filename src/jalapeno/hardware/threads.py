@@ -114,8 +114,10 @@ def apply_thread_policy(environ: MutableMapping[str, str] | None = None, probe_d
     ``serving``: the process shares its cores with an event loop and its clients (``jalapeno serve``). The probe
     times an engine alone; spinning or pinned workers that win there took the cores a server's other threads need
     (2026-12-02, quiet 2-core VM, active-unpinned recorded: served batch-1 TPOT 129.5 ms against 52.9 ms with the
-    default twelve minutes earlier, docs/performance.md; measured before ACTIVE's spin was bounded, not re-measured
-    since), so a server keeps the default unless the user sets one.
+    default twelve minutes earlier, docs/performance.md; measured before ACTIVE's spin was bounded). With the bounded
+    spin the served loop is level with the default (2026-12-02 08:31-08:34, load 1.4-1.7, ISL 512 OSL 64: batch-1
+    TPOT 37.2 vs 37.8 ms, c = 8 81.2 vs 77.6 ms, within the runs' own spread, docs/fidelity.md), so a server keeps
+    the default unless the user sets one.
     Returns one line saying which policy is in force."""
     env = os.environ if environ is None else environ
     user = _user_policy(env)

@@ -4,11 +4,19 @@
 of ``jalapeno simulate --json`` out. Everything else (grid, resume, economics, Pareto, recommend) works on
 those dicts. :func:`run_sweep` runs points on a local process pool (default) or as Ray tasks, writing each
 finished point to the :class:`~jalapeno.report.store.ResultStore` at once.
+
+The local pool (:func:`_run_local`): the point function goes to each worker once (the pool's initializer), not
+with every task; the points are handed out longest first (:func:`predicted_cost`), so the last point to start
+is a short one; workers are forked from a parent that has already imported the simulator where the platform
+allows it (a spawned worker imports it itself). The default point function, :class:`PointRunner`, shares the
+cost models of one worker's points (:class:`~jalapeno.sim.factory.CostModelCache`).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import sys
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -23,17 +31,60 @@ from jalapeno.report.store import ResultStore
 PointFn = Callable[[dict], dict]
 
 
-def run_point(point: dict) -> dict:
+def run_point(point: dict, cost_models=None) -> dict:  # noqa: ANN001 - a CostModelCache, imported lazily
     """Simulate one point and return its metrics: the dict ``jalapeno simulate --json`` prints, with its nested
     ``sim`` block flattened (``sim_steps``, ``sim_preemptions``, ...) so every value is one parquet column.
 
     This is the one place that knows the simulator's entry point (:func:`jalapeno.sim.scenario.run_scenario`).
     It raises :class:`CapacityError` when the model does not fit and :class:`ConfigError` for layouts or options
     the simulator rejects; :func:`execute` records both as ``status = "skipped"`` rows with the message.
+    ``cost_models``: a :class:`~jalapeno.sim.factory.CostModelCache` to build the cost models from (the same
+    rows; a sweep's points with the same model, chip, layout and precision share one).
     """
     from jalapeno.sim.scenario import flat, run_scenario
 
-    return flat(run_scenario(point_scenario(point)))
+    return flat(run_scenario(point_scenario(point), cost_models=cost_models))
+
+
+class PointRunner:
+    """The sweeps' default point function: :func:`run_point` with a cost-model cache owned by this runner.
+
+    A sweep run makes one; each worker process it is sent to unpickles its own, with an empty cache, so the
+    cache is shared by the points of one worker and of one run only (never global, never pickled per task)."""
+
+    def __init__(self) -> None:
+        from jalapeno.sim.factory import CostModelCache
+
+        self.cost_models = CostModelCache()
+
+    def __call__(self, point: dict) -> dict:
+        return run_point(point, self.cost_models)
+
+    @staticmethod
+    def preload() -> None:
+        """Import the simulator, so workers forked after this call start with it loaded."""
+        import jalapeno.hardware.confidence  # noqa: F401
+        import jalapeno.metrics  # noqa: F401
+        import jalapeno.sim.scenario  # noqa: F401
+
+
+def predicted_cost(point: dict) -> float:
+    """A point's relative simulation cost, to hand out the longest points first (never changes a result).
+
+    The simulator's work grows with the requests (InferenceX: 10 × concurrency unless ``num_prompts``) and the
+    events each makes: its decode run (block crossings, finishes) and, less, its prompt's prefill chunks — requests
+    × (1 + OSL/2048 + ISL/8192), fitted by rank to the measured CPU of the 270-point InferenceX grid
+    (Spearman 0.99; docs/performance.md "The grid, sixth pass"). Fewer chips break ties (less KV room: more
+    preemptions)."""
+    conc = int(point.get("concurrency") or 1)
+    n = point.get("num_prompts")
+    requests = 10 * conc if n is None or n != n else int(n)
+    return requests * (1.0 + int(point.get("osl") or 0) / 2048 + int(point.get("isl") or 0) / 8192)
+
+
+def longest_first(points: list[dict]) -> list[dict]:
+    """``points`` by :func:`predicted_cost`, highest first; fewer chips first among equals; then input order."""
+    return sorted(points, key=lambda p: (-predicted_cost(p), point_chips(p), p.get("_order", 0)))
 
 
 def point_scenario(point: dict):
@@ -135,7 +186,7 @@ def run_sweep(
     points: Iterable[dict],
     store: ResultStore,
     *,
-    point_fn: PointFn = run_point,
+    point_fn: PointFn | None = None,
     workers: int | None = None,
     ray: str | None = None,
     progress: bool = True,
@@ -146,7 +197,9 @@ def run_sweep(
 
     ``workers``: local processes (default ``os.cpu_count()``; 1 runs in this process). ``ray``: ``"auto"``
     (a running cluster if there is one, else a local Ray instance) or a cluster address; needs ``jalapeno[ray]``.
+    ``point_fn``: default a new :class:`PointRunner` (the simulator, its cost-model cache owned by this run).
     """
+    point_fn = point_fn or PointRunner()
     pts = []
     for i, p in enumerate(points):
         p = dict(p)
@@ -189,12 +242,37 @@ def run_sweep(
     return summary
 
 
-def run_points(points: Iterable[dict], *, point_fn: PointFn = run_point, workers: int | None = None) -> list[dict]:
-    """Run points without a store (``recommend``'s small internal sweeps); rows come back in input order."""
+def run_points(points: Iterable[dict], *, point_fn: PointFn | None = None, workers: int | None = None) -> list[dict]:
+    """Run points without a store (``recommend``'s small internal sweeps); rows come back in input order.
+    ``point_fn``: default a new :class:`PointRunner`."""
     pts = [{**p, "point_id": point_id(p), "_order": i} for i, p in enumerate(points)]
     rows: list[dict] = []
-    _run_local(pts, workers or os.cpu_count() or 1, point_fn, rows.append)
+    _run_local(pts, workers or os.cpu_count() or 1, point_fn or PointRunner(), rows.append)
     return sorted(rows, key=lambda r: r["_order"])
+
+
+#: the point function of a pool worker process, set once by the pool's initializer (:func:`_init_worker`); it
+#: lives as long as that worker, which belongs to one :func:`_run_local` call's pool
+_WORKER_FN: PointFn | None = None
+
+
+def _init_worker(point_fn: PointFn) -> None:
+    global _WORKER_FN
+    _WORKER_FN = point_fn
+
+
+def _run_in_worker(point: dict) -> dict:
+    assert _WORKER_FN is not None, "the pool's initializer sets the point function"
+    return execute(_WORKER_FN, point)
+
+
+def pool_context() -> multiprocessing.context.BaseContext:
+    """The start method of the local pool's workers: ``fork`` where the platform has it and it is safe (Linux
+    and the other POSIX systems but macOS, where Python defaults to ``spawn``), so a worker starts with the
+    parent's imports; else the platform's default (the workers import what they need)."""
+    if sys.platform != "darwin" and "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context()
 
 
 def _run_local(points: list[dict], workers: int, point_fn: PointFn, sink: Callable[[dict], None]) -> None:
@@ -206,9 +284,14 @@ def _run_local(points: list[dict], workers: int, point_fn: PointFn, sink: Callab
         for p in runnable:
             sink(execute(point_fn, p))
         return
-    ex = ProcessPoolExecutor(max_workers=min(workers, len(runnable)))
+    ctx = pool_context()
+    preload = getattr(point_fn, "preload", None)
+    if preload is not None and ctx.get_start_method() == "fork":
+        preload()  # once here rather than once per worker
+    ex = ProcessPoolExecutor(max_workers=min(workers, len(runnable)), mp_context=ctx, initializer=_init_worker,
+                             initargs=(point_fn,))
     try:
-        pending = {ex.submit(execute, point_fn, p) for p in runnable}
+        pending = {ex.submit(_run_in_worker, p) for p in longest_first(runnable)}
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:

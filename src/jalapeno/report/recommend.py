@@ -29,7 +29,7 @@ from jalapeno.fmt import num
 from jalapeno.hardware.confidence import TRUST_LEVELS, trusted
 from jalapeno.economics import DEFAULT_PUE
 from jalapeno.report.grid import ArchDims, auto_layouts, describe_layout, make_point
-from jalapeno.report.pool import PointFn, run_point, run_points
+from jalapeno.report.pool import PointFn, PointRunner, run_points
 
 Objective = Literal["cost", "energy", "latency"]
 OBJECTIVES: tuple[str, ...] = ("cost", "energy", "latency")
@@ -310,7 +310,7 @@ def recommend(
     prices: Mapping[str, float] | None = None,
     pue: float = DEFAULT_PUE,
     workers: int | None = None,
-    point_fn: PointFn = run_point,
+    point_fn: PointFn | None = None,
     dims: ArchDims | None = None,
     framework: str | None = None,
     trust: str = DEFAULT_TRUST,
@@ -365,7 +365,7 @@ def recommend(
         for lay in layouts
         for c in concs
     ]
-    rows = _run_small(points, point_fn, workers)
+    rows = _run_small(points, point_fn or PointRunner(), workers)
     from jalapeno.report.sweep import make_enricher
 
     enrich = make_enricher(prices, pue)

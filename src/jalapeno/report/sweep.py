@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 from jalapeno.errors import ConfigError
 from jalapeno.economics import DEFAULT_PUE, economics, point_groups
 from jalapeno.report.grid import ArchDims, expand
-from jalapeno.report.pool import PointFn, SweepSummary, run_point, run_sweep
+from jalapeno.report.pool import PointFn, SweepSummary, run_sweep
 from jalapeno.report.spec import SweepSpec
 from jalapeno.report.store import ResultStore
 
@@ -60,7 +60,7 @@ def run_spec(
     ray: str | None = None,
     prices: Mapping[str, float] | None = None,
     pue: float = DEFAULT_PUE,
-    point_fn: PointFn = run_point,
+    point_fn: PointFn | None = None,
     dims_fn: Callable[[str], ArchDims] | None = None,
     progress: bool = True,
     overwrite: bool = False,

@@ -86,6 +86,67 @@ def cost_model_for(
     )
 
 
+class CostModelCache:
+    """Cost models built once per exact set of :func:`cost_model_for` inputs and shared by the simulations that
+    ask for the same one (a sweep's points with the same model, chip, layout and precision).
+
+    Sharing is exact: a :class:`~jalapeno.perf.model.CostModel` is immutable after construction apart from its
+    memo tables, which hold pure functions of their keys. A cache is owned by one run (a sweep creates one,
+    each worker process gets its own empty copy: pickling drops the entries); nothing here is global. Inputs
+    that cannot be keyed exactly (a :class:`ChipSpec` object rather than a catalogue key, an unhashable
+    value) are built fresh every time. ``hits`` / ``misses`` count the lookups."""
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self.max_entries = max_entries
+        self._models: dict = {}
+        self.hits = 0
+        self.misses = 0
+
+    def __getstate__(self) -> dict:
+        return {"max_entries": self.max_entries}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["max_entries"])  # type: ignore[misc]
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+    def get(self, model: "str | ModelArch", hardware: "str | ChipSpec", **kw) -> "CostModel":
+        """``cost_model_for(model, hardware, **kw)``, built on the first request for these exact inputs."""
+        key = _cache_key(model, hardware, kw)
+        if key is None:
+            return cost_model_for(model, hardware, **kw)
+        cm = self._models.get(key)
+        if cm is not None:
+            self.hits += 1
+            return cm
+        self.misses += 1
+        cm = cost_model_for(model, hardware, **kw)
+        if len(self._models) >= self.max_entries:
+            self._models.clear()
+        self._models[key] = cm
+        return cm
+
+
+def _cache_key(model: object, hardware: object, kw: dict) -> tuple | None:
+    """A hashable key of every input (an efficiency block by its JSON), or None when one cannot be keyed."""
+    if not isinstance(hardware, str):
+        return None
+    items = []
+    for name, v in sorted(kw.items()):
+        if name == "efficiency" and v is not None:
+            v = ("efficiency", type(v).__name__, v.model_dump_json())
+        elif name == "hardware_dir" and v is not None:
+            v = tuple(str(d) for d in v)
+        items.append((name, v))
+    key = (model, hardware, tuple(items))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 @dataclass(frozen=True)
 class SimLimits:
     """Scheduler limits of a simulated engine (``jalapeno simulate``'s engine flags). ``None`` values take the

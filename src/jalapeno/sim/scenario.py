@@ -19,7 +19,7 @@ from jalapeno.sim.backend import Speculation
 from jalapeno.speculative.proposer import KPolicy, MeasuredAcceptance
 from jalapeno.sim.client import run_workload
 from jalapeno.sim.cluster import Cluster, KVLink
-from jalapeno.sim.factory import DEFAULT_MIN_NUM_SEQS, SimLimits, build_sim_engines, cost_model_for
+from jalapeno.sim.factory import DEFAULT_MIN_NUM_SEQS, CostModelCache, SimLimits, build_sim_engines, cost_model_for
 
 #: per-pool scenario fields: ``prefill_<x>`` / ``decode_<x>`` (setting any makes the run disaggregated)
 POOL_FIELDS = ("hardware", "workers", "tp", "ep", "pp", "chips_per_worker", "dp_attention", "precision")
@@ -306,11 +306,14 @@ def _parse_acceptance(text: str | float, k: int) -> "float | tuple[float, ...] |
 
 
 def _cost_model(sc: Scenario, arch, hardware: str, tp: int, ep: int, dp_attention: bool, *,
-                pp: int | None = None, precision: str | None = None, efficiency=None):
-    return cost_model_for(arch, hardware, tp=tp, ep=ep, pp=sc.pp if pp is None else pp, dp_attention=dp_attention,
-                          precision=precision or sc.precision, kv=sc.kv_dtype, framework=sc.framework,
-                          hardware_dir=sc.hardware_dir, power_cap_w=sc.power_cap_w, efficiency=efficiency,
-                          kv_sram_gb=sc.kv_sram_gb, kv_offload=sc.kv_offload, chip_features=sc.chip_features)
+                pp: int | None = None, precision: str | None = None, efficiency=None,
+                cache: CostModelCache | None = None):
+    """The scenario's cost model of one replica on ``hardware`` (from ``cache`` when one is given)."""
+    build = cost_model_for if cache is None else cache.get
+    return build(arch, hardware, tp=tp, ep=ep, pp=sc.pp if pp is None else pp, dp_attention=dp_attention,
+                 precision=precision or sc.precision, kv=sc.kv_dtype, framework=sc.framework,
+                 hardware_dir=sc.hardware_dir, power_cap_w=sc.power_cap_w, efficiency=efficiency,
+                 kv_sram_gb=sc.kv_sram_gb, kv_offload=sc.kv_offload, chip_features=sc.chip_features)
 
 
 def _workload(sc: Scenario):
@@ -401,21 +404,21 @@ def prefill_token_ns(sc: Scenario) -> float:
 
 
 def _pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None, extras: dict[str, float] | None = None,
-                sets: dict[str, float] | None = None):
+                sets: dict[str, float] | None = None, cache: CostModelCache | None = None):
     """A pool's cost model: the chip's (or ``efficiency``), with each positive ``extras`` value added to the
     efficiency field it names (a disaggregated stack's fitted terms for this pool) and the ``sets`` fields set."""
     cm = _cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
-                     efficiency=efficiency)
+                     efficiency=efficiency, cache=cache)
     upd = {f: getattr(cm.eff, f) + v for f, v in (extras or {}).items() if v > 0}
     upd.update({f: v for f, v in (sets or {}).items() if getattr(cm.eff, f) != v})
     if not upd:
         return cm
     eff = cm.eff.model_copy(update=upd)
     return _cost_model(sc, arch, q.hardware, q.tp, q.ep, q.dp_attention, pp=q.pp, precision=q.precision,
-                       efficiency=eff)
+                       efficiency=eff, cache=cache)
 
 
-def _prefill_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):
+def _prefill_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None, cache: CostModelCache | None = None):
     """The prefill pool's cost model, plus the stack's per-prompt-token prefill cost (:func:`prefill_token_ns`)
     on ``prefill_token_overhead_ns``. That cost REPLACES the chip's front-end time per prompt token
     (``request_overhead_us_per_token``, fitted on aggregated rows where it stood in for prefill-server time the
@@ -423,7 +426,7 @@ def _prefill_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):
     bounds the request rate; the front end keeps its fixed latency."""
     ns = prefill_token_ns(sc)
     return _pool_model(sc, arch, q, efficiency, {"prefill_token_overhead_ns": ns},
-                       {"request_overhead_us_per_token": 0.0} if ns > 0 else None)
+                       {"request_overhead_us_per_token": 0.0} if ns > 0 else None, cache)
 
 
 def dpa_decode_moe_layer_us(sc: Scenario) -> float:
@@ -438,11 +441,11 @@ def dpa_decode_moe_layer_us(sc: Scenario) -> float:
     return stack_value(sc.framework)
 
 
-def _decode_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None):
+def _decode_pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None, cache: CostModelCache | None = None):
     """The decode pool's cost model; with dp-attention and EP > 1, plus the stack's per-MoE-layer all-to-all
     cost (:func:`dpa_decode_moe_layer_us`) on ``moe_layer_overhead_us``."""
     extra = dpa_decode_moe_layer_us(sc) if q.dp_attention and q.ep > 1 else 0.0
-    return _pool_model(sc, arch, q, efficiency, {"moe_layer_overhead_us": extra})
+    return _pool_model(sc, arch, q, efficiency, {"moe_layer_overhead_us": extra}, cache=cache)
 
 
 def decode_max_num_seqs(sc: Scenario, q: "PoolSpec") -> int | None:
@@ -502,10 +505,12 @@ def _kv_link(cm_p, cm_d, n_p: int, n_d: int, handoff_s: float = 0.0) -> KVLink:
                   send_lanes=lanes_p, recv_lanes=lanes_d, fabric=fabric, handoff_s=handoff_s)
 
 
-def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
+def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None,
+                 cost_models: CostModelCache | None = None):
     """Simulate ``sc``; returns the metrics dict (and the :class:`SimResult` when ``return_result``).
     ``efficiency`` (an :class:`~jalapeno.hardware.schema.Efficiency`) replaces the chips' efficiency blocks
-    (what calibration searches); ``sc.framework`` still sets its request latency over it."""
+    (what calibration searches); ``sc.framework`` still sets its request latency over it. ``cost_models``: a
+    cache the cost models come from (a sweep's, shared by its points: the same results, built once)."""
     from jalapeno.hardware.confidence import confidence
     from jalapeno.metrics import SLO
     from jalapeno.models import load_model
@@ -531,7 +536,8 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
             if not sc.draft_model:
                 raise ConfigError("--spec-decode draft needs --draft-model (e.g. llama-3.1-8b)")
             d_arch = load_model(sc.draft_model)
-            draft = _cost_model(sc, d_arch, cm.chip.key, cm.parallel.tp if d_arch.num_heads % cm.parallel.tp == 0 else 1, 1, False)
+            draft = _cost_model(sc, d_arch, cm.chip.key, cm.parallel.tp if d_arch.num_heads % cm.parallel.tp == 0 else 1, 1, False,
+                                cache=cost_models)
         acc = _parse_acceptance(sc.acceptance, sc.spec_tokens)
         if isinstance(acc, MeasuredAcceptance):  # a measured run: the engine's adaptive k, its draft rate
             return Speculation(sc.spec_decode, sc.spec_tokens, acc.chain, draft,  # type: ignore[arg-type]
@@ -541,7 +547,8 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
     in_flight = sc.concurrency or sc.max_concurrency or DEFAULT_MIN_NUM_SEQS
     limits = SimLimits(sc.max_num_seqs, sc.max_num_batched_tokens, sc.block_size)
     if not sc.disaggregated:
-        cm = _cost_model(sc, arch, sc.hardware, sc.tp, sc.ep, sc.dp_attention, efficiency=efficiency)
+        cm = _cost_model(sc, arch, sc.hardware, sc.tp, sc.ep, sc.dp_attention, efficiency=efficiency,
+                         cache=cost_models)
         replicas = 1 if sc.dp_attention else sc.dp
         if sc.framework:  # the stack's prefill scheduling (SGLang: prefill batches alone); aggregated runs only
             from jalapeno.perf.frameworks import scheduling_policy
@@ -561,8 +568,8 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
         roles = [("serving", cm.chip)]
     else:
         pp_, dp_ = sc.pool("prefill"), sc.pool("decode")
-        cm_p = _prefill_pool_model(sc, arch, pp_, efficiency)
-        cm_d = _decode_pool_model(sc, arch, dp_, efficiency)
+        cm_p = _prefill_pool_model(sc, arch, pp_, efficiency, cost_models)
+        cm_d = _decode_pool_model(sc, arch, dp_, efficiency, cost_models)
         n_p, n_d = pp_.workers, dp_.workers
         pre = build_sim_engines(cm_p, n_p, limits=prefill_limits(sc, limits), in_flight=in_flight)
         dec_limits = replace(limits, max_num_seqs=decode_max_num_seqs(sc, dp_) or limits.max_num_seqs)

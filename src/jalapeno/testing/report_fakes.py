@@ -4,10 +4,15 @@ mechanics can be tested without the simulator."""
 
 from __future__ import annotations
 
+import os
+import time
+
 from jalapeno.metrics import SLO, RequestOutcome, compute_metrics
 from jalapeno.errors import CapacityError
 
 CALLS: list[dict] = []
+#: set by :meth:`CountingPoint.preload` (in the parent, before a forked pool starts)
+PRELOADED = False
 
 
 def fake_point(point: dict) -> dict:
@@ -27,3 +32,29 @@ def fake_point(point: dict) -> dict:
     return compute_metrics(outs, duration, num_chips=tp, energy_j=500.0 * tp * duration, slo=slo, energy_source="predicted")
 
 
+
+
+class CountingPoint:
+    """A point function that reports which copy of itself ran each point: the process, how many points this copy
+    has run (a copy unpickled per task would always say 1), whether :meth:`preload` ran in the process before,
+    and when the point started (``time.monotonic``: one clock for all processes on Linux)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.calls = 0
+
+    @staticmethod
+    def preload() -> None:
+        global PRELOADED
+        PRELOADED = True
+
+    def __call__(self, point: dict) -> dict:
+        self.calls += 1
+        started = time.monotonic()
+        time.sleep(0.02)  # long enough that both workers take points
+        return {"pid": os.getpid(), "copy_calls": self.calls, "preloaded": PRELOADED, "started": started}

@@ -56,5 +56,5 @@ class CountingPoint:
     def __call__(self, point: dict) -> dict:
         self.calls += 1
         started = time.monotonic()
-        time.sleep(0.02)  # long enough that both workers take points
+        time.sleep(0.05)  # long enough that both workers take points
         return {"pid": os.getpid(), "copy_calls": self.calls, "preloaded": PRELOADED, "started": started}

@@ -21,7 +21,7 @@ to both pools.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -87,9 +87,24 @@ def disagg_scenario(spec: Any, *, prompts_per_concurrency: int | None = None, se
     if spec.spec_tokens:
         kw.update(spec_decode="mtp", spec_tokens=spec.spec_tokens,
                   acceptance=",".join(str(a) for a in spec.spec_acceptance) or "0.7")
-    return Scenario(model=spec.model, hardware=spec.chip, precision=spec.weights, kv_dtype=spec.kv, isl=spec.isl,
-                    osl=spec.osl, concurrency=spec.concurrency, num_prompts=per * spec.concurrency,
-                    random_range_ratio=spec.range_ratio, framework=_engine_framework(spec.framework), seed=seed, **kw)
+    sc = Scenario(model=spec.model, hardware=spec.chip, precision=spec.weights, kv_dtype=spec.kv, isl=spec.isl,
+                  osl=spec.osl, concurrency=spec.concurrency, num_prompts=per * spec.concurrency,
+                  random_range_ratio=spec.range_ratio, framework=_engine_framework(spec.framework), seed=seed, **kw)
+    if recipe_prefill_ep_only(d.prefill) and sc.pool("prefill").dp_attention and sc.framework:
+        # launched EP-only (recorded ``DPattn=False``) although the cost model reads the worker's recorded TP as
+        # attention-DP: the recipe's EP-only prefill value, as the launch flags say (like the decode slots)
+        from jalapeno.perf.frameworks import prefill_token_ns as stack_value
+        from jalapeno.sim.scenario import _stack_fitted_on
+
+        if _stack_fitted_on(sc, sc.hardware):
+            sc = replace(sc, prefill_token_ns=stack_value(sc.framework, spec.weights, ep_only=True))
+    return sc
+
+
+def recipe_prefill_ep_only(pool: Any) -> bool:
+    """Whether a parsed prefill ``pool`` was launched with expert parallelism and without dp-attention (its
+    recorded ``EPn DPattn=False``, n > 1): the recipe's EP-only prefill (``ServingFramework.prefill_ep_token_ns``)."""
+    return pool.ep > 1 and not pool.dp_attention
 
 
 
@@ -268,24 +283,42 @@ def fit_prefill_token_ns(items: list) -> dict[str, dict[str, Any]]:
     split), keyed ``"<stack>@<weights>"``: the median :attr:`PrefillRate.implied_ns` over its saturated points,
     floored at 0. A precision with fewer than ``fit.POINTS_PER_PARAM`` saturated points takes the median over all
     its stack's saturated points (``"pooled": True``) when those are enough; a precision without any saturated
-    point, or a stack with too few, gets none (``prefill_token_ns`` None: refused, not a one-point fit)."""
+    point, or a stack with too few, gets none (``prefill_token_ns`` None: refused, not a one-point fit).
+
+    The saturated points whose prefill worker was launched EP-only (:func:`recipe_prefill_ep_only`) also give
+    ``prefill_ep_token_ns``, keyed ``"<stack>@<weights>/ep-only"``: their median; with fewer than
+    ``POINTS_PER_PARAM`` of the stack's own, the median over the EP-only points of that precision of every stack
+    on its chip (``"pooled": "<chip>"``: the stacks that share a launcher); still fewer: None."""
     from jalapeno.calibration.fit import POINTS_PER_PARAM
 
     by: dict[tuple[str, str], list[PrefillRate]] = {}
+    ep: dict[tuple[str, str, str], list[PrefillRate]] = {}
     for p, s in items:
         if "median_ttft" in p.metrics and "median_tpot" in p.metrics and s.concurrency:
             r = prefill_rate(p, s)
             if r.saturated:
                 by.setdefault((r.stack, s.weights), []).append(r)
+                if s.disagg is not None and recipe_prefill_ep_only(s.disagg.prefill):
+                    ep.setdefault((s.chip, r.stack, s.weights), []).append(r)
     out: dict[str, dict[str, Any]] = {}
     for (st, w), rs in sorted(by.items()):
         pooled = len(rs) < POINTS_PER_PARAM
         use = [r for (t, _), rr in by.items() if t == st for r in rr] if pooled else rs
-        ok = len(use) >= POINTS_PER_PARAM
-        out[f"{st}@{w}"] = {"prefill_token_ns": max(0.0, float(np.median([r.implied_ns for r in use]))) if ok else None,
-                            "points": len(rs), "pooled": pooled,
-                            "implied_ns": sorted(round(r.implied_ns, 1) for r in use)}
+        out[f"{st}@{w}"] = _median_entry("prefill_token_ns", rs, use, pooled)
+    for (chip, st, w), rs in sorted(ep.items()):
+        pooled = chip if len(rs) < POINTS_PER_PARAM else False
+        use = [r for (c, _, v), rr in ep.items() if c == chip and v == w for r in rr] if pooled else rs
+        out[f"{st}@{w}/ep-only"] = _median_entry("prefill_ep_token_ns", rs, use, pooled)
     return out
+
+
+def _median_entry(name: str, own: list[PrefillRate], use: list[PrefillRate], pooled: Any) -> dict[str, Any]:
+    """One fitted value: the median implied ns of ``use`` (floored at 0; None below ``POINTS_PER_PARAM``)."""
+    from jalapeno.calibration.fit import POINTS_PER_PARAM
+
+    ok = len(use) >= POINTS_PER_PARAM
+    return {name: max(0.0, float(np.median([r.implied_ns for r in use]))) if ok else None,
+            "points": len(own), "pooled": pooled, "implied_ns": sorted(round(r.implied_ns, 1) for r in use)}
 
 
 @dataclass(frozen=True)
@@ -390,6 +423,6 @@ def fit_dpa_decode_moe_layer_us(items: list) -> dict[str, dict[str, Any]]:
 
 
 __all__ = ["DecodeOccupancy", "decode_occupancy", "DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate",
-           "prefill_step_tokens", "disagg_items", "disagg_scenario", "fit_handoff",
+           "prefill_step_tokens", "recipe_prefill_ep_only", "disagg_items", "disagg_scenario", "fit_handoff",
            "fit_prefill_token_ns", "pool_fields", "prefill_rate", "recipe_decode_slots", "simulate_disagg", "INFERENCEX_PER_SLOT",
            "weighted_median_ttft"]

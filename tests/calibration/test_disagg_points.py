@@ -274,3 +274,32 @@ def test_decode_occupancy_is_littles_law_against_the_recipe_slots_hand_counted()
     assert (o.workers, o.slots) == (2, 128) and o.slot_share == pytest.approx(159.84 / 256, rel=1e-12)
     # a stack without published slots has no share
     assert decode_occupancy(p, replace(spec, framework="dynamo-sglang")).slot_share is None
+
+
+def test_prefill_load_is_littles_law_on_the_prefill_side_at_the_pools_price():
+    from jalapeno.calibration.disagg import prefill_load
+    from jalapeno.errors import ConfigError
+    from jalapeno.models import load_model
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim import scenario as S
+
+    # fixed lengths: 16 decode GPUs at 160 tok/s each over 1024-token outputs = 2.5 requests/s; the prefill worker
+    # (TP8 EP8, EP-only: the stack's EP-only per-token price) runs one 8192-token prompt alone, or two per
+    # 16384-token SGLang batch; 20 s TTFT less front end + KV handoff and wire -> requests in prefill
+    from dataclasses import replace
+
+    p, s = _point(20.0, 0.020, 128)
+    s = replace(s, weights="native")  # InferenceX's label for DeepSeek-R1's own FP8 weights
+    p.metrics["output_tput_per_gpu"] = 160.0
+    ld = prefill_load(p, s, sim_tput_per_gpu=320.0)
+    assert ld.rate == pytest.approx(160.0 * 16 / 1024) and ld.sim_rate == pytest.approx(5.0)
+    sc = disagg_scenario(s)
+    cm = S._prefill_pool_model(sc, load_model("deepseek-r1"), sc.pool("prefill"))
+    assert S.prefill_token_ns(sc) == 37767.8
+    assert ld.one_s == pytest.approx(cm.step(StepShape.from_lists([(8192, 0)])).time_s)
+    assert ld.batch_s == pytest.approx(cm.step(StepShape.from_lists([(8192, 0)] * 2)).time_s / 2)
+    assert ld.rho_batch == pytest.approx(2.5 * ld.batch_s) and ld.sim_rho == pytest.approx(5.0 * ld.batch_s)
+    assert ld.rho_one > ld.rho_batch
+    assert 2.5 * 19.5 < ld.in_prefill < 2.5 * 20.0  # the fixed path (front end 41 ms + handoff 78.5 ms + wire) is < 0.5 s
+    with pytest.raises(ConfigError, match="not a closed-loop"):
+        prefill_load(p, points.SimSpec("deepseek-r1", "mi355x", s.layout, "fp8", "fp8", 8192, 1024, 128, 1.0))

@@ -322,6 +322,62 @@ def _median_entry(name: str, own: list[PrefillRate], use: list[PrefillRate], poo
 
 
 @dataclass(frozen=True)
+class PrefillLoad:
+    """One measured closed-loop disaggregated point's prefill side by Little's law, against the cost model's
+    prefill price (the stack's per-token terms included) and, when given, a simulation of it.
+
+    ``rate``: measured requests/s (output tok/s per decode GPU × decode GPUs / mean output); ``one_s``: one mean
+    prompt alone on a prefill worker; ``batch_s``: per prompt in a full prefill batch; ``rho_one`` / ``rho_batch``:
+    the utilisation the measured rate implies at those prices over the ``workers``; ``in_prefill``: requests in the
+    prefill side per worker (rate × (TTFT − front end − KV handoff and wire) / workers); ``sim_rate`` / ``sim_rho``:
+    the simulation's request rate and its prefill utilisation at ``batch_s`` (None without a simulation)."""
+
+    rate: float
+    one_s: float
+    batch_s: float
+    workers: int
+    in_prefill: float
+    sim_rate: float | None = None
+
+    @property
+    def rho_one(self) -> float:
+        return self.rate * self.one_s / self.workers
+
+    @property
+    def rho_batch(self) -> float:
+        return self.rate * self.batch_s / self.workers
+
+    @property
+    def sim_rho(self) -> float | None:
+        return self.sim_rate * self.batch_s / self.workers if self.sim_rate is not None else None
+
+
+def prefill_load(p: Any, s: Any, sim_tput_per_gpu: float | None = None) -> PrefillLoad:
+    """:class:`PrefillLoad` of measured point ``p`` (``s`` its SimSpec; needs median TTFT and output tok/s per GPU);
+    ``sim_tput_per_gpu``: the simulated output tok/s per decode GPU of the same point, for its request rate."""
+    from jalapeno.models import load_model
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim import scenario as S
+
+    d, m = s.disagg, p.metrics
+    if d is None or not s.concurrency:
+        raise ConfigError(f"{p.label}: not a closed-loop disaggregated point")
+    sc = disagg_scenario(s)
+    arch = load_model(sc.model)
+    qp, qd = sc.pool("prefill"), sc.pool("decode")
+    cm = S._prefill_pool_model(sc, arch, qp)
+    isl, osl = s.isl * (1 + s.range_ratio) / 2, s.osl * (1 + s.range_ratio) / 2
+    one = cm.step(StepShape.from_lists([(int(isl), 0)])).time_s
+    k = max(1, int(prefill_step_tokens(sc) // isl))
+    batch = cm.step(StepShape.from_lists([(int(isl), 0)] * k)).time_s / k
+    link = S._kv_link(cm, S._decode_pool_model(sc, arch, qd), qp.workers, qd.workers, S.handoff_ms(sc) * 1e-3)
+    fixed = cm.eff.request_overhead_ms * 1e-3 + link.transfer_s(int(isl))
+    rate = m["output_tput_per_gpu"] * d.decode.gpus / osl
+    sim = sim_tput_per_gpu * d.decode.gpus / osl if sim_tput_per_gpu else None
+    return PrefillLoad(rate, one, batch, qp.workers, rate * max(m["median_ttft"] - fixed, 0.0) / qp.workers, sim)
+
+
+@dataclass(frozen=True)
 class DecodeOccupancy:
     """Where a measured closed-loop disaggregated point's requests are, by Little's law on its medians:
     ``decoding`` = request rate × (mean output − 1) × TPOT, ``waiting`` = request rate × TTFT (the request rate =
@@ -422,7 +478,7 @@ def fit_dpa_decode_moe_layer_us(items: list) -> dict[str, dict[str, Any]]:
     return out
 
 
-__all__ = ["DecodeOccupancy", "decode_occupancy", "DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate",
+__all__ = ["PrefillLoad", "prefill_load", "DecodeOccupancy", "decode_occupancy", "DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate",
            "prefill_step_tokens", "recipe_prefill_ep_only", "disagg_items", "disagg_scenario", "fit_handoff",
            "fit_prefill_token_ns", "pool_fields", "prefill_rate", "recipe_decode_slots", "simulate_disagg", "INFERENCEX_PER_SLOT",
            "weighted_median_ttft"]

@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-max-concurrency", type=int, default=64)
     ap.add_argument("--fit-prefill", action="store_true",
                     help="each stack's prefill_token_ns from the fit split's prefill-saturated points (Little's law "
-                         "against the cost model's full prefill step; calibration.disagg.fit_prefill_token_ns) and "
+                         "against the cost model's full prefill step; calibration.disagg.fit_prefill_token_ns; with the EP-only prefill "
+                         "workers' prefill_ep_token_ns, keys '<stack>@<weights>/ep-only') and "
                          "dpa_decode_moe_layer_us from its dp-attention decode pools' TPOT (fit_dpa_decode_moe_layer_us), "
                          "the held-out split's the same way as a check; print JSON and stop")
     ap.add_argument("--breakdown", action="store_true",

@@ -29,7 +29,9 @@ time. Those values are FITTED on InferenceX disaggregated points (:data:`HANDOFF
 also carries ``prefill_token_ns``: what its prefill server spends per prompt token beyond the cost model's price
 (added to the prefill pool's ``efficiency.prefill_token_overhead_ns``, where it replaces the chip's front-end
 ``request_overhead_us_per_token``; the decode pool is untouched), FITTED from the request rate its saturated
-prefill pools sustained (:data:`PREFILL_FITTED`, docs/fidelity.md). A disaggregated stack's prefill pool
+prefill pools sustained (:data:`PREFILL_FITTED`, docs/fidelity.md); a prefill worker launched with expert parallelism and
+without dp-attention takes ``prefill_ep_token_ns`` instead where the stack has one (:data:`PREFILL_EP_FITTED`). A
+disaggregated stack's prefill pool
 schedules under its engine's policy (SGLang: prefill batches of up to ``max_prefill_tokens``;
 :func:`jalapeno.sim.scenario.prefill_limits`).
 """
@@ -92,7 +94,7 @@ PREFILL_EP_FITTED = (
     "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_mi355x_sglang-disagg_slurm.sh) gives a prefill worker without DP "
     "only '--tp-size N --ep-size N' (MODEL_DP_CONFIGS' '--moe-a2a-backend mori --enable-dp-attention' and "
     "'--enable-two-batch-overlap' are set only with DP): its expert-parallel MoE runs without the all-to-all backend "
-    "and without overlapping communication, on tokens replicated over the tensor-parallel ranks. FP8 only: the MXFP4 "
+    "and without overlapping its communication (why that costs FP8 and not MXFP4 is not established). FP8 only: the MXFP4 "
     "points of such workers price at the stack's fp4 value (20522, 20536 ns)"
 )
 

@@ -71,3 +71,29 @@ def test_a_bad_trace_is_one_line(tmp_path: Path, bad: str) -> None:
                          capture_output=True, text=True)
     assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert "--price-trace" in out.stderr
+
+
+NINTH_QUIET_C1 = {"concurrency": 1, "isl": 512, "osl": 64, "prompts": 4, "hardware": "local", "device": "cpu",
+                  "TTFT": {"measured": 1333.4, "simulated": None}, "TPOT": {"measured": 44.2, "simulated": None},
+                  "E2E": {"measured": 4189.1, "simulated": None}, "throughput": {"measured": 15.3, "simulated": None}}
+
+
+def test_resimulate_reproduces_what_the_bench_simulated_on_the_same_chip(sve, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ninth session's quiet c = 1 point simulated again on its own chip (the lead's 08:04 probe, kept in
+    benchmarks/data) gives what `jalapeno bench --compare-sim` recorded for it at 08:11 (docs/fidelity.md: TTFT
+    1076.8, TPOT 33.3, E2E 3176.9 ms, 20.1 tok/s), the measured side untouched; a file that is not a result is one
+    line, exit 2."""
+    (tmp_path / "hardware").mkdir()
+    (tmp_path / "hardware" / "local.yaml").write_text(
+        (ROOT / "benchmarks" / "data" / "local_probe_quiet_0804.yaml").read_text())
+    monkeypatch.setenv("JALAPENO_CACHE", str(tmp_path))
+    (got,) = sve.resimulate([NINTH_QUIET_C1], "local")
+    sim = {m: got[m]["simulated"] for m in sve.METRICS}
+    assert sim == pytest.approx({"TTFT": 1076.8, "TPOT": 33.3, "E2E": 3176.9, "throughput": 20.1}, abs=0.06)
+    assert got["TPOT"]["measured"] == 44.2 and got["concurrency"] == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"device": "cpu"}')
+    out = subprocess.run([sys.executable, str(SCRIPT), "--resimulate", str(bad), "--hardware", "h100"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "--resimulate" in out.stderr

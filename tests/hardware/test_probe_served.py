@@ -67,6 +67,34 @@ def test_attention_term_is_fitted_over_both_models_and_the_served_steps_are_pric
     assert "each model alone: crossover 60.0 ns, smollm2-135m 120.0 ns" in note and "priced by this chip" in note
 
 
+def test_calibrate_says_each_models_own_slope(tmp_path: Path) -> None:
+    """`jalapeno calibrate --probe` on a probe with the served model's steps: its one-line summary carries each
+    model's own attention slope (the transfer check), read back from the written chip."""
+    from jalapeno.calibration.probe_fit import fitted_chip_dict, probe_from_chip, refit_probe_file
+    from jalapeno.hardware.schema import ChipSpec
+    from jalapeno.models.catalog import load_model
+    from jalapeno.models.hf_config import arch_from_config
+
+    spec = load_spec_file(QUIET)
+    res = probe_from_chip(spec)
+    chip = ChipSpec.model_validate(fitted_chip_dict(res, "local", "refit"))
+    res.ctx_step_s = _hand_made_steps(chip, arch_from_config(pr.llama_config(6, *pr.CROSSOVER_MODEL), "x"), 6,
+                                      40.0, 1e-3)
+    res.served_model, res.served_layers = "smollm2-135m", 30
+    res.served_ctx_step_s = _hand_made_steps(chip, load_model("smollm2-135m"), 30, 40.0, 2e-3)
+    src = tmp_path / "local.yaml"
+    src.write_text(QUIET.read_text())
+    raw = load_spec_file(src)
+    extra = [n for n in pr._measurement_notes(res) if n.startswith(("decode step ms at", "served-model"))]
+    import yaml
+
+    data = yaml.safe_load(src.read_text())
+    data["notes"] = [*raw.notes, *extra]
+    src.write_text(yaml.safe_dump(data, sort_keys=False))
+    _, line = refit_probe_file(src, tmp_path / "fit", "test")
+    assert "decode_attention_ns, crossover 40.0 ns, smollm2-135m 40.0 ns" in line
+
+
 def test_served_model_steps_are_timed_through_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The real measurement on a tiny Llama config.json (the catalogue's SmolLM2 would take seconds): a step at
     every context and batch, every sample kept; too little memory for it is a note, nothing measured."""

@@ -440,4 +440,7 @@ def refit_probe_file(src: Path, out_dir: Path, command: str) -> tuple[Path, str]
             f"compute_memory_overlap {eff.compute_memory_overlap}, decode_attention_ns {eff.decode_attention_ns}")
     if "compute_memory_overlap" in eff.fitted:
         line += f"; {eff.fitted['compute_memory_overlap'].note}"
+    att = eff.fitted.get("decode_attention_ns")
+    if att is not None and "each model alone: " in (att.note or ""):  # the transfer check, where the lead looks
+        line += "; decode_attention_ns, " + att.note.split("each model alone: ", 1)[1].split(";", 1)[0]
     return path, line

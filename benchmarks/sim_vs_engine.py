@@ -395,7 +395,8 @@ def _main() -> None:
             row = "  ".join(f"{m} {p[m]['measured'] or 0:.1f}/{p[m]['simulated'] or 0:.1f}" for m in METRICS)
             print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} measured/sim on {args.hardware}: {row}")
         for name, s in summarise(again).items():
-            print(f"{name:>10}: median |error| {s['median_pct']:.1f}%, worst {s['worst_pct']:.1f}% ({len(again)} points)")
+            print(f"{name:>10}: median |error| {s['median_pct']:.1f}%, worst {s['worst_pct']:.1f}% "
+                  f"({len(again)} points)")
         return
     if args.price_trace is not None:
         if not args.price_trace.is_file():

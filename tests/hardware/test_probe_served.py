@@ -113,6 +113,8 @@ def test_served_model_steps_are_timed_through_the_runner(tmp_path: Path, monkeyp
     assert sorted(res.served_ctx_step_s) == list(pr.LONG_BATCHES)
     assert all(sorted(by) == list(pr.LONG_CONTEXTS) and min(by.values()) > 0 for by in res.served_ctx_step_s.values())
     assert len(res.samples[f"{cfg} decode b8 ctx{pr.LONG_CONTEXTS[-1]}"]) == pr.LONG_ROUNDS[0]
+    assert list(res.served_prefill_s) == [pr.PREFILL_TOKENS] and res.served_prefill_s[pr.PREFILL_TOKENS] > 0
+    assert len(res.samples[f"{cfg} prefill {pr.PREFILL_TOKENS}"]) == pr.PREFILL_ROUNDS[0]
 
     monkeypatch.setattr(pr, "_available_bytes", lambda device: 1_000_000)
     small = pr.ProbeResult("cpu", "hand-made", 16.0)
@@ -152,3 +154,30 @@ def test_an_unknown_served_model_is_one_line_before_any_probing(tmp_path: Path,
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert "no-such-model-xyz" in err and not (tmp_path / "local.yaml").exists()
+
+
+def test_served_prefill_is_checked_against_the_chips_price() -> None:
+    """A served-model prefill step that took the chip's own price plus its layers' engine overhead (30 x the chip's
+    per-layer overhead) is reported as measured = priced (the overhead set aside, as the simulator prices it
+    separately), appended to the compute fraction's provenance, and round-trips through the notes."""
+    from jalapeno.calibration.probe_fit import (
+        _unpriced_model,
+        fitted_chip_dict,
+        probe_from_chip,
+        served_prefill_check,
+    )
+    from jalapeno.hardware.schema import ChipSpec
+    from jalapeno.models.catalog import load_model
+    from jalapeno.perf.shape import StepShape
+
+    res = probe_from_chip(load_spec_file(QUIET))
+    chip = ChipSpec.model_validate(fitted_chip_dict(res, "local", "refit"))
+    price = _unpriced_model(load_model("smollm2-135m"), chip).step(StepShape.from_lists(prefill=[(512, 0)])).time_s
+    res.served_model, res.served_layers = "smollm2-135m", 30
+    res.served_prefill_s = {512: price + 30 * res.layer_overhead_us * 1e-6}
+    (measured, priced), = served_prefill_check(res, chip).values()
+    assert measured == pytest.approx(price, rel=1e-9) and priced == pytest.approx(price, rel=1e-9)
+    again = probe_from_chip(chip.model_copy(update={"notes": [*chip.notes, *pr._measurement_notes(res)]}))
+    assert again.served_prefill_s[512] == pytest.approx(res.served_prefill_s[512], abs=1e-5)
+    note = ChipSpec.model_validate(fitted_chip_dict(again, "local", "x")).efficiency.fitted["compute_default"].note
+    assert f"smollm2-135m (random weights) prefill step ms measured/priced by tokens: 512: {price * 1e3:.1f}/" in note

@@ -288,6 +288,34 @@ def add_decode_attention(out: dict[str, Any], res: ProbeResult, source: str) -> 
         "note": note + f" (rms {fit.rms_error:.1%}, worst {fit.worst_error:.1%})"}
 
 
+def served_prefill_check(res: ProbeResult, chip: ChipSpec) -> dict[int, tuple[float, float]]:
+    """The served-shape model's prefill steps (tokens -> (measured less its layers' overhead, priced by ``chip``
+    with the engine's overheads aside) seconds): whether the compute fraction fitted on the crossover model's
+    prefills prices the served model's (its TTFT at concurrency 1). Empty when the probe did not time them."""
+    from jalapeno.models.catalog import load_model
+    from jalapeno.perf.shape import StepShape
+
+    if not (res.served_model and res.served_prefill_s):
+        return {}
+    cm = _unpriced_model(load_model(res.served_model), chip)
+    fixed = res.served_layers * (res.layer_overhead_us or 0.0) * 1e-6
+    return {t: (s - fixed if s - fixed > 0.25 * s else s, cm.step(StepShape.from_lists(prefill=[(t, 0)])).time_s)
+            for t, s in sorted(res.served_prefill_s.items())}
+
+
+def add_served_prefill_check(out: dict[str, Any], res: ProbeResult) -> None:
+    """Append :func:`served_prefill_check` to the note of ``efficiency.fitted.compute_default`` (the chip mapping
+    ``out`` as fitted so far); nothing when there is no such note or no served prefill."""
+    from jalapeno.hardware.schema import ChipSpec
+
+    got = served_prefill_check(res, ChipSpec.model_validate(out))
+    fact = out["efficiency"].get("fitted", {}).get("compute_default")
+    if not got or fact is None:
+        return
+    fact["note"] += (f"; {res.served_model} (random weights) prefill step ms measured/priced by tokens: "
+                     + ", ".join(f"{t}: {m * 1e3:.1f}/{p * 1e3:.1f}" for t, (m, p) in got.items()))
+
+
 def _pairs(line: str) -> dict[int, list[float]]:
     """``"1: 9.04/13.29, 4: 9.94/18.03"`` -> {1: [9.04, 13.29], 4: [9.94, 18.03]}."""
     out = {}
@@ -335,6 +363,12 @@ def probe_from_chip(chip: ChipSpec) -> ProbeResult:
             res.served_model, res.served_layers = got[2], int(got[3])
             res.served_ctx_step_s = {b: {c: x / 1e3 for c, x in zip(ctxs, v, strict=True)}
                                      for b, v in _pairs(notes[served_key].split("random weights)", 1)[1]).items()}
+    sp_key = next((k for k in notes if k.startswith("served-model prefill step ms by tokens")), None)
+    got = re.search(r"\(([^,]+), ([0-9]+) layers", sp_key or "")
+    if got:  # "served-model prefill step ms by tokens (smollm2-135m, 30 layers, random weights): 512: 1115.20"
+        res.served_model, res.served_layers = got[1], int(got[2])
+        line = notes[sp_key].split("random weights)", 1)[1]
+        res.served_prefill_s = {t: v[0] / 1e3 for t, v in _pairs(line).items()}
     pre = notes.get("prefill step ms (GFLOP) by tokens")
     res.prefill_s = {t: (v[1] * 1e9, v[0] / 1e3) for t, v in _pairs(pre).items()} if pre else {}
     eff = chip.efficiency
@@ -406,6 +440,7 @@ def fitted_chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
     if cap:
         add_small_m(out, res, cap, source)
     add_decode_attention(out, res, source)
+    add_served_prefill_check(out, res)
     return out
 
 

@@ -159,6 +159,8 @@ class ProbeResult:
     served_ctx_step_s: dict[int, dict[int, float]] = field(default_factory=dict)
     served_model: str = ""
     served_layers: int = 0
+    #: prefill steps of the served-shape model from an empty cache, by prompt tokens (seconds)
+    served_prefill_s: dict[int, float] = field(default_factory=dict)
     #: the OpenMP thread policy the probe's own engine steps ran under (the one a server runs: the line says)
     thread_policy_line: str = ""
     #: prefill steps of the crossover model by prompt tokens: (FLOPs, seconds) (PREFILL_LENGTHS)
@@ -592,6 +594,31 @@ def measure_served_context(res: ProbeResult, quick: bool, budget_s: float, model
     for (b, ctx), samples in context_steps(loaded, 10 * budget_s).items():
         res.served_ctx_step_s.setdefault(b, {})[ctx] = robust_time(samples)
         res.samples[f"{model} decode b{b} ctx{ctx}"] = samples
+    served_prefill(res, loaded, model, budget_s)
+
+
+def served_prefill(res: ProbeResult, loaded: Any, model: str, budget_s: float, tokens: int | None = None) -> None:
+    """One ``tokens``-token (default PREFILL_TOKENS) prefill step of the served-shape model from an empty cache
+    through the runner, best of PREFILL_ROUNDS (``res.served_prefill_s``: tokens -> seconds): the TTFT of one
+    request at that prompt length, which the chip's compute fraction (fitted on the crossover model's prefills)
+    must price."""
+    import torch
+
+    from jalapeno.backends.torch.attention import SeqSlice
+    from jalapeno.backends.torch.runner import DecodePolicy, ModelRunner
+
+    tokens = tokens or PREFILL_TOKENS
+    blocks = -(-tokens // 16)
+    runner = ModelRunner(loaded.model, blocks, 16, "cpu", torch.float32)
+    sl = [SeqSlice(0, tokens, list(range(blocks)))]
+
+    def run() -> Any:
+        runner.policy = DecodePolicy()
+        return runner.forward(sl, [1] * tokens, [tokens - 1])
+
+    samples = interleaved_times({tokens: run}, 6 * budget_s, PREFILL_ROUNDS)[tokens]
+    res.served_prefill_s[tokens] = robust_time(samples)
+    res.samples[f"{model} prefill {tokens}"] = samples
 
 
 #: prompt tokens of the probe's prefill steps (the closed loop's input lengths); the first of PREFILL_TOKENS's size
@@ -800,6 +827,10 @@ def _measurement_notes(res: ProbeResult) -> list[str]:
                      f"({res.served_model}, {res.served_layers} layers, random weights): " + ", ".join(
                          f"{b}: " + "/".join(f"{by[c] * 1e3:.3f}" for c in ctxs)
                          for b, by in sorted(res.served_ctx_step_s.items())))
+    if res.served_prefill_s:
+        lines.append(f"served-model prefill step ms by tokens ({res.served_model}, {res.served_layers} layers, "
+                     "random weights): " + ", ".join(
+            f"{t}: {v * 1e3:.2f}" for t, v in sorted(res.served_prefill_s.items())))
     if res.thread_policy_line:
         lines.append(f"engine steps timed under {res.thread_policy_line}")
     if res.prefill_s:

@@ -77,3 +77,45 @@ def test_simulate_imports_nothing_it_does_not_use():
               "jalapeno.bench", "jalapeno.server", "jalapeno.calibration", "jalapeno.backends", "rich.console"}
     assert not unused & mods, sorted(unused & mods)
     assert "jalapeno.sim.commands" in mods
+
+
+_GC_PROBE = (
+    "import gc, json, sys\n"
+    "passes = []\n"
+    "gc.callbacks.append(lambda phase, info: passes.append(info['generation']) if phase == 'start' else None)\n"
+    "from jalapeno.cli import main\n"
+    "before = len(passes)\n"
+    "args = ['simulate', '--model', 'llama-3.1-8b', '--hardware', 'h200', '--isl', '128', '--osl', '8',"
+    " '--concurrency', '4', '--num-prompts', '40', '--json']\n"
+    "sys.argv = ['jalapeno', *args]\n"
+    "try:\n"
+    "    main(None if sys.argv[-1] == '--json' and MODE == 'entry' else args)\n"
+    "except SystemExit as e:\n"
+    "    assert not e.code, e.code\n"
+    "sys.stderr.write(json.dumps([len(passes) - before, gc.isenabled(), gc.get_freeze_count()]))\n"
+)
+
+
+@pytest.mark.parametrize("mode", ["entry", "in-process"])
+def test_simulate_as_the_process_entry_runs_without_the_cyclic_collector(mode):
+    """As the process's entry point (``main()``), ``jalapeno simulate`` makes no collector pass from start to
+    end and freezes what it leaves (so the interpreter's final collection walks nothing); called with
+    arguments (in-process), ``main`` leaves the collector on and freezes nothing. The same metrics either way."""
+    p = subprocess.run([sys.executable, "-c", f"MODE = {mode!r}\n" + _GC_PROBE], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    passes, enabled, frozen = json.loads(p.stderr.strip().splitlines()[-1])
+    assert json.loads(p.stdout)["completed"] == 40
+    if mode == "entry":
+        assert (passes, enabled) == (0, False) and frozen > 10_000
+    else:
+        assert passes > 0 and enabled and frozen == 0
+
+
+def test_only_a_one_shot_simulate_process_pauses_the_collector(monkeypatch):
+    for argv, paused in ((["simulate", "--model", "m"], True), (["--version"], False), (["serve", "x"], False),
+                         (["simulate", "--scenarios", "s.csv", "--output", "o.csv"], False),
+                         (["simulate", "--scenarios=s.csv"], False), (["sweep", "grid.yaml"], False)):
+        monkeypatch.setattr(sys, "argv", ["jalapeno", *argv])
+        assert cli._pauses_gc(None) is paused, argv
+        assert cli._pauses_gc(argv) is False  # in-process callers keep the collector as it was

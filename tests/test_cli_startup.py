@@ -89,27 +89,27 @@ _GC_PROBE = (
     " '--concurrency', '4', '--num-prompts', '40', '--json']\n"
     "sys.argv = ['jalapeno', *args]\n"
     "try:\n"
-    "    main(None if sys.argv[-1] == '--json' and MODE == 'entry' else args)\n"
+    "    main(None if MODE == 'entry' else args)\n"
     "except SystemExit as e:\n"
     "    assert not e.code, e.code\n"
-    "sys.stderr.write(json.dumps([len(passes) - before, gc.isenabled(), gc.get_freeze_count()]))\n"
+    "sys.stderr.write(json.dumps([len(passes) - before, gc.isenabled()]))\n"
 )
 
 
 @pytest.mark.parametrize("mode", ["entry", "in-process"])
 def test_simulate_as_the_process_entry_runs_without_the_cyclic_collector(mode):
     """As the process's entry point (``main()``), ``jalapeno simulate`` makes no collector pass from start to
-    end and freezes what it leaves (so the interpreter's final collection walks nothing); called with
-    arguments (in-process), ``main`` leaves the collector on and freezes nothing. The same metrics either way."""
+    end and leaves the collector off (turning it on would walk every object made meanwhile, just before the
+    process exits); called with arguments (in-process), ``main`` leaves the collector on."""
     p = subprocess.run([sys.executable, "-c", f"MODE = {mode!r}\n" + _GC_PROBE], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0, p.stderr
-    passes, enabled, frozen = json.loads(p.stderr.strip().splitlines()[-1])
+    passes, enabled = json.loads(p.stderr.strip().splitlines()[-1])
     assert json.loads(p.stdout)["completed"] == 40
     if mode == "entry":
-        assert (passes, enabled) == (0, False) and frozen > 10_000
+        assert (passes, enabled) == (0, False)
     else:
-        assert passes > 0 and enabled and frozen == 0
+        assert passes > 0 and enabled
 
 
 def test_only_a_one_shot_simulate_process_pauses_the_collector(monkeypatch):

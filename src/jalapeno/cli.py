@@ -114,13 +114,11 @@ def _apply_thread_policy(argv: list[str] | None) -> None:
 #: jalapeno.cli``). Start-up imports and builds tens of thousands of objects that are not garbage (numpy,
 #: pydantic, typer's parameter adapters, the chip and model specs, the workload's requests) and a simulation
 #: makes none (``drive`` pauses the collector while it runs), yet the collector's passes walked them: ≈ 45 ms of
-#: a 0.45 s concurrency-1 ``jalapeno simulate``, and at exit the interpreter's final collection walks every
-#: object left (≈ 50–80 ms). Turning the collector back on before exit would walk them all once more (its young
-#: generation then holds every object made while it was off), so the objects alive at the end are frozen
-#: (``gc.freeze``: no collection looks at them again) and left to the process's exit. Not with ``--scenarios``
-#: (any number of simulations in one process), not for long-lived commands (``serve``, ``bench``, sweeps) whose
-#: garbage must keep being reclaimed, and not when ``main`` is given arguments (in-process callers: tests,
-#: scripts), where the collector stays as it was.
+#: a 0.45 s concurrency-1 ``jalapeno simulate``. The collector is not turned back on: its young generation then
+#: holds every object made while it was off, and the next allocation would walk them all (≈ 50 ms) just before
+#: the process exits. Not with ``--scenarios`` (any number of simulations in one process), not for long-lived
+#: commands (``serve``, ``bench``, sweeps) whose garbage must keep being reclaimed, and not when ``main`` is
+#: given arguments (in-process callers: tests, scripts), where the collector stays as it was.
 GC_PAUSED_COMMANDS = ("simulate",)
 
 
@@ -193,17 +191,12 @@ def main(argv: list[str] | None = None) -> None:
 
     Typer/click handle usage errors themselves (usage line, exit 2); user errors raised by commands
     (:class:`JalapenoError`) become one clean line on stderr and exit code 2 — never a traceback. As the
-    process's entry point (no ``argv``), a ``simulate`` command runs without the cyclic garbage collector and
-    freezes what is left at its end (:data:`GC_PAUSED_COMMANDS`).
+    process's entry point (no ``argv``), a ``simulate`` command runs without the cyclic garbage collector, to
+    the process's exit (:data:`GC_PAUSED_COMMANDS`).
     """
-    if not _pauses_gc(argv):
-        _main(argv)
-        return
-    gc.disable()
-    try:
-        _main(argv)
-    finally:
-        gc.freeze()  # the process exits next: no collection walks what it leaves (see GC_PAUSED_COMMANDS)
+    if _pauses_gc(argv):
+        gc.disable()
+    _main(argv)
 
 
 def _main(argv: list[str] | None) -> None:

@@ -57,8 +57,9 @@ def test_each_command_help_registers_only_its_package(name, capsys):
 
 
 def test_simulate_imports_nothing_it_does_not_use():
-    """A fresh ``jalapeno simulate`` process: no other command package, no probe benchmarks, no torch, and no
-    numpy.ma (np.median / np.percentile import it; metrics computes the same floats without them)."""
+    """A fresh ``jalapeno simulate`` process: no other command package, no probe benchmarks, no torch, no
+    speculative-decoding module without ``--spec-decode``, and no numpy.ma (np.median / np.percentile import
+    it; metrics computes the same floats without them)."""
     code = (
         "import sys, json\n"
         "from jalapeno.cli import main\n"
@@ -74,7 +75,8 @@ def test_simulate_imports_nothing_it_does_not_use():
     mods = set(json.loads(p.stderr.strip().splitlines()[-1]))
     assert json.loads(p.stdout)["completed"] == 8
     unused = {"numpy.ma", "jalapeno.hardware.probe", "torch", "jalapeno.report", "jalapeno.design",
-              "jalapeno.bench", "jalapeno.server", "jalapeno.calibration", "jalapeno.backends", "rich.console"}
+              "jalapeno.bench", "jalapeno.server", "jalapeno.calibration", "jalapeno.backends", "rich.console",
+              "jalapeno.speculative"}
     assert not unused & mods, sorted(unused & mods)
     assert "jalapeno.sim.commands" in mods
 

@@ -1,5 +1,5 @@
 """The sweep pool's shortcuts against the plain path: cost models shared by a run's points, the point function
-sent once per worker, points handed out longest first, forked workers with the simulator pre-imported, and the
+sent once per worker, forked workers with the simulator pre-imported, and the
 spawn fallback — each gives the rows the plain path gives (every column but ``sim_wall_s``)."""
 
 from __future__ import annotations
@@ -10,18 +10,16 @@ import pickle
 import random
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from jalapeno.report import pool
 from jalapeno.report.grid import expand
-from jalapeno.report.pool import PointRunner, execute, longest_first, predicted_cost, run_point, run_points
-from jalapeno.report.spec import load_sweep, parse_sweep
+from jalapeno.report.pool import PointRunner, execute, run_point, run_points
+from jalapeno.report.spec import parse_sweep
 from jalapeno.sim.factory import CostModelCache, _cache_key, cost_model_for
 from jalapeno.testing.report_fakes import CountingPoint
 
-ROOT = Path(__file__).resolve().parents[2]
 
 #: every input a point's cost model depends on varies here: model (dense and MoE), chip, tp, ep, dp-attention,
 #: KV precision; two concurrencies share each cost model
@@ -118,28 +116,10 @@ def test_a_pickled_runner_starts_with_an_empty_cache():
     assert len(pickle.dumps(runner)) < 400  # the cache's models never travel
 
 
-def test_the_inferencex_grid_is_handed_out_longest_first():
-    """The predictor's order on the shipped grid: the 1k/8k concurrency-1,024 points first (one chip first: the
-    KV-bound layout, the grid's longest point), the concurrency-4 points with short outputs last; more requests or longer
-    prompts/outputs never predict less."""
-    pts = [{**p, "_order": i} for i, p in enumerate(expand(load_sweep(ROOT / "examples" / "inferencex-grid.yaml")))]
-    order = longest_first(pts)
-    assert len(order) == 270
-    first = order[:10]
-    assert all((p["isl"], p["osl"], p["concurrency"]) == (1024, 8192, 1024) for p in first)
-    assert (first[0]["tp"], first[0]["ep"]) == (1, 1)
-    assert {(p["concurrency"], p["isl"], p["osl"]) for p in order[-20:]} == {(4, 1024, 1024), (4, 8192, 1024)}
-    p = {"concurrency": 64, "isl": 1024, "osl": 1024, "num_prompts": None}
-    for bigger in ({"concurrency": 128}, {"osl": 2048}, {"isl": 2048}, {"num_prompts": 1000}):
-        assert predicted_cost({**p, **bigger}) > predicted_cost(p)
-    assert predicted_cost({**p, "num_prompts": float("nan")}) == predicted_cost(p)  # NaN from parquet = default
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="fork is Linux's pool start method here")
-def test_pool_sends_the_function_once_per_worker_forks_preloaded_and_starts_longest_first():
+def test_pool_sends_the_function_once_per_worker_and_forks_preloaded():
     """Two workers: each copy of the point function runs several points (it was not pickled with every task), the
-    parent's preload is visible in the forked workers, the two first points to start are the two predicted
-    longest, and every point ran exactly once."""
+    parent's preload is visible in the forked workers, and every point ran exactly once."""
     assert pool.pool_context().get_start_method() == "fork"
     pts = [{"model": "m", "hardware": "h200", "tp": 1, "ep": 1, "pp": 1, "dp": 1, "dp_attention": False,
             "isl": 1024, "osl": osl, "concurrency": c} for c in (4, 8, 16, 32) for osl in (128, 1024, 8192)]
@@ -150,9 +130,6 @@ def test_pool_sends_the_function_once_per_worker_forks_preloaded_and_starts_long
     assert len(per_copy) == 2
     assert {pid: max(r["copy_calls"] for r in rows if r["pid"] == pid) for pid in per_copy} == dict(per_copy)
     assert all(r["preloaded"] for r in rows)
-    started = sorted(rows, key=lambda r: r["started"])
-    assert {(r["concurrency"], r["osl"]) for r in started[:2]} == {(32, 8192), (16, 8192)}
-    assert (started[-1]["concurrency"], started[-1]["osl"]) == (4, 128)
 
 
 def test_spawned_workers_give_the_rows_of_forked_ones_and_of_one_process(monkeypatch):

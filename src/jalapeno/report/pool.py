@@ -6,8 +6,7 @@ those dicts. :func:`run_sweep` runs points on a local process pool (default) or 
 finished point to the :class:`~jalapeno.report.store.ResultStore` at once.
 
 The local pool (:func:`_run_local`): the point function goes to each worker once (the pool's initializer), not
-with every task; the points are handed out longest first (:func:`predicted_cost`), so the last point to start
-is a short one; workers are forked from a parent that has already imported the simulator where the platform
+with every task; workers are forked from a parent that has already imported the simulator where the platform
 allows it (a spawned worker imports it itself). The default point function, :class:`PointRunner`, shares the
 cost models of one worker's points (:class:`~jalapeno.sim.factory.CostModelCache`).
 """
@@ -66,25 +65,6 @@ class PointRunner:
         import jalapeno.hardware.confidence  # noqa: F401
         import jalapeno.metrics  # noqa: F401
         import jalapeno.sim.scenario  # noqa: F401
-
-
-def predicted_cost(point: dict) -> float:
-    """A point's relative simulation cost, to hand out the longest points first (never changes a result).
-
-    The simulator's work grows with the requests (InferenceX: 10 × concurrency unless ``num_prompts``) and the
-    events each makes: its decode run (block crossings, finishes) and, less, its prompt's prefill chunks — requests
-    × (1 + OSL/2048 + ISL/8192), fitted by rank to the measured CPU of the 270-point InferenceX grid
-    (Spearman 0.99; docs/performance.md "The grid, sixth pass"). Fewer chips break ties (less KV room: more
-    preemptions)."""
-    conc = int(point.get("concurrency") or 1)
-    n = point.get("num_prompts")
-    requests = 10 * conc if n is None or n != n else int(n)
-    return requests * (1.0 + int(point.get("osl") or 0) / 2048 + int(point.get("isl") or 0) / 8192)
-
-
-def longest_first(points: list[dict]) -> list[dict]:
-    """``points`` by :func:`predicted_cost`, highest first; fewer chips first among equals; then input order."""
-    return sorted(points, key=lambda p: (-predicted_cost(p), point_chips(p), p.get("_order", 0)))
 
 
 def point_scenario(point: dict):
@@ -291,7 +271,7 @@ def _run_local(points: list[dict], workers: int, point_fn: PointFn, sink: Callab
     ex = ProcessPoolExecutor(max_workers=min(workers, len(runnable)), mp_context=ctx, initializer=_init_worker,
                              initargs=(point_fn,))
     try:
-        pending = {ex.submit(_run_in_worker, p) for p in longest_first(runnable)}
+        pending = {ex.submit(_run_in_worker, p) for p in runnable}
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:

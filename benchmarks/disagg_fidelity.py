@@ -121,6 +121,39 @@ def _occupancy(items: list, min_c: int = 32, max_c: int = 1024, min_ttft_s: floa
     return out
 
 
+def _prefill_load(items: list, run: Path | None, isl: int = 8192, min_c: int = 32, max_c: int = 1024,
+                  min_ttft_s: float = 1.0) -> list[str]:
+    """Markdown: per measured point at ``isl`` and concurrency ``min_c``..``max_c`` with median TTFT >= ``min_ttft_s``
+    (``calibration.disagg.prefill_load``): measured and simulated TTFT and request rate, the prefill pool's price of
+    one prompt alone and per prompt in a full batch, the utilisation the measured (and simulated) rate implies at
+    those prices, and the requests in prefill per worker by Little's law. ``run``: a ``--json`` file of this
+    script (its predictions, by label); without it the simulated columns are blank."""
+    from jalapeno.calibration.disagg import prefill_load
+
+    pred = {r["label"]: r["predicted"] for r in json.loads(run.read_text())["rows"]} if run else {}
+    out = ["| chip stack | prefill layout | w | MTP | c | TTFT s meas | sim | req/s meas | sim | 1 prompt ms "
+           "| per prompt in a batch ms | rho meas (1 prompt) | rho meas (batch) | rho sim (batch) | in prefill per worker |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
+    for p, s in items:
+        m = p.metrics
+        if (s.isl != isl or not s.concurrency or not min_c <= s.concurrency <= max_c
+                or m.get("median_ttft", 0) < min_ttft_s or "output_tput_per_gpu" not in m):
+            continue
+        pr = pred.get(p.label) or {}
+        ld = prefill_load(p, s, pr.get("output_tput_per_gpu"))
+        sim_ttft = f"{pr['median_ttft']:.2f}" if pr.get("median_ttft") else "-"
+        rows.append((f"{s.chip} {s.framework}", p.col("parallelism").split(";")[0].replace("disagg P: ", ""),
+                     s.weights, "y" if s.spec_tokens else "n", s.concurrency,
+                     f"{m['median_ttft']:.2f} | {sim_ttft} | {ld.rate:.2f} | "
+                     + (f"{ld.sim_rate:.2f}" if ld.sim_rate else "-")
+                     + f" | {ld.one_s * 1e3:.0f} | {ld.batch_s * 1e3:.0f} | {ld.rho_one:.2f} | {ld.rho_batch:.2f} | "
+                     + (f"{ld.sim_rho:.2f}" if ld.sim_rho is not None else "-") + f" | {ld.in_prefill:.1f} |"))
+    for r in sorted(rows):
+        out.append(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} | {r[5]}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from jalapeno.calibration import Excluded, load_points, to_sim_spec
 
@@ -147,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-max-concurrency", type=int, default=64)
     ap.add_argument("--fit-prefill", action="store_true",
                     help="each stack's prefill_token_ns from the fit split's prefill-saturated points (Little's law "
-                         "against the cost model's full prefill step; calibration.disagg.fit_prefill_token_ns) and "
+                         "against the cost model's full prefill step; calibration.disagg.fit_prefill_token_ns; with the EP-only prefill "
+                         "workers' prefill_ep_token_ns, keys '<stack>@<weights>/ep-only') and "
                          "dpa_decode_moe_layer_us from its dp-attention decode pools' TPOT (fit_dpa_decode_moe_layer_us), "
                          "the held-out split's the same way as a check; print JSON and stop")
     ap.add_argument("--breakdown", action="store_true",
@@ -156,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--occupancy", action="store_true",
                     help="Little's law on the measured points: the decode pool's recipe slots in use and the share "
                          "of the loop waiting for a first token, at concurrency 32-1024 with TTFT >= 1 s")
+    ap.add_argument("--prefill-load", action="store_true",
+                    help="Little's law on the prefill side of the 8k-prompt points at concurrency 32-1024 with TTFT >= 1 s "
+                         "(calibration.disagg.prefill_load), against the simulation in --run; print a table and stop")
+    ap.add_argument("--run", type=Path, help="a --json file of this script, for --prefill-load's simulated columns")
     ap.add_argument("--filter", default="", help="only the points whose label matches this regular expression "
                                                   "(e.g. 'mi355x.*c=(32|64)'), for quick looks")
     ap.add_argument("--json", type=Path)
@@ -180,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.occupancy:
         print("\n".join(_occupancy(disagg_items(all_points))))
+        return 0
+    if a.prefill_load:
+        print("\n".join(_prefill_load(disagg_items(all_points), a.run)))
         return 0
     if a.fit_prefill:
         print(json.dumps({"prefill_token_ns": {"fit": fit_prefill_token_ns(fit_set),

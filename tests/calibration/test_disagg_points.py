@@ -64,10 +64,11 @@ def test_simulate_disagg_takes_the_stacks_prefill_cost_or_an_override():
     assert stack["median_tpot"] == pytest.approx(zero["median_tpot"], rel=1e-9)
 
 
-def _point(ttft: float, tpot: float, c: int, isl: int = 8192, osl: int = 1024, framework: str = "mori-sglang"):
+def _point(ttft: float, tpot: float, c: int, isl: int = 8192, osl: int = 1024, framework: str = "mori-sglang",
+           prefill: str = "TP8 EP8 DPattn=False"):
     from jalapeno.calibration.points import Point
 
-    lay = parse("disagg P: 1 worker(s) x TP8 EP8 DPattn=False (8 GPUs); D: 2 worker(s) x TP8 EP8 DPattn=False (16 GPUs)")
+    lay = parse(f"disagg P: 1 worker(s) x {prefill} (8 GPUs); D: 2 worker(s) x TP8 EP8 DPattn=False (16 GPUs)")
     spec = points.SimSpec("deepseek-r1", "mi355x", lay.decode.layout, "fp8", "fp8", isl, osl, c, 1.0,
                           framework=framework, disagg=lay)
     key = tuple(f"{ttft}-{c}" if k == "source_url" else "" for k in points._KEY_COLUMNS)
@@ -101,6 +102,52 @@ def test_prefill_rate_is_littles_law_against_the_cost_models_full_step():
     mid = prefill_rate(*pts[1]).implied_ns
     assert f["points"] == 3 and f["prefill_token_ns"] == pytest.approx(mid) and not f["pooled"]
     assert fit_prefill_token_ns(pts[:2])["mori-sglang@fp8"]["prefill_token_ns"] is None
+
+
+def test_ep_only_prefill_points_give_their_own_value_pooled_over_the_chips_stacks():
+    from jalapeno.calibration.disagg import fit_prefill_token_ns, prefill_rate
+
+    # three saturated points of EP-only prefill workers (TP8 EP8 DPattn=False): each stack's base value is the
+    # median of all its saturated points; the EP-only value the median of the EP-only ones, pooled over the chip's
+    # stacks (2 mori-sglang + 1 sglang-disagg < 3 each) -> the middle of the three for both
+    ep = [_point(20.0, 0.020, 128), _point(40.0, 0.020, 128), _point(30.0, 0.020, 128, framework="sglang-disagg")]
+    tp = [_point(t, 0.020, 128, prefill="TP8 EP1 DPattn=False") for t in (15.0, 20.0, 25.0)]
+    f = fit_prefill_token_ns(ep + tp)
+    mid = prefill_rate(*ep[2]).implied_ns
+    for st in ("mori-sglang", "sglang-disagg"):
+        e = f[f"{st}@fp8/ep-only"]
+        assert e["pooled"] == "mi355x" and e["prefill_ep_token_ns"] == pytest.approx(mid)
+    assert f["mori-sglang@fp8/ep-only"]["points"] == 2 and f["sglang-disagg@fp8/ep-only"]["points"] == 1
+    # TP-only (EP1) and dp-attention prefill points give no EP-only value
+    only_tp = fit_prefill_token_ns(tp + [_point(t, 0.020, 128, prefill="TP1 EP8 DPattn=True") for t in (20.0, 30.0)])
+    assert not any(k.endswith("/ep-only") for k in only_tp)
+    assert only_tp["mori-sglang@fp8"]["points"] == 5
+    # fewer than 3 EP-only points on the chip: refused
+    assert fit_prefill_token_ns(ep[:2])["mori-sglang@fp8/ep-only"]["prefill_ep_token_ns"] is None
+
+
+def test_an_ep_only_launch_recorded_as_tp1_gets_the_ep_only_value_though_priced_as_attention_dp():
+    # "TP1 EP8 DPattn=False (8 GPUs)": the cost model reads the recorded TP1 as attention-DP over 8 GPUs, but the
+    # recipe launched it without DP (EP only): the scenario carries the stack's EP-only FP8 value; recorded
+    # DPattn=True keeps the stack's base value (None: resolved by the scenario); FP4 has no EP-only value
+    from jalapeno.perf.frameworks import get_framework
+
+    ep_ns = dict(get_framework("mori-sglang").prefill_ep_token_ns)["native"]
+
+    def scen(prefill: str, weights: str = "native"):
+        lay = parse(f"disagg P: 1 worker(s) x {prefill} (8 GPUs); D: 2 worker(s) x TP8 EP8 DPattn=False (16 GPUs)")
+        spec = points.SimSpec("deepseek-r1", "mi355x", lay.decode.layout, weights, "fp8", 8192, 1024, 64, 0.8,
+                              framework="mori-sglang", disagg=lay)
+        return disagg_scenario(spec)
+
+    odd = scen("TP1 EP8 DPattn=False")
+    assert odd.pool("prefill").dp_attention and odd.prefill_token_ns == ep_ns
+    assert scen("TP1 EP8 DPattn=True").prefill_token_ns is None
+    assert scen("TP8 EP8 DPattn=False").prefill_token_ns is None  # the scenario resolves it from its own pool
+    from jalapeno.sim.scenario import prefill_token_ns
+
+    assert prefill_token_ns(scen("TP8 EP8 DPattn=False")) == ep_ns
+    assert scen("TP1 EP8 DPattn=False", "fp4").prefill_token_ns == dict(get_framework("mori-sglang").prefill_token_ns)["fp4"]
 
 
 def test_decode_step_is_the_measured_tpot_against_the_modelled_step_at_the_littles_law_batch():
@@ -227,3 +274,32 @@ def test_decode_occupancy_is_littles_law_against_the_recipe_slots_hand_counted()
     assert (o.workers, o.slots) == (2, 128) and o.slot_share == pytest.approx(159.84 / 256, rel=1e-12)
     # a stack without published slots has no share
     assert decode_occupancy(p, replace(spec, framework="dynamo-sglang")).slot_share is None
+
+
+def test_prefill_load_is_littles_law_on_the_prefill_side_at_the_pools_price():
+    from jalapeno.calibration.disagg import prefill_load
+    from jalapeno.errors import ConfigError
+    from jalapeno.models import load_model
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim import scenario as S
+
+    # fixed lengths: 16 decode GPUs at 160 tok/s each over 1024-token outputs = 2.5 requests/s; the prefill worker
+    # (TP8 EP8, EP-only: the stack's EP-only per-token price) runs one 8192-token prompt alone, or two per
+    # 16384-token SGLang batch; 20 s TTFT less front end + KV handoff and wire -> requests in prefill
+    from dataclasses import replace
+
+    p, s = _point(20.0, 0.020, 128)
+    s = replace(s, weights="native")  # InferenceX's label for DeepSeek-R1's own FP8 weights
+    p.metrics["output_tput_per_gpu"] = 160.0
+    ld = prefill_load(p, s, sim_tput_per_gpu=320.0)
+    assert ld.rate == pytest.approx(160.0 * 16 / 1024) and ld.sim_rate == pytest.approx(5.0)
+    sc = disagg_scenario(s)
+    cm = S._prefill_pool_model(sc, load_model("deepseek-r1"), sc.pool("prefill"))
+    assert S.prefill_token_ns(sc) == 37767.8
+    assert ld.one_s == pytest.approx(cm.step(StepShape.from_lists([(8192, 0)])).time_s)
+    assert ld.batch_s == pytest.approx(cm.step(StepShape.from_lists([(8192, 0)] * 2)).time_s / 2)
+    assert ld.rho_batch == pytest.approx(2.5 * ld.batch_s) and ld.sim_rho == pytest.approx(5.0 * ld.batch_s)
+    assert ld.rho_one > ld.rho_batch
+    assert 2.5 * 19.5 < ld.in_prefill < 2.5 * 20.0  # the fixed path (front end 41 ms + handoff 78.5 ms + wire) is < 0.5 s
+    with pytest.raises(ConfigError, match="not a closed-loop"):
+        prefill_load(p, points.SimSpec("deepseek-r1", "mi355x", s.layout, "fp8", "fp8", 8192, 1024, 128, 1.0))

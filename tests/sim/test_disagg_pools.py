@@ -206,6 +206,36 @@ def test_prefill_token_ns_prices_each_prompt_token_in_the_prefill_pool_only():
         run_scenario(Scenario(**one, prefill_token_ns=-1.0))
 
 
+def test_an_ep_only_prefill_pool_takes_the_stacks_ep_only_prefill_cost():
+    # one fixed 256-token prompt on an MI355X mori-sglang TP8 EP8 prefill worker without dp-attention (the
+    # recipe's EP-only launch): its per-token prefill cost is the stack's prefill_ep_token_ns (FP8: 37767.8 ns)
+    # instead of prefill_token_ns (20649.5 ns), so TTFT is 256 x (37767.8 - 20649.5) ns = 4.382 ms longer than
+    # with the base value set explicitly (hand count); TPOT unchanged. With dp-attention, or in FP4 (no EP-only
+    # value), the base value stays.
+    from jalapeno.perf.frameworks import get_framework, prefill_token_ns
+
+    fw = get_framework("mori-sglang")
+    ep_ns, base_ns = dict(fw.prefill_ep_token_ns)["native"], dict(fw.prefill_token_ns)["native"]
+    assert (ep_ns, base_ns) == (37767.8, 20649.5)
+    assert prefill_token_ns("mori-sglang", "native", ep_only=True) == ep_ns
+    assert prefill_token_ns("mori-sglang", "fp4", ep_only=True) == dict(fw.prefill_token_ns)["fp4"]
+    assert prefill_token_ns("dynamo-sglang", "native", ep_only=True) == prefill_token_ns("dynamo-sglang", "native")
+    one = dict(model="deepseek-r1", hardware="mi355x", isl=256, osl=8, random_range_ratio=1.0, concurrency=1,
+               num_prompts=2, prefill_workers=1, prefill_chips_per_worker=8, prefill_ep=8, decode_workers=1,
+               decode_chips_per_worker=8, decode_ep=8, framework="mori-sglang", kv_handoff_ms=0.0)
+    auto = run_scenario(Scenario(**one))
+    base = run_scenario(Scenario(**one, prefill_token_ns=base_ns))
+    assert auto["kv_transfer"]["prefill_token_ns"] == ep_ns
+    assert auto["median_ttft_ms"] - base["median_ttft_ms"] == pytest.approx(256 * (ep_ns - base_ns) * 1e-6, rel=1e-6)
+    assert auto["median_tpot_ms"] == pytest.approx(base["median_tpot_ms"], rel=1e-9)
+    dpa = run_scenario(Scenario(**one, prefill_dp_attention=True))
+    assert dpa["kv_transfer"]["prefill_token_ns"] == base_ns
+    tp = run_scenario(Scenario(**{**one, "prefill_ep": 1}))
+    assert tp["kv_transfer"]["prefill_token_ns"] == base_ns
+    # not carried to a chip family the stack was not fitted on
+    assert run_scenario(Scenario(**{**one, "hardware": "b200"}))["kv_transfer"]["prefill_token_ns"] == 0.0
+
+
 def test_dpa_decode_moe_layer_us_adds_to_each_decode_step_of_a_dp_attention_ep_pool_only():
     # one request, fixed lengths: every decode step of the dp-attention + EP8 decode worker gets 58 MoE layers
     # (DeepSeek-R1: 61 layers, the first 3 dense) x 200 us = 11.6 ms more (hand count), so TPOT does; TTFT not

@@ -21,7 +21,7 @@ to both pools.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -87,9 +87,24 @@ def disagg_scenario(spec: Any, *, prompts_per_concurrency: int | None = None, se
     if spec.spec_tokens:
         kw.update(spec_decode="mtp", spec_tokens=spec.spec_tokens,
                   acceptance=",".join(str(a) for a in spec.spec_acceptance) or "0.7")
-    return Scenario(model=spec.model, hardware=spec.chip, precision=spec.weights, kv_dtype=spec.kv, isl=spec.isl,
-                    osl=spec.osl, concurrency=spec.concurrency, num_prompts=per * spec.concurrency,
-                    random_range_ratio=spec.range_ratio, framework=_engine_framework(spec.framework), seed=seed, **kw)
+    sc = Scenario(model=spec.model, hardware=spec.chip, precision=spec.weights, kv_dtype=spec.kv, isl=spec.isl,
+                  osl=spec.osl, concurrency=spec.concurrency, num_prompts=per * spec.concurrency,
+                  random_range_ratio=spec.range_ratio, framework=_engine_framework(spec.framework), seed=seed, **kw)
+    if recipe_prefill_ep_only(d.prefill) and sc.pool("prefill").dp_attention and sc.framework:
+        # launched EP-only (recorded ``DPattn=False``) although the cost model reads the worker's recorded TP as
+        # attention-DP: the recipe's EP-only prefill value, as the launch flags say (like the decode slots)
+        from jalapeno.perf.frameworks import prefill_token_ns as stack_value
+        from jalapeno.sim.scenario import _stack_fitted_on
+
+        if _stack_fitted_on(sc, sc.hardware):
+            sc = replace(sc, prefill_token_ns=stack_value(sc.framework, spec.weights, ep_only=True))
+    return sc
+
+
+def recipe_prefill_ep_only(pool: Any) -> bool:
+    """Whether a parsed prefill ``pool`` was launched with expert parallelism and without dp-attention (its
+    recorded ``EPn DPattn=False``, n > 1): the recipe's EP-only prefill (``ServingFramework.prefill_ep_token_ns``)."""
+    return pool.ep > 1 and not pool.dp_attention
 
 
 
@@ -268,24 +283,98 @@ def fit_prefill_token_ns(items: list) -> dict[str, dict[str, Any]]:
     split), keyed ``"<stack>@<weights>"``: the median :attr:`PrefillRate.implied_ns` over its saturated points,
     floored at 0. A precision with fewer than ``fit.POINTS_PER_PARAM`` saturated points takes the median over all
     its stack's saturated points (``"pooled": True``) when those are enough; a precision without any saturated
-    point, or a stack with too few, gets none (``prefill_token_ns`` None: refused, not a one-point fit)."""
+    point, or a stack with too few, gets none (``prefill_token_ns`` None: refused, not a one-point fit).
+
+    The saturated points whose prefill worker was launched EP-only (:func:`recipe_prefill_ep_only`) also give
+    ``prefill_ep_token_ns``, keyed ``"<stack>@<weights>/ep-only"``: their median; with fewer than
+    ``POINTS_PER_PARAM`` of the stack's own, the median over the EP-only points of that precision of every stack
+    on its chip (``"pooled": "<chip>"``: the stacks that share a launcher); still fewer: None."""
     from jalapeno.calibration.fit import POINTS_PER_PARAM
 
     by: dict[tuple[str, str], list[PrefillRate]] = {}
+    ep: dict[tuple[str, str, str], list[PrefillRate]] = {}
     for p, s in items:
         if "median_ttft" in p.metrics and "median_tpot" in p.metrics and s.concurrency:
             r = prefill_rate(p, s)
             if r.saturated:
                 by.setdefault((r.stack, s.weights), []).append(r)
+                if s.disagg is not None and recipe_prefill_ep_only(s.disagg.prefill):
+                    ep.setdefault((s.chip, r.stack, s.weights), []).append(r)
     out: dict[str, dict[str, Any]] = {}
     for (st, w), rs in sorted(by.items()):
         pooled = len(rs) < POINTS_PER_PARAM
         use = [r for (t, _), rr in by.items() if t == st for r in rr] if pooled else rs
-        ok = len(use) >= POINTS_PER_PARAM
-        out[f"{st}@{w}"] = {"prefill_token_ns": max(0.0, float(np.median([r.implied_ns for r in use]))) if ok else None,
-                            "points": len(rs), "pooled": pooled,
-                            "implied_ns": sorted(round(r.implied_ns, 1) for r in use)}
+        out[f"{st}@{w}"] = _median_entry("prefill_token_ns", rs, use, pooled)
+    for (chip, st, w), rs in sorted(ep.items()):
+        pooled = chip if len(rs) < POINTS_PER_PARAM else False
+        use = [r for (c, _, v), rr in ep.items() if c == chip and v == w for r in rr] if pooled else rs
+        out[f"{st}@{w}/ep-only"] = _median_entry("prefill_ep_token_ns", rs, use, pooled)
     return out
+
+
+def _median_entry(name: str, own: list[PrefillRate], use: list[PrefillRate], pooled: Any) -> dict[str, Any]:
+    """One fitted value: the median implied ns of ``use`` (floored at 0; None below ``POINTS_PER_PARAM``)."""
+    from jalapeno.calibration.fit import POINTS_PER_PARAM
+
+    ok = len(use) >= POINTS_PER_PARAM
+    return {name: max(0.0, float(np.median([r.implied_ns for r in use]))) if ok else None,
+            "points": len(own), "pooled": pooled, "implied_ns": sorted(round(r.implied_ns, 1) for r in use)}
+
+
+@dataclass(frozen=True)
+class PrefillLoad:
+    """One measured closed-loop disaggregated point's prefill side by Little's law, against the cost model's
+    prefill price (the stack's per-token terms included) and, when given, a simulation of it.
+
+    ``rate``: measured requests/s (output tok/s per decode GPU × decode GPUs / mean output); ``one_s``: one mean
+    prompt alone on a prefill worker; ``batch_s``: per prompt in a full prefill batch; ``rho_one`` / ``rho_batch``:
+    the utilisation the measured rate implies at those prices over the ``workers``; ``in_prefill``: requests in the
+    prefill side per worker (rate × (TTFT − front end − KV handoff and wire) / workers); ``sim_rate`` / ``sim_rho``:
+    the simulation's request rate and its prefill utilisation at ``batch_s`` (None without a simulation)."""
+
+    rate: float
+    one_s: float
+    batch_s: float
+    workers: int
+    in_prefill: float
+    sim_rate: float | None = None
+
+    @property
+    def rho_one(self) -> float:
+        return self.rate * self.one_s / self.workers
+
+    @property
+    def rho_batch(self) -> float:
+        return self.rate * self.batch_s / self.workers
+
+    @property
+    def sim_rho(self) -> float | None:
+        return self.sim_rate * self.batch_s / self.workers if self.sim_rate is not None else None
+
+
+def prefill_load(p: Any, s: Any, sim_tput_per_gpu: float | None = None) -> PrefillLoad:
+    """:class:`PrefillLoad` of measured point ``p`` (``s`` its SimSpec; needs median TTFT and output tok/s per GPU);
+    ``sim_tput_per_gpu``: the simulated output tok/s per decode GPU of the same point, for its request rate."""
+    from jalapeno.models import load_model
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim import scenario as S
+
+    d, m = s.disagg, p.metrics
+    if d is None or not s.concurrency:
+        raise ConfigError(f"{p.label}: not a closed-loop disaggregated point")
+    sc = disagg_scenario(s)
+    arch = load_model(sc.model)
+    qp, qd = sc.pool("prefill"), sc.pool("decode")
+    cm = S._prefill_pool_model(sc, arch, qp)
+    isl, osl = s.isl * (1 + s.range_ratio) / 2, s.osl * (1 + s.range_ratio) / 2
+    one = cm.step(StepShape.from_lists([(int(isl), 0)])).time_s
+    k = max(1, int(prefill_step_tokens(sc) // isl))
+    batch = cm.step(StepShape.from_lists([(int(isl), 0)] * k)).time_s / k
+    link = S._kv_link(cm, S._decode_pool_model(sc, arch, qd), qp.workers, qd.workers, S.handoff_ms(sc) * 1e-3)
+    fixed = cm.eff.request_overhead_ms * 1e-3 + link.transfer_s(int(isl))
+    rate = m["output_tput_per_gpu"] * d.decode.gpus / osl
+    sim = sim_tput_per_gpu * d.decode.gpus / osl if sim_tput_per_gpu else None
+    return PrefillLoad(rate, one, batch, qp.workers, rate * max(m["median_ttft"] - fixed, 0.0) / qp.workers, sim)
 
 
 @dataclass(frozen=True)
@@ -389,7 +478,7 @@ def fit_dpa_decode_moe_layer_us(items: list) -> dict[str, dict[str, Any]]:
     return out
 
 
-__all__ = ["DecodeOccupancy", "decode_occupancy", "DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate",
-           "prefill_step_tokens", "disagg_items", "disagg_scenario", "fit_handoff",
+__all__ = ["PrefillLoad", "prefill_load", "DecodeOccupancy", "decode_occupancy", "DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate",
+           "prefill_step_tokens", "recipe_prefill_ep_only", "disagg_items", "disagg_scenario", "fit_handoff",
            "fit_prefill_token_ns", "pool_fields", "prefill_rate", "recipe_decode_slots", "simulate_disagg", "INFERENCEX_PER_SLOT",
            "weighted_median_ttft"]

@@ -29,7 +29,9 @@ time. Those values are FITTED on InferenceX disaggregated points (:data:`HANDOFF
 also carries ``prefill_token_ns``: what its prefill server spends per prompt token beyond the cost model's price
 (added to the prefill pool's ``efficiency.prefill_token_overhead_ns``, where it replaces the chip's front-end
 ``request_overhead_us_per_token``; the decode pool is untouched), FITTED from the request rate its saturated
-prefill pools sustained (:data:`PREFILL_FITTED`, docs/fidelity.md). A disaggregated stack's prefill pool
+prefill pools sustained (:data:`PREFILL_FITTED`, docs/fidelity.md); a prefill worker launched with expert parallelism and
+without dp-attention takes ``prefill_ep_token_ns`` instead where the stack has one (:data:`PREFILL_EP_FITTED`). A
+disaggregated stack's prefill pool
 schedules under its engine's policy (SGLang: prefill batches of up to ``max_prefill_tokens``;
 :func:`jalapeno.sim.scenario.prefill_limits`).
 """
@@ -76,6 +78,24 @@ PREFILL_FITTED = (
     "Little's-law batch) / MoE layers (calibration.disagg.fit_dpa_decode_moe_layer_us); the two B200 stacks have "
     "1 and 2 such points, so they share their chip's median (3 points, 190 us: DeepEP's published low-latency "
     "dispatch + combine at EP8 on H800 is 77 + 114 us, github.com/deepseek-ai/DeepEP README)"
+)
+
+
+#: provenance of the MI355X stacks' ``prefill_ep_token_ns`` (status: fitted)
+PREFILL_EP_FITTED = (
+    "FITTED (status fitted, not published): prefill_ep_token_ns = median over the fit half (random:0.5 configuration "
+    "split, seed 0, per stack) of the prefill-saturated points whose prefill worker was launched with EP and without "
+    "dp-attention (layout 'EPn DPattn=False', n > 1) of 1 / (measured prompt tokens/s per prefill worker, Little's "
+    "law) - the cost model's seconds per prompt token of a full prefill step (calibration.disagg.fit_prefill_token_ns, "
+    "key '<stack>@<weights>/ep-only'; python benchmarks/disagg_fidelity.py --fit-prefill; docs/fidelity.md, "
+    "Disaggregated, sixth session). mori-sglang has 1 such FP8 point and sglang-disagg 2, so they share the MI355X "
+    "median of the 3 (34397, 37768, 60098 ns -> 37768; the held-out half's 2 read 35098 and 36290). Mechanism (source): "
+    "the launcher both MI355X stacks run (billishyahao/sglang_disagg sglang_disagg_server.sh, cloned by "
+    "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_mi355x_sglang-disagg_slurm.sh) gives a prefill worker without DP "
+    "only '--tp-size N --ep-size N' (MODEL_DP_CONFIGS' '--moe-a2a-backend mori --enable-dp-attention' and "
+    "'--enable-two-batch-overlap' are set only with DP): its expert-parallel MoE runs without the all-to-all backend "
+    "and without overlapping its communication (why that costs FP8 and not MXFP4 is not established). FP8 only: the MXFP4 "
+    "points of such workers price at the stack's fp4 value (20522, 20536 ns)"
 )
 
 
@@ -179,6 +199,11 @@ class ServingFramework:
     #: per weight precision of the prefill pool (``(weights, ns)`` pairs; a precision not listed: 0), added to
     #: the prefill pool's ``prefill_token_overhead_ns``
     prefill_token_ns: tuple[tuple[str, float], ...] = ()
+    #: a disaggregated stack: its prefill server's time per prompt token beyond the cost model (ns) for a prefill
+    #: worker launched with expert parallelism and WITHOUT dp-attention (the recipe's EP-only prefill: no MoE
+    #: all-to-all backend, no two-batch overlap), per weight precision (``(weights, ns)``; a precision not listed
+    #: keeps ``prefill_token_ns``). It REPLACES ``prefill_token_ns`` for such a pool (:data:`PREFILL_EP_FITTED`)
+    prefill_ep_token_ns: tuple[tuple[str, float], ...] = ()
     #: a disaggregated stack: per MoE layer of a decode step of a dp-attention decode pool with expert
     #: parallelism, the expert all-to-all's fixed cost beyond the cost model (low-latency dispatch + combine
     #: kernels), microseconds (added to that pool's ``moe_layer_overhead_us``)
@@ -219,10 +244,11 @@ FRAMEWORKS: tuple[ServingFramework, ...] = (
     ServingFramework("mori-sglang", "SGLang PD with the MoRI KV transfer (disaggregated, ROCm)", 41.1, (),
                      HANDOFF_FITTED, engine="sglang", kv_handoff_ms=78.5,
                      prefill_token_ns=(("native", 20649.5), ("fp4", 20536.1)),
+                     prefill_ep_token_ns=(("native", 37767.8),),
                      dpa_decode_moe_layer_us=51.3, fitted_chips=("mi355x",), decode_slots=MI355X_SGLANG_DISAGG_SLOTS),
     ServingFramework("sglang-disagg", "SGLang PD disaggregation (router + prefill/decode servers)", 41.1, (),
                      HANDOFF_FITTED, engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 21181.8),),
-                     dpa_decode_moe_layer_us=369.3, fitted_chips=("mi355x",), decode_slots=MI355X_SGLANG_DISAGG_SLOTS),
+                     prefill_ep_token_ns=(("native", 37767.8),), dpa_decode_moe_layer_us=369.3, fitted_chips=("mi355x",), decode_slots=MI355X_SGLANG_DISAGG_SLOTS),
 )
 
 
@@ -272,10 +298,17 @@ def scheduling_policy(framework: str | ServingFramework | None) -> SchedulingPol
     return fw.scheduling
 
 
-def prefill_token_ns(framework: str | None, weights: str = "native") -> float:
+def prefill_token_ns(framework: str | None, weights: str = "native", *, ep_only: bool = False) -> float:
     """A disaggregated stack's prefill-server cost per prompt token beyond the cost model (ns) for a prefill pool
-    of ``weights`` precision; 0 for an engine profile, None, or a precision the stack has no value for."""
-    return dict(get_framework(framework).prefill_token_ns).get(weights, 0.0) if framework else 0.0
+    of ``weights`` precision; 0 for an engine profile, None, or a precision the stack has no value for.
+    ``ep_only``: the prefill worker was launched with expert parallelism and without dp-attention; the stack's
+    ``prefill_ep_token_ns`` for that precision then replaces the value (when it has one)."""
+    if not framework:
+        return 0.0
+    fw = get_framework(framework)
+    if ep_only and weights in dict(fw.prefill_ep_token_ns):
+        return float(dict(fw.prefill_ep_token_ns)[weights])
+    return dict(fw.prefill_token_ns).get(weights, 0.0)
 
 
 def dpa_decode_moe_layer_us(framework: str | None) -> float:
@@ -306,5 +339,5 @@ def kv_handoff_ms(framework: str | None) -> float:
     return get_framework(framework).kv_handoff_ms if framework else 0.0
 
 __all__ = ["DecodeSlots", "MI355X_SGLANG_DISAGG_SLOTS", "MI355X_SGLANG_DISAGG_ROUTER", "router_policy", "decode_max_running_requests", "SchedulingPolicy", "SGLANG_POLICY", "MIXED_POLICY", "scheduling_policy", "ServingFramework", "FRAMEWORKS",
-           "HANDOFF_FITTED", "PREFILL_FITTED", "get_framework", "apply_framework", "stack_kernel_terms", "dpa_decode_moe_layer_us",
+           "HANDOFF_FITTED", "PREFILL_FITTED", "PREFILL_EP_FITTED", "get_framework", "apply_framework", "stack_kernel_terms", "dpa_decode_moe_layer_us",
            "kv_handoff_ms", "prefill_token_ns"]

@@ -390,14 +390,17 @@ def _stack_fitted_on(sc: Scenario, hardware: str | None) -> bool:
 
 def prefill_token_ns(sc: Scenario) -> float:
     """The disaggregated prefill server's extra time per prompt token (ns): the scenario's, else its stack's for
-    the prefill pool's weight precision, where the stack was fitted on the prefill pool's chip family."""
+    the prefill pool's weight precision, where the stack was fitted on the prefill pool's chip family; a prefill
+    pool with expert parallelism and no dp-attention takes the stack's ``prefill_ep_token_ns`` where it has one
+    (:func:`jalapeno.perf.frameworks.prefill_token_ns`)."""
     from jalapeno.perf.frameworks import prefill_token_ns as stack_value
 
     if sc.prefill_token_ns is not None:
         return float(sc.prefill_token_ns)
     if not sc.disaggregated or not sc.framework or not _stack_fitted_on(sc, sc.prefill_hardware or sc.hardware):
         return 0.0
-    return stack_value(sc.framework, sc.prefill_precision or sc.precision)
+    q = sc.pool("prefill")
+    return stack_value(sc.framework, sc.prefill_precision or sc.precision, ep_only=q.ep > 1 and not q.dp_attention)
 
 
 def _pool_model(sc: Scenario, arch, q: "PoolSpec", efficiency=None, extras: dict[str, float] | None = None,

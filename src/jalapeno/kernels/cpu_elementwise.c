@@ -8,6 +8,8 @@
  *   jal_rope_store   rotate q and k of the fused q/k/v GEMM output [rows, h + 2 kvh, d] in place (rotate-half
  *                    RoPE, the tables of rope.rope_cos_sin) and write k and v to their cache slots     one pass
  *                    instead of mul, two addcmul_ and two index_copy_
+ *   jal_causal_attention  causal flash attention of fresh prompts (a prefill from position 0) over their own
+ *                    keys, GQA heads of one KV head stacked per tile (below)                 instead of SDPA
  *
  * Plain C + OpenMP, built at first use by jalapeno.kernels.cpu_build like cpu_decode.c (it shares torch's
  * already-loaded libgomp: one thread pool). Each call splits rows over `nthreads` threads. All tensors are

@@ -1,4 +1,4 @@
-"""Fused elementwise passes of the PyTorch path on CPU: residual add + RMSNorm, SiLU·up, RoPE + K/V write.
+"""Fused passes of the PyTorch path on CPU: residual add + RMSNorm, SiLU·up, RoPE + K/V write, prefill attention.
 
 Between its GEMMs a decoder layer runs ~20 small PyTorch ops (RMSNorm alone is pow, mean, add, rsqrt, mul, mul),
 each a separate pass over the step's activations and a separate OpenMP region. vLLM's CPU path compiles these
@@ -7,7 +7,10 @@ like the fused decode kernel) do one pass each (docs/performance.md, "Prefill, n
 
 * :func:`add_rms_norm`: ``x + d`` and ``RMSNorm(x + d)`` in one pass (``d`` optional);
 * :func:`silu_mul`: ``silu(gate) * up`` over the fused gate/up GEMM output;
-* :func:`rope_store`: rotate q and k of the fused q/k/v GEMM output in place and write k and v to the cache.
+* :func:`rope_store`: rotate q and k of the fused q/k/v GEMM output in place and write k and v to the cache;
+* :func:`causal_attention`: causal flash attention of fresh prompts over their own keys (what SDPA's flash kernel
+  did for :func:`~jalapeno.backends.torch.attention.fresh_prefill_attention`, ≈ 45 % less CPU at SmolLM2's
+  512-token shape: the query heads of one KV head share each tile; docs/performance.md, "Prefill, tenth session").
 
 Each applies to contiguous float32 CPU tensors when the kernel is available; otherwise (no C compiler, CUDA,
 another dtype, a strided view, :func:`elementwise_kernels` ``(False)``) the caller's PyTorch ops run, so the

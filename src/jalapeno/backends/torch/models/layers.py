@@ -223,10 +223,9 @@ class CausalLM(nn.Module):
         """Run one step over ``input_ids [T]``; returns float32 logits ``[len(logits_index), vocab]``."""
         x, cos, sin = self.embed(input_ids, meta.positions)
         # rows the LM head does not read stop before the last layer's MLP (a prefill samples only its last row)
-        keep = logits_index if logits_index.numel() < input_ids.numel() else None
         last = min(len(self.model.layers), len(kv_caches)) - 1
+        keep = logits_index if logits_index.numel() < input_ids.numel() and last >= 0 else None
         for i, (layer, cache) in enumerate(zip(self.model.layers, kv_caches)):
-            x = layer(x, cos, sin, meta, cache, keep) if i == last and keep is not None else layer(x, cos, sin, meta,
-                                                                                                    cache)
+            x = layer(x, cos, sin, meta, cache, keep if i == last else None)
         x = self.model.norm(x if keep is not None else x[logits_index])
         return run_linear(self.lm_head, x).float()

@@ -8,6 +8,8 @@
     python benchmarks/fit_terms.py eval --chip mi355x --params /tmp/b200.json # ... e.g. B200's fit on MI355X rows
     python benchmarks/fit_terms.py fit --chip h200 --chip mi355x --frameworks --hold-decode  # pool the prefill side
     python benchmarks/fit_terms.py eval --chip b200 --params '{"fp8moe.trt-llm": 95}'     # a stack's FP8 MoE term
+    python benchmarks/fit_terms.py fit --chip mi355x --frameworks --reruns latest \
+        --start '{"fp8moe.sglang": 30}'   # MI355X's shipped fit: newest reruns, SGLang's FP8 MoE path held (step 6)
 
 The shipped values (docs/fidelity.md "Overhead terms: fit and transfer") come from ``fit --frameworks`` per chip
 family (H200, B200, MI355X), ``--terms kernel`` (a per-kernel cost with the kernels counted from the architecture,
@@ -101,13 +103,18 @@ def usable_points(chips: set[str] | None = None) -> list[tuple[Point, SimSpec]]:
     return out
 
 
-def dedupe(items: list[tuple[Point, SimSpec]]) -> list[tuple[Point, SimSpec]]:
-    """One point per configuration: measured metrics = median over its reruns."""
+def dedupe(items: list[tuple[Point, SimSpec]], reruns: str = "median") -> list[tuple[Point, SimSpec]]:
+    """One point per configuration: measured metrics = median over its reruns (``reruns="latest"``: over the
+    reruns of its latest date only, the serving stack's release closest to the points being predicted; an
+    InferenceX date the artifact does not pin, ``2025-12..2026-01``, sorts after every day of its first month)."""
     groups: dict[tuple, list[tuple[Point, SimSpec]]] = defaultdict(list)
     for p, s in items:
         groups[config_key(s)].append((p, s))
     out = []
     for g in groups.values():
+        if reruns == "latest":
+            last = max(p.col("date") for p, _ in g)
+            g = [(p, s) for p, s in g if p.col("date") == last]
         p0, s0 = g[0]
         ms = {m for p, _ in g for m in p.metrics}
         metrics = {m: float(np.median([p.metrics[m] for p, _ in g if m in p.metrics])) for m in ms}
@@ -340,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold-decode", action="store_true",
                     help="fit: leave every chip's own decode terms (DECODE_TERMS) as in its catalogue file and fit only "
                          "the prefill-side terms and front ends (a pooled fit whose decode side stays per chip)")
+    ap.add_argument("--reruns", choices=("median", "latest"), default="median",
+                    help="fit: a configuration's measured value is the median over all its reruns in the fit split, "
+                         "or over those of its latest date only (the newest serving-stack release the fit half has)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--no-scheduling", action="store_true",
                     help="price every serving stack with the engine's default (vLLM-style mixed prefill) scheduling, "
@@ -383,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     with ProcessPoolExecutor(a.workers) as pool:
         if a.mode == "fit":
-            train = dedupe([(p, s) for p, s in items if split_of(p, s) == "fit"])
+            train = dedupe([(p, s) for p, s in items if split_of(p, s) == "fit"], a.reruns)
             random.Random(0).shuffle(train)
             train = train[: a.max_points]
             names = [n for n in PARAMS if n != "request_overhead_ms" or any(framework_profile(s) is None for _, s in train)]

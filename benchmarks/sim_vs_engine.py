@@ -167,6 +167,63 @@ def offline_points(device: str, todo: list[tuple[int, int, int]], per_slot: int,
     return out
 
 
+def resimulate(points: list[dict], hardware: str) -> list[dict]:
+    """The recorded ``points`` (their measured side kept) with the simulated side run again on ``hardware``: each
+    point's closed loop of its requests at its lengths (first wave released together, as ``--sim-release together``;
+    at a few ms of spread the sent release gives the same result, docs/fidelity.md), so a new chip can be checked
+    against an earlier run's measurements without serving again."""
+    from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
+    from jalapeno.workload import Workload
+
+    cm = cost_model_for("smollm2-135m", hardware, precision="fp32", kv="fp32")
+    out = []
+    for p in points:
+        n, conc = int(p["prompts"]), int(p["concurrency"])
+        wl = Workload(np.full(n, int(p["isl"]), dtype=np.int64), np.full(n, int(p["osl"]), dtype=np.int64),
+                      concurrency=conc)
+        got = run_workload(build_sim_engine(cm, in_flight=conc), wl).metrics(num_chips=1)
+        out.append({**p, "hardware": hardware,
+                    **{m: {"measured": p[m]["measured"], "simulated": got[k]} for m, k in METRICS.items()}})
+    return out
+
+
+def single_stream_contexts(steps: list) -> list[tuple[int, float]]:
+    """(keys attended, wall seconds) of each one-sequence decode step of a trace in which requests run one at a time:
+    the k-th decode step after a prefill of T tokens attends T + k keys (the decoded token included, as
+    ``StepShape.decode_ctx`` counts). Steps of more than one sequence, and decode steps before any prefill, are
+    left out."""
+    out, ctx = [], None
+    for s in steps:
+        if s.prefill_tokens > 0:
+            ctx = s.prefill_tokens if s.seqs == 1 else None
+        elif ctx is not None and s.decode_tokens == 1:
+            ctx += 1
+            out.append((ctx, s.t_end - s.t_start))
+    return out
+
+
+def price_single_stream(trace: Path, hardware: str, model: str = "smollm2-135m") -> list[dict]:
+    """The one-sequence decode steps of ``trace`` (:func:`single_stream_contexts`) against their price on
+    ``hardware``, by 64-key band: keys, steps, median measured and priced ms (the price is the simulator's for the
+    step alone, the chip's engine overheads included)."""
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.server.step_trace import load_trace
+    from jalapeno.sim import cost_model_for
+
+    cm = cost_model_for(model, hardware, precision="fp32", kv="fp32")
+    bands: dict[int, list[tuple[int, float]]] = {}
+    for ctx, wall in single_stream_contexts(load_trace(trace)[1]):
+        bands.setdefault((ctx - 1) // 64, []).append((ctx, wall))
+    rows = []
+    for _, got in sorted(bands.items()):
+        ctxs = [c for c, _ in got]
+        priced = [cm.step(StepShape.from_lists(decode_ctx=[c])).time_s for c in ctxs]
+        rows.append({"keys": [min(ctxs), max(ctxs)], "steps": len(got),
+                     "measured_ms": 1e3 * float(np.median([w for _, w in got])),
+                     "priced_ms": 1e3 * float(np.median(priced))})
+    return rows
+
+
 def served_splits(points: list[dict], trace: Path) -> None:
     """Attach to each point the split of its bench window from the server's step trace (in place)."""
     from dataclasses import asdict
@@ -317,7 +374,42 @@ def _main() -> None:
     ap.add_argument("--offline", action="store_true",
                     help="with --step-trace: also run each point's workload offline (no server) and trace it")
     ap.add_argument("--threads", type=int, default=None, help="torch threads of the served (and offline) engine")
+    ap.add_argument("--price-trace", type=Path, default=None, metavar="TRACE",
+                    help="only price the one-sequence decode steps of a recorded step trace (served.jsonl or "
+                         "offline_c1_*.jsonl) on --hardware, by context, and stop (no engine, no server)")
+    ap.add_argument("--resimulate", type=Path, default=None, metavar="RESULT",
+                    help="only simulate again, on --hardware, the points of an earlier run's --out JSON (or its "
+                         ".points.jsonl) and summarise against their measured side (no engine, no server)")
     args = ap.parse_args()
+    if args.resimulate is not None:
+        if not args.resimulate.is_file():
+            raise ConfigError(f"--resimulate {args.resimulate}: no such file; give an earlier run's --out JSON")
+        try:
+            prior = (read_points(args.resimulate) if args.resimulate.suffix == ".jsonl"
+                     else json.loads(args.resimulate.read_text())["points"])
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise ConfigError(f"--resimulate {args.resimulate}: not a sim_vs_engine result (no 'points'); give "
+                              "the JSON an earlier run wrote with --out") from None
+        again = resimulate(prior, args.hardware)
+        for p in again:
+            row = "  ".join(f"{m} {p[m]['measured'] or 0:.1f}/{p[m]['simulated'] or 0:.1f}" for m in METRICS)
+            print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} measured/sim on {args.hardware}: {row}")
+        for name, s in summarise(again).items():
+            print(f"{name:>10}: median |error| {s['median_pct']:.1f}%, worst {s['worst_pct']:.1f}% "
+                  f"({len(again)} points)")
+        return
+    if args.price_trace is not None:
+        if not args.price_trace.is_file():
+            raise ConfigError(f"--price-trace {args.price_trace}: no such file; give a step trace written by "
+                              "`jalapeno serve --step-trace` or this script's --offline")
+        rows = price_single_stream(args.price_trace, args.hardware)
+        if not rows:
+            raise ConfigError(f"--price-trace {args.price_trace}: no one-sequence decode steps after a prefill "
+                              "(a concurrency-1 trace has them)")
+        for r in rows:
+            print(f"keys {r['keys'][0]}-{r['keys'][1]} ({r['steps']} steps): measured {r['measured_ms']:.2f} ms, "
+                  f"priced {r['priced_ms']:.2f} ms ({r['priced_ms'] / r['measured_ms'] - 1:+.1%})")
+        return
     grid = dict(QUICK if args.quick else GRID)
     for key in ("concurrency", "isl", "osl"):
         if getattr(args, key):

@@ -57,8 +57,9 @@ def test_each_command_help_registers_only_its_package(name, capsys):
 
 
 def test_simulate_imports_nothing_it_does_not_use():
-    """A fresh ``jalapeno simulate`` process: no other command package, no probe benchmarks, no torch, and no
-    numpy.ma (np.median / np.percentile import it; metrics computes the same floats without them)."""
+    """A fresh ``jalapeno simulate`` process: no other command package, no probe benchmarks, no torch, no
+    speculative-decoding module without ``--spec-decode``, and no numpy.ma (np.median / np.percentile import
+    it; metrics computes the same floats without them)."""
     code = (
         "import sys, json\n"
         "from jalapeno.cli import main\n"
@@ -74,6 +75,49 @@ def test_simulate_imports_nothing_it_does_not_use():
     mods = set(json.loads(p.stderr.strip().splitlines()[-1]))
     assert json.loads(p.stdout)["completed"] == 8
     unused = {"numpy.ma", "jalapeno.hardware.probe", "torch", "jalapeno.report", "jalapeno.design",
-              "jalapeno.bench", "jalapeno.server", "jalapeno.calibration", "jalapeno.backends", "rich.console"}
+              "jalapeno.bench", "jalapeno.server", "jalapeno.calibration", "jalapeno.backends", "rich.console",
+              "jalapeno.speculative"}
     assert not unused & mods, sorted(unused & mods)
     assert "jalapeno.sim.commands" in mods
+
+
+_GC_PROBE = (
+    "import gc, json, sys\n"
+    "passes = []\n"
+    "gc.callbacks.append(lambda phase, info: passes.append(info['generation']) if phase == 'start' else None)\n"
+    "from jalapeno.cli import main\n"
+    "before = len(passes)\n"
+    "args = ['simulate', '--model', 'llama-3.1-8b', '--hardware', 'h200', '--isl', '128', '--osl', '8',"
+    " '--concurrency', '4', '--num-prompts', '40', '--json']\n"
+    "sys.argv = ['jalapeno', *args]\n"
+    "try:\n"
+    "    main(None if MODE == 'entry' else args)\n"
+    "except SystemExit as e:\n"
+    "    assert not e.code, e.code\n"
+    "sys.stderr.write(json.dumps([len(passes) - before, gc.isenabled()]))\n"
+)
+
+
+@pytest.mark.parametrize("mode", ["entry", "in-process"])
+def test_simulate_as_the_process_entry_runs_without_the_cyclic_collector(mode):
+    """As the process's entry point (``main()``), ``jalapeno simulate`` makes no collector pass from start to
+    end and leaves the collector off (turning it on would walk every object made meanwhile, just before the
+    process exits); called with arguments (in-process), ``main`` leaves the collector on."""
+    p = subprocess.run([sys.executable, "-c", f"MODE = {mode!r}\n" + _GC_PROBE], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    passes, enabled = json.loads(p.stderr.strip().splitlines()[-1])
+    assert json.loads(p.stdout)["completed"] == 40
+    if mode == "entry":
+        assert (passes, enabled) == (0, False)
+    else:
+        assert passes > 0 and enabled
+
+
+def test_only_a_one_shot_simulate_process_pauses_the_collector(monkeypatch):
+    for argv, paused in ((["simulate", "--model", "m"], True), (["--version"], False), (["serve", "x"], False),
+                         (["simulate", "--scenarios", "s.csv", "--output", "o.csv"], False),
+                         (["simulate", "--scenarios=s.csv"], False), (["sweep", "grid.yaml"], False)):
+        monkeypatch.setattr(sys, "argv", ["jalapeno", *argv])
+        assert cli._pauses_gc(None) is paused, argv
+        assert cli._pauses_gc(argv) is False  # in-process callers keep the collector as it was

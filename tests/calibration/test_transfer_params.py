@@ -23,7 +23,9 @@ def test_only_fitted_fields_and_front_ends_move():
     # no roofline fraction or chip fact
     assert not {"compute", "memory", "kernel_launch_us", "scale_up"} & set(got)
     mi = transfer_params("mi355x")  # MI355X fitted its ATOM front end (request_overhead_ms)
-    assert mi["request_overhead_ms"] == efficiency_of("mi355x").request_overhead_ms and mi["fw.sglang"] == 9.5
+    mi_eff = efficiency_of("mi355x")
+    assert mi["request_overhead_ms"] == mi_eff.request_overhead_ms and "request_overhead_ms" in mi_eff.fitted
+    assert mi["fw.sglang"] == mi_eff.framework_overhead_ms["sglang"] and "framework_overhead_ms@sglang" in mi_eff.fitted
 
 
 def test_transferred_values_keep_the_target_chips_launch_gap():

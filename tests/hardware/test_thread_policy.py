@@ -164,13 +164,13 @@ def test_a_server_keeps_the_default_policy(tmp_path: Path, monkeypatch: pytest.M
 
 
 def _idle_cpu_after_parallel_work(env: dict[str, str]) -> float:
-    """CPU seconds a fresh torch process burns in 0.5 s of sleep right after OpenMP-parallel work."""
+    """CPU seconds a fresh torch process burns in 1 s of sleep right after OpenMP-parallel work."""
     import subprocess
     import sys
 
     code = ("import time, torch; torch.set_num_threads(2); x = torch.ones(4_000_000)\n"
             "for _ in range(20): x.mul_(1.0)\n"
-            "t = time.process_time(); time.sleep(0.5); print(time.process_time() - t)")
+            "t = time.process_time(); time.sleep(1.0); print(time.process_time() - t)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return float(out.stdout.strip().splitlines()[-1])
@@ -186,4 +186,7 @@ def test_an_idle_engine_under_the_active_policy_stops_spinning() -> None:
     base = {k: v for k, v in os.environ.items() if k not in th.POLICY_VARS}
     forever = _idle_cpu_after_parallel_work({**base, "OMP_WAIT_POLICY": "ACTIVE"})
     bounded = _idle_cpu_after_parallel_work({**base, **ACTIVE.env(th.usable_cores())})
-    assert bounded < 0.1 < 0.25 < forever, (bounded, forever)
+    # A spinning worker gets what the other programs leave it (about 1 CPU s quiet, less on a loaded box), so the
+    # check is relative: the bounded spin burns a small fraction of what the unbounded one does.
+    assert forever > 0.1, (bounded, forever)
+    assert bounded < max(0.05, forever / 4), (bounded, forever)

@@ -269,3 +269,80 @@ def test_decode_step_lists_stop_prices_exactly_the_steps_run():
         cut_inside += 1 < run < k
         assert cm.decode_step_lists(shape, k, start, None) == (full_t, full_e)
     assert cut_inside > 20
+
+
+def _plain_affine_line(cm: CostModel, shape: StepShape, k: int):
+    """``CostModel._affine_line`` as first written (one bound flag per operator compared with its value at the
+    run's last step; the feature vector through ``np.array``, the slopes unmemoised): the reference for the
+    closed form the simulator prices every decode run with."""
+    assert not cm._small_m and not cm.kv_sram_tokens
+    d = shape.decode_seqs
+    r = shape.decode_tokens / d if d else 0.0
+    km, dcw = k - 1, float(d)
+    window = cm.model.attention_window
+    if window:
+        dcw = float(shape.decode_below_window)
+        if shape.decode_ctx_sum_window + km * dcw > d * window:
+            return None
+    y0 = cm._M.dot(np.array(cm._feat(shape), dtype=np.float64)).tolist()
+    g = cm._M_ctx.dot(np.array((d, dcw, d * r, dcw * r))).tolist()
+    n = cm._n
+    a_t, b_t = y0[2 * n], g[2 * n]
+    for tc, dc, tm, dm in zip(y0[:n], g[:n], y0[n : 2 * n], g[n : 2 * n]):
+        first = tc >= tm
+        if first != (tc + dc * km >= tm + dm * km):
+            return None
+        if first:
+            a_t += tc
+            b_t += dc
+        else:
+            a_t += tm
+            b_t += dm
+    return a_t, b_t, y0[2 * n + 1], g[2 * n + 1]
+
+
+@pytest.mark.parametrize("args", [
+    "--model gpt-oss-120b --hardware h200 --tp 8 --isl 1024 --osl 512 --concurrency 64 --num-prompts 160",
+    "--model deepseek-r1 --hardware h200 --tp 8 --ep 8 --precision fp8 --isl 1024 --osl 512 --concurrency 32 "
+    "--num-prompts 80",
+])
+def test_the_closed_form_of_every_decode_run_of_a_simulation_equals_the_plain_one(args, monkeypatch, capsys):
+    """Every decode run a whole simulation prices (sliding-window GPT-OSS-120B; DeepSeek-R1 with EP, KV-bound
+    so runs are cut by block crossings) gets exactly the plain reference's line; so do random decode shapes
+    with long runs, where the window cap binds or an operator changes bound (DeepSeek-R1 with DP attention
+    turns compute-bound) and both give None."""
+    from jalapeno.cli import main
+
+    seen: list[tuple[CostModel, StepShape, int, object]] = []
+    real = CostModel._affine_line
+
+    def recording(self, shape, k):
+        out = real(self, shape, k)
+        seen.append((self, shape, k, out))
+        return out
+
+    monkeypatch.setattr(CostModel, "_affine_line", recording)
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", *args.split(), "--json"])
+    assert not exc.value.code
+    capsys.readouterr()
+    monkeypatch.setattr(CostModel, "_affine_line", real)
+    assert len(seen) > 50 and all(out is not None for *_, out in seen[-10:])
+    for cm, shape, k, out in seen:
+        assert out == _plain_affine_line(cm, shape, k)
+    rng = np.random.default_rng(3)
+    models = [seen[0][0], CostModel(DEEPSEEK_R1, H200, Parallelism(tp=8, ep=8, dp_attention=True))]
+    declined = 0
+    for _ in range(100):
+        cm = models[int(rng.integers(len(models)))]
+        w = cm.model.sliding_window
+        few = rng.random() < 0.5  # a few short contexts: DP attention's decode turns compute-bound in a long run
+        ctxs = [int(c) for c in rng.integers(1, 300 if few else 6000, size=int(rng.integers(1, 8 if few else 300)))]
+        shape = StepShape.from_lists(decode_ctx=ctxs, window=w or None)
+        for k in (int(rng.integers(1, 200)), 20_000):
+            got = cm._affine_line(shape, k)
+            assert got == _plain_affine_line(cm, shape, k)
+            declined += got is None
+    crossing = StepShape.from_lists(decode_ctx=[1])
+    assert models[1]._affine_line(crossing, 20_000) is None is _plain_affine_line(models[1], crossing, 20_000)
+    assert declined > 10

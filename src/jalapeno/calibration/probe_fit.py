@@ -15,6 +15,7 @@ the other batches, and the compute fraction that reproduces the prefill step, al
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -172,53 +173,96 @@ class AttentionFit:
     ns: float
     #: (batch, context) -> (measured, priced with the fitted term and the batch's intercept) seconds
     points: dict[tuple[int, int], tuple[float, float]]
-    #: root mean square and largest |priced / measured - 1| over the points
+    #: root mean square and largest |priced / measured - 1| over the points (both models' when both were measured)
     rms_error: float
     worst_error: float
+    #: the served model's steps, as ``points`` (empty when the probe did not time them)
+    served_points: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
+    #: each model's own least-squares slope (ns), fitted alone: the term transfers when they agree
+    by_model: dict[str, float] = field(default_factory=dict)
+    #: the served model's steps (batch, context) -> (measured, priced by the chip with the fitted term, no
+    #: intercept, engine overheads set aside) seconds: what the simulator prices for the served model's steps
+    served_priced: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
 
 
-def attention_least_squares(steps: dict[int, dict[int, float]], base: dict[int, dict[int, float]],
-                            pairs_per_key: float) -> tuple[float, dict[int, float]]:
+def attention_least_squares(steps: Mapping[Any, dict[int, float]], base: Mapping[Any, dict[int, float]],
+                            pairs_per_key: float | Mapping[Any, float]) -> tuple[float, dict[Any, float]]:
     """The seconds per (query head, key, layer) pair and one intercept per batch that best explain, by least
     squares, what each decode step took beyond ``base`` (the chip's price without the term), per row of its batch:
     (measured[b][ctx] - base[b][ctx]) / b = intercept[b] + slope x pairs_per_key x ctx. Each batch weighs alike
-    (per row); the intercepts absorb what the decode steps cost apart from attention. Slope floored at 0."""
-    keys = [(b, c) for b in sorted(steps) for c in sorted(steps[b])]
-    batches = sorted(steps)
-    a = np.zeros((len(keys), len(batches) + 1))
+    (per row); the intercepts absorb what the decode steps cost apart from attention. Slope floored at 0.
+    Steps of several models: key them ``(model, batch)`` and give ``pairs_per_key`` per key (layers x query
+    heads of that key's model); the slope is shared, the intercepts are per key."""
+    groups = list(steps)
+    keys = [(g, c) for g in groups for c in sorted(steps[g])]
+    a = np.zeros((len(keys), len(groups) + 1))
     y = np.zeros(len(keys))
-    for i, (b, c) in enumerate(keys):
-        a[i, batches.index(b)] = 1.0
-        a[i, -1] = pairs_per_key * c
-        y[i] = (steps[b][c] - base[b][c]) / b
+    for i, (g, c) in enumerate(keys):
+        b = g[-1] if isinstance(g, tuple) else g
+        a[i, groups.index(g)] = 1.0
+        a[i, -1] = (pairs_per_key[g] if isinstance(pairs_per_key, Mapping) else pairs_per_key) * c
+        y[i] = (steps[g][c] - base[g][c]) / b
     sol = np.linalg.lstsq(a, y, rcond=None)[0]
     if sol[-1] < 0:  # no measurable cost per key: the intercepts alone
         sol = np.append(np.linalg.lstsq(a[:, :-1], y, rcond=None)[0], 0.0)
-    return float(sol[-1]), {b: float(sol[i]) for i, b in enumerate(batches)}
+    return float(sol[-1]), {g: float(sol[i]) for i, g in enumerate(groups)}
+
+
+def _unpriced_model(arch: Any, chip: ChipSpec) -> Any:
+    """``arch`` on ``chip`` at fp32 with the engine's overheads and the attention term set to 0."""
+    from jalapeno.sim.factory import cost_model_for
+
+    zero = {k: 0.0 for k in ("step_overhead_us", "layer_overhead_us", "seq_overhead_us", "decode_attention_ns")}
+    return cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=chip.efficiency.model_copy(update=zero))
 
 
 def fit_decode_attention(res: ProbeResult, chip: ChipSpec) -> AttentionFit | None:
     """Per (query head, key, layer) of a decode row, the seconds the probe's decode steps took beyond what ``chip``
     (the small-M terms fitted, overheads set aside) prices for their keys, by least squares over every measured
-    context and batch (:func:`attention_least_squares`), in ns. None when no batch was measured at two contexts."""
+    context and batch (:func:`attention_least_squares`), in ns: the crossover model's steps and, when the probe
+    timed them, the served model's (one slope for both, an intercept per model and batch; each model's own slope
+    and the served steps as the fitted chip prices them are kept beside). None when no batch was measured at two
+    contexts."""
     from jalapeno.hardware import probe as pr
+    from jalapeno.models.catalog import load_model
     from jalapeno.models.hf_config import arch_from_config
     from jalapeno.perf.shape import StepShape
-    from jalapeno.sim.factory import cost_model_for
 
-    steps = {b: by for b, by in res.ctx_step_s.items() if len(by) >= 2}
-    if not steps or not res.decode_layers:
+    models = {"crossover": (arch_from_config(pr.llama_config(max(res.decode_layers, 1), *pr.CROSSOVER_MODEL),
+                                             "probe-crossover-llama"), res.ctx_step_s)}
+    if res.served_model and res.served_ctx_step_s:
+        models[res.served_model] = (load_model(res.served_model), res.served_ctx_step_s)
+    steps = {(m, b): by for m, (_, got) in models.items() for b, by in got.items() if len(by) >= 2}
+    if not res.decode_layers or not any(m == "crossover" for m, _ in steps):
         return None
-    arch = arch_from_config(pr.llama_config(res.decode_layers, *pr.CROSSOVER_MODEL), "probe-crossover-llama")
-    zero = {k: 0.0 for k in ("step_overhead_us", "layer_overhead_us", "seq_overhead_us", "decode_attention_ns")}
-    cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=chip.efficiency.model_copy(update=zero))
-    base = {b: {c: cm.step(StepShape.from_lists(decode_ctx=[c] * b)).time_s for c in by} for b, by in steps.items()}
-    per_key = float(arch.num_layers * arch.num_heads)
+    cms = {m: _unpriced_model(arch, chip) for m, (arch, _) in models.items()}
+    base = {(m, b): {c: cms[m].step(StepShape.from_lists(decode_ctx=[c] * b)).time_s for c in by}
+            for (m, b), by in steps.items()}
+    per_key = {(m, b): float(models[m][0].num_layers * models[m][0].num_heads) for m, b in steps}
     slope, icpt = attention_least_squares(steps, base, per_key)
-    points = {(b, c): (t, base[b][c] + b * (icpt[b] + slope * per_key * c)) for b, by in steps.items()
-              for c, t in by.items()}
-    errs = np.array([p / m - 1 for m, p in points.values()])
-    return AttentionFit(round(slope * 1e9, 2), points, float(np.sqrt(np.mean(errs ** 2))), float(np.abs(errs).max()))
+    fitted = {(m, b, c): (t, base[(m, b)][c] + b * (icpt[(m, b)] + slope * per_key[(m, b)] * c))
+              for (m, b), by in steps.items() for c, t in by.items()}
+    errs = np.array([p / t - 1 for t, p in fitted.values()])
+    alone = {}
+    for m in models:
+        sub = {k: v for k, v in steps.items() if k[0] == m}
+        if sub and len(models) > 1:
+            alone[m] = round(attention_least_squares(sub, base, per_key)[0] * 1e9, 2)
+    served = {}
+    if len(models) > 1:
+        arch = models[res.served_model][0]
+        per = float(arch.num_layers * arch.num_heads)
+        served = {(b, c): (t, base[(m, b)][c] + slope * per * c * b) for (m, b, c), (t, _) in fitted.items()
+                  if m == res.served_model}
+    return AttentionFit(round(slope * 1e9, 2), {(b, c): v for (m, b, c), v in fitted.items() if m == "crossover"},
+                        float(np.sqrt(np.mean(errs ** 2))), float(np.abs(errs).max()),
+                        {(b, c): v for (m, b, c), v in fitted.items() if m == res.served_model}, alone, served)
+
+
+def _ms_by_batch(points: Mapping[tuple[int, int], tuple[float, float]]) -> str:
+    return "; ".join(f"batch {b}: " + ", ".join(f"{c}: {m * 1e3:.2f}/{p * 1e3:.2f}" for (bb, c), (m, p)
+                                                in sorted(points.items()) if bb == b)
+                     for b in sorted({b for b, _ in points}))
 
 
 def add_decode_attention(out: dict[str, Any], res: ProbeResult, source: str) -> None:
@@ -231,13 +275,45 @@ def add_decode_attention(out: dict[str, Any], res: ProbeResult, source: str) -> 
         return
     eff = out["efficiency"]
     eff["decode_attention_ns"] = fit.ns
-    ms = "; ".join(f"batch {b}: " + ", ".join(f"{c}: {m * 1e3:.2f}/{p * 1e3:.2f}" for (bb, c), (m, p)
-                                               in sorted(fit.points.items()) if bb == b)
-                   for b in sorted({b for b, _ in fit.points}))
+    note = (f"least squares over the probe's decode steps by context (one intercept per batch); ms measured/"
+            f"fitted by context, {_ms_by_batch(fit.points)}")
+    if fit.served_points:
+        note += (f"; {res.served_model} ({res.served_layers} layers, random weights), the same slope: "
+                 f"{_ms_by_batch(fit.served_points)}; each model alone: "
+                 + ", ".join(f"{m} {v} ns" for m, v in fit.by_model.items())
+                 + f"; {res.served_model} priced by this chip (no intercept, engine overheads aside): "
+                 + _ms_by_batch(fit.served_priced))
     eff.setdefault("fitted", {})["decode_attention_ns"] = {
         "value": fit.ns, "status": "fitted", "source": source,
-        "note": f"least squares over the probe's decode steps by context (one intercept per batch); ms measured/"
-                f"fitted by context, {ms} (rms {fit.rms_error:.1%}, worst {fit.worst_error:.1%})"}
+        "note": note + f" (rms {fit.rms_error:.1%}, worst {fit.worst_error:.1%})"}
+
+
+def served_prefill_check(res: ProbeResult, chip: ChipSpec) -> dict[int, tuple[float, float]]:
+    """The served-shape model's prefill steps (tokens -> (measured less its layers' overhead, priced by ``chip``
+    with the engine's overheads aside) seconds): whether the compute fraction fitted on the crossover model's
+    prefills prices the served model's (its TTFT at concurrency 1). Empty when the probe did not time them."""
+    from jalapeno.models.catalog import load_model
+    from jalapeno.perf.shape import StepShape
+
+    if not (res.served_model and res.served_prefill_s):
+        return {}
+    cm = _unpriced_model(load_model(res.served_model), chip)
+    fixed = res.served_layers * (res.layer_overhead_us or 0.0) * 1e-6
+    return {t: (s - fixed if s - fixed > 0.25 * s else s, cm.step(StepShape.from_lists(prefill=[(t, 0)])).time_s)
+            for t, s in sorted(res.served_prefill_s.items())}
+
+
+def add_served_prefill_check(out: dict[str, Any], res: ProbeResult) -> None:
+    """Append :func:`served_prefill_check` to the note of ``efficiency.fitted.compute_default`` (the chip mapping
+    ``out`` as fitted so far); nothing when there is no such note or no served prefill."""
+    from jalapeno.hardware.schema import ChipSpec
+
+    got = served_prefill_check(res, ChipSpec.model_validate(out))
+    fact = out["efficiency"].get("fitted", {}).get("compute_default")
+    if not got or fact is None:
+        return
+    fact["note"] += (f"; {res.served_model} (random weights) prefill step ms measured/priced by tokens: "
+                     + ", ".join(f"{t}: {m * 1e3:.1f}/{p * 1e3:.1f}" for t, (m, p) in got.items()))
 
 
 def _pairs(line: str) -> dict[int, list[float]]:
@@ -279,6 +355,20 @@ def probe_from_chip(chip: ChipSpec) -> ProbeResult:
         ctxs = [int(c) for c in ctx_key.split("context ", 1)[1].split(" ", 1)[0].split("/")]
         res.ctx_step_s = {b: {c: x / 1e3 for c, x in zip(ctxs, v, strict=True)}
                           for b, v in _pairs(notes[ctx_key]).items()}
+    served_key = next((k for k in notes if k.startswith("served-model decode step ms at context")), None)
+    if served_key:  # "served-model decode step ms at context 65/.../2305 by batch (smollm2-135m, 30 layers, ...)"
+        got = re.search(r"context ([0-9/]+) by batch \(([^,]+), ([0-9]+) layers", served_key)
+        if got:
+            ctxs = [int(c) for c in got[1].split("/")]
+            res.served_model, res.served_layers = got[2], int(got[3])
+            res.served_ctx_step_s = {b: {c: x / 1e3 for c, x in zip(ctxs, v, strict=True)}
+                                     for b, v in _pairs(notes[served_key].split("random weights)", 1)[1]).items()}
+    sp_key = next((k for k in notes if k.startswith("served-model prefill step ms by tokens")), None)
+    got = re.search(r"\(([^,]+), ([0-9]+) layers", sp_key or "")
+    if got:  # "served-model prefill step ms by tokens (smollm2-135m, 30 layers, random weights): 512: 1115.20"
+        res.served_model, res.served_layers = got[1], int(got[2])
+        line = notes[sp_key].split("random weights)", 1)[1]
+        res.served_prefill_s = {t: v[0] / 1e3 for t, v in _pairs(line).items()}
     pre = notes.get("prefill step ms (GFLOP) by tokens")
     res.prefill_s = {t: (v[1] * 1e9, v[0] / 1e3) for t, v in _pairs(pre).items()} if pre else {}
     eff = chip.efficiency
@@ -350,6 +440,7 @@ def fitted_chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
     if cap:
         add_small_m(out, res, cap, source)
     add_decode_attention(out, res, source)
+    add_served_prefill_check(out, res)
     return out
 
 
@@ -384,4 +475,7 @@ def refit_probe_file(src: Path, out_dir: Path, command: str) -> tuple[Path, str]
             f"compute_memory_overlap {eff.compute_memory_overlap}, decode_attention_ns {eff.decode_attention_ns}")
     if "compute_memory_overlap" in eff.fitted:
         line += f"; {eff.fitted['compute_memory_overlap'].note}"
+    att = eff.fitted.get("decode_attention_ns")
+    if att is not None and "each model alone: " in (att.note or ""):  # the transfer check, where the lead looks
+        line += "; decode_attention_ns, " + att.note.split("each model alone: ", 1)[1].split(";", 1)[0]
     return path, line

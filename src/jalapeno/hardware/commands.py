@@ -203,12 +203,22 @@ def register(app: typer.Typer) -> None:
         device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
         quick: Annotated[bool, typer.Option("--quick", help="Small sizes, short runs (< 30 s).")] = False,
         key: Annotated[str, typer.Option("--key", help="Chip key of the written YAML.")] = "local",
+        served_model: Annotated[str, typer.Option(
+            "--served-model", help="Catalogue name or config.json of the model the chip will serve: its decode "
+            "steps (random weights) are timed over the long contexts too (CPU, full probe).")] = "smollm2-135m",
     ) -> None:
         """Measure this machine (bandwidth, matmul, engine overheads, caches, power) and write its chip YAML."""
+        from jalapeno.hardware.threads import apply_thread_policy
+        from jalapeno.models.catalog import load_model
+
+        load_model(served_model)  # an unknown name or a bad config is one line now, not after minutes of probing
+
+        # before torch loads: the engine steps are timed under the thread policy a server runs (what the chip prices)
+        policy = apply_thread_policy(serving=True) if device == "cpu" else ""
         from jalapeno.hardware.probe import default_probe_dir, run_probe, write_chip
 
         console = Console(stderr=True)
-        res = run_probe(device, quick, log=console.print)
+        res = run_probe(device, quick, log=console.print, policy_line=policy, served_model=served_model)
         cmd = f"jalapeno hardware probe --device {device}" + (" --quick" if quick else "")
         path = write_chip(res, out or default_probe_dir(), key, cmd)
         for note in res.notes:

@@ -155,6 +155,14 @@ class ProbeResult:
     #: the engine's decode step of the crossover model by batch, then by keys per sequence (LONG_CONTEXTS), seconds:
     #: what attention over a long context costs (``efficiency.decode_attention_ns``)
     ctx_step_s: dict[int, dict[int, float]] = field(default_factory=dict)
+    #: the same steps of a random-weight model of the served model's shape (SERVED_MODEL: its name and layers)
+    served_ctx_step_s: dict[int, dict[int, float]] = field(default_factory=dict)
+    served_model: str = ""
+    served_layers: int = 0
+    #: prefill steps of the served-shape model from an empty cache, by prompt tokens (seconds)
+    served_prefill_s: dict[int, float] = field(default_factory=dict)
+    #: the OpenMP thread policy the probe's own engine steps ran under (the one a server runs: the line says)
+    thread_policy_line: str = ""
     #: prefill steps of the crossover model by prompt tokens: (FLOPs, seconds) (PREFILL_LENGTHS)
     prefill_s: dict[int, tuple[float, float]] = field(default_factory=dict)
     #: every sample of the repeated timings (label -> seconds in round order), written beside the chip YAML
@@ -358,14 +366,22 @@ def llama_config(layers: int, hidden: int, inter: int, vocab: int) -> dict[str, 
 
 def random_llama(layers: int, hidden: int, inter: int, vocab: int, device: str):
     """A random-weight Llama-shaped :class:`LoadedModel` (no checkpoint, no transformers)."""
+    from jalapeno.backends.torch.models import torch_arch
+
+    return random_model(torch_arch(llama_config(layers, hidden, inter, vocab), "probe-llama"), device)
+
+
+def random_model(cfg: Any, device: str):
+    """A random-weight :class:`LoadedModel` of the architecture ``cfg`` (a :class:`ModelArch` the torch backend
+    builds; an unsupported family is a ConfigError from ``build_model``)."""
     import torch
 
     from jalapeno.backends.torch.loader import LoadedModel, materialize
-    from jalapeno.backends.torch.models import build_model, torch_arch
+    from jalapeno.backends.torch.models import build_model
 
-    cfg = torch_arch(llama_config(layers, hidden, inter, vocab), "probe-llama")
     with torch.device("meta"):
-        shapes = {k: v.shape for k, v in build_model(cfg).state_dict().items() if k != "lm_head.weight"}
+        shapes = {k: v.shape for k, v in build_model(cfg).state_dict().items()
+                  if k != "lm_head.weight" or not cfg.tie_word_embeddings}
     gen = torch.Generator().manual_seed(0)
     tensors = {k: torch.randn(s, generator=gen) * 0.02 for k, s in shapes.items()}
     model, _ = materialize(cfg, tensors, device, torch.float32)
@@ -501,12 +517,10 @@ def robust_time(samples: list[float]) -> float:
     return min(samples)
 
 
-def measure_long_context(res: ProbeResult, loaded: Any, quick: bool, budget_s: float) -> None:
-    """The crossover model's fused decode step at every LONG_CONTEXTS length, by LONG_BATCHES batch
-    (``res.ctx_step_s``), interleaved round by round (:func:`interleaved_times`) and taken as the best of the
-    rounds: what attending more keys costs, fitted by least squares over the contexts. Skipped in a quick probe."""
-    if quick:
-        return
+def context_steps(loaded: Any, budget_s: float,
+                  rounds: tuple[int, int] = LONG_ROUNDS) -> dict[tuple[int, int], list[float]]:
+    """The fused decode step of ``loaded`` at every LONG_CONTEXTS length by LONG_BATCHES batch, interleaved round by
+    round (:func:`interleaved_times`): (batch, context) -> wall seconds of every round."""
     import torch
 
     from jalapeno.backends.torch.attention import SeqSlice
@@ -524,10 +538,87 @@ def measure_long_context(res: ProbeResult, loaded: Any, quick: bool, budget_s: f
         return run
 
     fns = {(b, ctx): step(b, ctx) for b in LONG_BATCHES for ctx in LONG_CONTEXTS}
-    got = interleaved_times(fns, 10 * budget_s, LONG_ROUNDS)
-    for (b, ctx), samples in got.items():
+    return interleaved_times(fns, budget_s, rounds)
+
+
+def measure_long_context(res: ProbeResult, loaded: Any, quick: bool, budget_s: float) -> None:
+    """The crossover model's fused decode step at every LONG_CONTEXTS length, by LONG_BATCHES batch
+    (``res.ctx_step_s``), interleaved round by round (:func:`interleaved_times`) and taken as the best of the
+    rounds: what attending more keys costs, fitted by least squares over the contexts. Skipped in a quick probe."""
+    if quick:
+        return
+    for (b, ctx), samples in context_steps(loaded, 10 * budget_s).items():
         res.ctx_step_s.setdefault(b, {})[ctx] = robust_time(samples)
         res.samples[f"decode b{b} ctx{ctx}"] = samples
+
+
+#: the model the closed loop serves (``jalapeno serve``'s default): the probe also times decode steps of a model of
+#: its shape (its catalogue config, random weights: no download) over LONG_CONTEXTS, so what the chip prices for the
+#: served model is checked on that model's own steps, not only on the crossover model's
+SERVED_MODEL = "smollm2-135m"
+
+
+def served_context_bytes(arch: Any) -> float:
+    """Bytes the served-shape context steps hold: float32 weights (tied embeddings once) and the KV cache of
+    max(LONG_BATCHES) sequences of max(LONG_CONTEXTS) keys."""
+    per = max(LONG_CONTEXTS) // 16 + 1
+    kv = 4.0 * arch.kv_elems_per_token_layer() * arch.num_layers * per * 16 * max(LONG_BATCHES)
+    return 4.0 * arch.total_params() + kv
+
+
+def measure_served_context(res: ProbeResult, quick: bool, budget_s: float, model: str = SERVED_MODEL) -> None:
+    """The fused decode step of a random-weight model of ``model``'s shape at every LONG_CONTEXTS length by
+    LONG_BATCHES batch (``res.served_ctx_step_s``, best of interleaved rounds), as the crossover model's are timed.
+    Skipped in a quick probe, off CPU, without the fused kernel, or (a note) when the machine lacks the memory."""
+    from jalapeno.kernels.cpu_build import KernelUnavailable, load_kernel
+    from jalapeno.models.catalog import load_model
+
+    if quick or res.device != "cpu":
+        return
+    try:
+        load_kernel("cpu_decode")
+    except KernelUnavailable:
+        return  # measure_crossover has said why
+    arch = load_model(model)
+    need = served_context_bytes(arch)
+    if need > 0.5 * _available_bytes("cpu"):
+        res.notes.append(f"served-model steps: {model} at {max(LONG_CONTEXTS)} keys x {max(LONG_BATCHES)} sequences "
+                         f"needs {need / 1e9:.1f} GB, more than half the free memory; not measured")
+        return
+    try:
+        loaded = random_model(arch, "cpu")
+    except ConfigError as exc:  # a family the torch backend does not build: a note, the rest of the probe runs
+        res.notes.append(f"served-model steps: {model} not measured ({exc})")
+        return
+    res.served_model, res.served_layers = model, int(arch.num_layers)
+    for (b, ctx), samples in context_steps(loaded, 10 * budget_s).items():
+        res.served_ctx_step_s.setdefault(b, {})[ctx] = robust_time(samples)
+        res.samples[f"{model} decode b{b} ctx{ctx}"] = samples
+    served_prefill(res, loaded, model, budget_s)
+
+
+def served_prefill(res: ProbeResult, loaded: Any, model: str, budget_s: float, tokens: int | None = None) -> None:
+    """One ``tokens``-token (default PREFILL_TOKENS) prefill step of the served-shape model from an empty cache
+    through the runner, best of PREFILL_ROUNDS (``res.served_prefill_s``: tokens -> seconds): the TTFT of one
+    request at that prompt length, which the chip's compute fraction (fitted on the crossover model's prefills)
+    must price."""
+    import torch
+
+    from jalapeno.backends.torch.attention import SeqSlice
+    from jalapeno.backends.torch.runner import DecodePolicy, ModelRunner
+
+    tokens = tokens or PREFILL_TOKENS
+    blocks = -(-tokens // 16)
+    runner = ModelRunner(loaded.model, blocks, 16, "cpu", torch.float32)
+    sl = [SeqSlice(0, tokens, list(range(blocks)))]
+
+    def run() -> Any:
+        runner.policy = DecodePolicy()
+        return runner.forward(sl, [1] * tokens, [tokens - 1])
+
+    samples = interleaved_times({tokens: run}, 6 * budget_s, PREFILL_ROUNDS)[tokens]
+    res.served_prefill_s[tokens] = robust_time(samples)
+    res.samples[f"{model} prefill {tokens}"] = samples
 
 
 #: prompt tokens of the probe's prefill steps (the closed loop's input lengths); the first of PREFILL_TOKENS's size
@@ -730,6 +821,18 @@ def _measurement_notes(res: ProbeResult) -> list[str]:
         ctxs = sorted({c for by in res.ctx_step_s.values() for c in by})
         lines.append(f"decode step ms at context {'/'.join(map(str, ctxs))} by batch: " + ", ".join(
             f"{b}: " + "/".join(f"{by[c] * 1e3:.3f}" for c in ctxs) for b, by in sorted(res.ctx_step_s.items())))
+    if res.served_ctx_step_s:
+        ctxs = sorted({c for by in res.served_ctx_step_s.values() for c in by})
+        lines.append(f"served-model decode step ms at context {'/'.join(map(str, ctxs))} by batch "
+                     f"({res.served_model}, {res.served_layers} layers, random weights): " + ", ".join(
+                         f"{b}: " + "/".join(f"{by[c] * 1e3:.3f}" for c in ctxs)
+                         for b, by in sorted(res.served_ctx_step_s.items())))
+    if res.served_prefill_s:
+        lines.append(f"served-model prefill step ms by tokens ({res.served_model}, {res.served_layers} layers, "
+                     "random weights): " + ", ".join(
+            f"{t}: {v * 1e3:.2f}" for t, v in sorted(res.served_prefill_s.items())))
+    if res.thread_policy_line:
+        lines.append(f"engine steps timed under {res.thread_policy_line}")
     if res.prefill_s:
         lines.append("prefill step ms (GFLOP) by tokens: " + ", ".join(
             f"{t}: {s * 1e3:.2f}/{f / 1e9:.4f}" for t, (f, s) in sorted(res.prefill_s.items())))
@@ -737,8 +840,12 @@ def _measurement_notes(res: ProbeResult) -> list[str]:
     return lines
 
 
-def run_probe(device: str = "cpu", quick: bool = False, log: Callable[[str], None] = lambda _: None) -> ProbeResult:
-    """Run every measurement on ``device`` ("cpu" or "cuda"); ``quick`` keeps it under ~30 s."""
+def run_probe(device: str = "cpu", quick: bool = False, log: Callable[[str], None] = lambda _: None,
+              policy_line: str = "", served_model: str = SERVED_MODEL) -> ProbeResult:
+    """Run every measurement on ``device`` ("cpu" or "cuda"); ``quick`` keeps it under ~30 s. ``policy_line``: the
+    OpenMP thread policy this process runs under (:func:`jalapeno.hardware.threads.apply_thread_policy`), noted;
+    ``served_model``: the model whose decode steps are timed beside the crossover model's
+    (:func:`measure_served_context`)."""
     import torch
 
     if device not in ("cpu", "cuda"):
@@ -746,7 +853,8 @@ def run_probe(device: str = "cpu", quick: bool = False, log: Callable[[str], Non
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda was requested but no CUDA GPU is available; use --device cpu")
     name = torch.cuda.get_device_name(0) if device == "cuda" else (platform.processor() or platform.machine())
-    res = ProbeResult(device, name, _total_memory_gb(device), caches_kb=read_caches() if device == "cpu" else {})
+    res = ProbeResult(device, name, _total_memory_gb(device), caches_kb=read_caches() if device == "cpu" else {},
+                      thread_policy_line=policy_line)
     budget = 0.15 if quick else 0.6
     steps: list[tuple[str, Callable[[], None]]] = [
         ("memory bandwidth", lambda: measure_bandwidth(res, 64 if quick else 512, budget)),
@@ -754,6 +862,8 @@ def run_probe(device: str = "cpu", quick: bool = False, log: Callable[[str], Non
         ("matmul throughput by rows", lambda: measure_matmul_rows(res, budget)),
         ("engine overheads", lambda: measure_overheads(res, quick)),
         ("fused decode crossover", lambda: measure_crossover(res, quick, budget)),
+        (f"decode steps of the served model's shape ({served_model}, random weights)",
+         lambda: measure_served_context(res, quick, budget, served_model)),
         ("OpenMP thread policy (a process per candidate)", lambda: measure_thread_policy(res, quick)),
         ("power", lambda: measure_power(res, lambda: measure_bandwidth(ProbeResult(device, name, 0), 64, 0.3))),
     ]

@@ -850,14 +850,17 @@ class CostModel:
             g = self._ctx_slopes(d, dcw, r)
         n = self._n
         a_t, b_t = y0[2 * n], g[2 * n]
-        for tc, dc, tm, dm in zip(y0[:n], g[:n], y0[n : 2 * n], g[n : 2 * n]):
-            first = tc >= tm
-            if first != (tc + dc * km >= tm + dm * km):
-                return None  # this operator changes bound inside the run
-            if first:
+        # each operator: compute-bound at the first step (tc >= tm) must stay so at the last, and memory-bound
+        # stay memory-bound; None where it changes bound inside the run (the same comparisons, one per branch)
+        for tc, tm, dc, dm in zip(y0[:n], y0[n : 2 * n], g[:n], g[n : 2 * n]):
+            if tc >= tm:
+                if not (tc + dc * km >= tm + dm * km):
+                    return None
                 a_t += tc
                 b_t += dc
             else:
+                if tc + dc * km >= tm + dm * km:
+                    return None
                 a_t += tm
                 b_t += dm
         return a_t, b_t, y0[2 * n + 1], g[2 * n + 1]

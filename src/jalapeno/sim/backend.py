@@ -26,7 +26,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import attrgetter
-from typing import Any, Literal, Protocol, Sequence as Seq
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence as Seq
 
 import numpy as np
 
@@ -35,7 +35,9 @@ from jalapeno.engine.interface import Backend, Capabilities
 from jalapeno.errors import ConfigError
 from jalapeno.perf.model import CostModel
 from jalapeno.perf.shape import StepShape, _pairs
-from jalapeno.speculative.proposer import AdaptiveK, KPolicy, SpeculativeStats
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jalapeno.speculative.proposer import AdaptiveK, KPolicy
 
 #: denominator of the fixed-point accepted-length accumulator
 _ONE = 1 << 32
@@ -155,9 +157,11 @@ class SimBackend(Backend):
         self._e_num = int(round(speculation.expected_tokens * _ONE)) if speculation else _ONE
         self._acc: dict[int | str, int] = {}
         #: the engine's adaptive-k policy, fed by draws from the measured acceptance (None: expected values)
-        self.adaptive = AdaptiveK(speculation.policy) if speculation and speculation.policy else None
-        if self.adaptive is not None:
-            assert speculation is not None
+        self.adaptive: AdaptiveK | None = None
+        if speculation and speculation.policy:  # imported here: a run without speculation never loads it
+            from jalapeno.speculative.proposer import AdaptiveK, SpeculativeStats
+
+            self.adaptive = AdaptiveK(speculation.policy)
             self.max_multi_step = 1  # like the torch backend: speculation decodes one step at a time
             self._rng = np.random.default_rng(speculation.seed)
             self.stats = SpeculativeStats(self.k)

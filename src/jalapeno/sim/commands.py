@@ -174,7 +174,6 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print the metrics JSON.")] = False,
     ) -> None:
         """Simulate serving a model on a chip (InferenceX workload and metrics) with the engine's scheduler."""
-        from jalapeno.sim.batch import run_scenarios
         from jalapeno.sim.scenario import Scenario, run_scenario
         from jalapeno.errors import ConfigError
 
@@ -182,6 +181,8 @@ def register(app: typer.Typer) -> None:
             if output is None:
                 raise ConfigError("--scenarios needs --output results.csv")
             from rich.progress import Progress
+
+            from jalapeno.sim.batch import run_scenarios
 
             with Progress(transient=False) as prog:
                 task = prog.add_task("simulating", total=None)

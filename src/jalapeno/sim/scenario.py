@@ -11,15 +11,17 @@ import difflib
 import os
 from dataclasses import dataclass, field, replace, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jalapeno.errors import ConfigError
 from jalapeno.perf.types import KV_PRECISIONS, WEIGHT_PRECISIONS
 from jalapeno.sim.backend import Speculation
-from jalapeno.speculative.proposer import KPolicy, MeasuredAcceptance
 from jalapeno.sim.client import run_workload
 from jalapeno.sim.cluster import Cluster, KVLink
 from jalapeno.sim.factory import DEFAULT_MIN_NUM_SEQS, SimLimits, build_sim_engines, cost_model_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from jalapeno.speculative.proposer import MeasuredAcceptance
 
 #: per-pool scenario fields: ``prefill_<x>`` / ``decode_<x>`` (setting any makes the run disaggregated)
 POOL_FIELDS = ("hardware", "workers", "tp", "ep", "pp", "chips_per_worker", "dp_attention", "precision")
@@ -535,6 +537,8 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None):
                 raise ConfigError("--spec-decode draft needs --draft-model (e.g. llama-3.1-8b)")
             d_arch = load_model(sc.draft_model)
             draft = _cost_model(sc, d_arch, cm.chip.key, cm.parallel.tp if d_arch.num_heads % cm.parallel.tp == 0 else 1, 1, False)
+        from jalapeno.speculative.proposer import KPolicy, MeasuredAcceptance  # only a speculating run loads it
+
         acc = _parse_acceptance(sc.acceptance, sc.spec_tokens)
         if isinstance(acc, MeasuredAcceptance):  # a measured run: the engine's adaptive k, its draft rate
             return Speculation(sc.spec_decode, sc.spec_tokens, acc.chain, draft,  # type: ignore[arg-type]

@@ -26,7 +26,12 @@ Method:
   ``engine_cpu.jalapeno_run``.
 * measurement (both sides identical): prompts of ``--prompt-len`` random token ids in [100, 40000) (one seeded
   generator); decode tok/s = batch * (N - 1) / (wall(N new tokens) - wall(1 new token)); prefill tok/s =
-  ``--prefill-len`` / wall(1 new token) for one long prompt. Each side is warmed up on each batch first.
+  ``--prefill-len`` / wall(1 new token) for one long prompt. Each side is warmed up on each batch first, and on
+  the long prompt itself before the prefill runs. What the prefill wall holds (checked in the tenth session):
+  ours, one engine step of all ``--prefill-len`` tokens (``max_num_batched_tokens`` 8192: no chunking) that
+  samples the one new token greedily, no decode step, no detokenisation, scheduler included; vLLM's, one
+  ``LLM.generate`` call (its default ``max_num_batched_tokens`` on CPU is 4096: one pass too) that samples one
+  token, ``detokenize=False``, its front end and engine-core IPC included.
 * noise: the machine is shared, so for every measurement the two sides alternate (ours, then vLLM) ``--repeat``
   times and the best of each is kept; the load average is recorded before and after. Each side's measurement
   starts after ``--settle`` idle seconds and then only once vLLM's processes are idle (``settle``: under 5 % of
@@ -339,6 +344,8 @@ def main() -> None:
     if args.quick:
         args.decode_tokens, args.repeat, args.settle, args.agree_tokens = 16, 2, 0.5, 8
 
+    # a SIGTERM (e.g. `timeout`) unwinds through the `finally` below, which takes vLLM's process group down too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     python = os.path.join(args.vllm_venv, "bin", "python")
     if not vllm_installed(python):
         print(f"vLLM not found at {python}; install it with: {INSTALL_HINT.format(venv=args.vllm_venv)}")
@@ -402,8 +409,10 @@ def main() -> None:
                          "jalapeno_runs_tok_s": [round(r["decode_tok_s"], 2) for r in ours_runs],
                          "vllm_runs_tok_s": [round(r["decode_tok_s"], 2) for r in ref_runs]})
         ours_pf, vllm_pf = [], []
-        engine_cpu._engine_wall(backend, [long[:64]], 1)
-        worker.run([long[:64]], 1)
+        # warm-up on the timed prompt itself: a shorter one (64 tokens, as before the tenth session) runs our
+        # fused decode kernel (<= its crossover), not the prefill path the timed runs take
+        engine_cpu._engine_wall(backend, [long], 1)
+        worker.run([long], 1)
         for _ in range(reps):
             settle(worker, args.settle)
             wall, vllm_cpu = timed_beside(worker, engine_cpu._engine_wall, backend, [long], 1)

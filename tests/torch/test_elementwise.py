@@ -8,9 +8,15 @@ import torch
 import torch.nn.functional as F
 
 from jalapeno.backends.torch import elementwise
-from jalapeno.backends.torch.attention import SeqSlice, write_kv
+from jalapeno.backends.torch.attention import SeqSlice, fresh_prefill_attention, write_kv
 from jalapeno.backends.torch.backend import TorchBackend
-from jalapeno.backends.torch.elementwise import add_rms_norm, elementwise_kernels, rope_store, silu_mul
+from jalapeno.backends.torch.elementwise import (
+    add_rms_norm,
+    causal_attention,
+    elementwise_kernels,
+    rope_store,
+    silu_mul,
+)
 from jalapeno.backends.torch.generate import generate_tokens
 from jalapeno.backends.torch.rope import apply_rope, rope_cos_sin
 from jalapeno.backends.torch.runner import PYTORCH_ONLY
@@ -82,6 +88,55 @@ def test_kernels_refuse_what_they_cannot_run():
     for bad in ([0, 1, 8], [-1, 0, 1]):  # slots outside the cache: nothing written, the caller's ops raise
         assert not rope_store(qkv, 2, 1, cos, sin, cache, cache.clone(), torch.tensor(bad))
     assert torch.equal(qkv, before) and not cache.any()
+
+
+def _causal_reference(q, k, v, b):
+    """float64 causal attention of ``b`` equal-length prompts, GQA by repeating each KV head for its queries, the
+    mask and the softmax written out (no SDPA)."""
+    t, h, d = q.shape
+    n, group = t // b, h // k.shape[1]
+    out = torch.empty(t, h, v.shape[-1], dtype=torch.float64)
+    future = torch.ones(n, n, dtype=torch.bool).triu(1)
+    for i in range(b):
+        rows = slice(i * n, (i + 1) * n)
+        for hd in range(h):
+            s = (q[rows, hd].double() @ k[rows, hd // group].double().T) * d**-0.5
+            p = torch.exp(s.masked_fill(future, float("-inf")) - s.masked_fill(future, float("-inf")).amax(-1, True))
+            out[rows, hd] = (p / p.sum(-1, keepdim=True)) @ v[rows, hd // group].double()
+    return out
+
+
+# SmolLM2-135M's prefill; two prompts with odd widths and dv != d; MHA; MQA (16 query heads per KV head: one
+# position per micro-tile row block); one token; a prompt longer than a key block (online softmax rescaling)
+@pytest.mark.parametrize("b,n,h,kvh,d,dv", [(1, 512, 9, 3, 64, 64), (2, 37, 4, 2, 24, 20), (3, 50, 4, 4, 32, 32),
+                                          (1, 70, 16, 1, 16, 16), (1, 1, 2, 1, 8, 8), (1, 300, 2, 1, 8, 40)])
+def test_causal_attention_matches_float64(b, n, h, kvh, d, dv):
+    g = torch.Generator().manual_seed(n + h)
+    if d == dv:  # views of one fused q/k/v output (strided rows), as the model passes them
+        qkv = torch.randn(b * n, h + 2 * kvh, d, generator=g) * 2
+        q, k, v = qkv[:, :h], qkv[:, h : h + kvh], qkv[:, h + kvh :]
+    else:
+        q, k = torch.randn(b * n, h, d, generator=g) * 2, torch.randn(b * n, kvh, d, generator=g) * 2
+        v = torch.randn(b * n, kvh, dv, generator=g)
+    out = causal_attention(q, k, v, b, d**-0.5)
+    assert out.shape == (b * n, h, dv) and out.is_contiguous()
+    ref = _causal_reference(q, k, v, b)
+    # float32 rounding of scores up to ~±10 (q, k scaled by 2): SDPA's float32 flash kernel lands within 1.1e-5 too
+    torch.testing.assert_close(out.double(), ref, atol=3e-5, rtol=1e-5)
+    with elementwise_kernels(False):
+        sdpa = fresh_prefill_attention(q, k, v, b, d**-0.5)
+    torch.testing.assert_close(out, sdpa, atol=3e-5, rtol=1e-5)
+
+
+def test_causal_attention_refuses_what_it_cannot_run():
+    q, k = torch.randn(8, 4, 16), torch.randn(8, 2, 16)
+    assert causal_attention(q.double(), k.double(), k.double(), 1, 0.25) is None  # float64: SDPA runs
+    assert causal_attention(q.transpose(0, 1).contiguous().transpose(0, 1), k, k, 1, 0.25) is None  # heads strided
+    assert causal_attention(torch.randn(8, 3, 16), k, k, 1, 0.25) is None  # 3 query heads over 2 KV heads
+    assert causal_attention(q, k, k, 3, 0.25) is None  # 8 rows are not 3 equal prompts
+    with elementwise_kernels(False):
+        assert causal_attention(q, k, k, 1, 0.25) is None
+    assert causal_attention(q, k, k, 2, 0.25) is not None
 
 
 def _prefill_logits(backend: TorchBackend, prompt: list[int]) -> torch.Tensor:

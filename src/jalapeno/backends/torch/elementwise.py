@@ -1,4 +1,4 @@
-"""Fused elementwise passes of the PyTorch path on CPU: residual add + RMSNorm, SiLU·up, RoPE + K/V write.
+"""Fused passes of the PyTorch path on CPU: residual add + RMSNorm, SiLU·up, RoPE + K/V write, prefill attention.
 
 Between its GEMMs a decoder layer runs ~20 small PyTorch ops (RMSNorm alone is pow, mean, add, rsqrt, mul, mul),
 each a separate pass over the step's activations and a separate OpenMP region. vLLM's CPU path compiles these
@@ -7,7 +7,10 @@ like the fused decode kernel) do one pass each (docs/performance.md, "Prefill, n
 
 * :func:`add_rms_norm`: ``x + d`` and ``RMSNorm(x + d)`` in one pass (``d`` optional);
 * :func:`silu_mul`: ``silu(gate) * up`` over the fused gate/up GEMM output;
-* :func:`rope_store`: rotate q and k of the fused q/k/v GEMM output in place and write k and v to the cache.
+* :func:`rope_store`: rotate q and k of the fused q/k/v GEMM output in place and write k and v to the cache;
+* :func:`causal_attention`: causal flash attention of fresh prompts over their own keys (what SDPA's flash kernel
+  did for :func:`~jalapeno.backends.torch.attention.fresh_prefill_attention`, ≈ 45 % less CPU at SmolLM2's
+  512-token shape: the query heads of one KV head share each tile; docs/performance.md, "Prefill, tenth session").
 
 Each applies to contiguous float32 CPU tensors when the kernel is available; otherwise (no C compiler, CUDA,
 another dtype, a strided view, :func:`elementwise_kernels` ``(False)``) the caller's PyTorch ops run, so the
@@ -59,7 +62,16 @@ def _library() -> ctypes.CDLL | None:
     lib.jal_rope_store.argtypes = [_P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT]
     for fn in (lib.jal_add_rmsnorm, lib.jal_silu_mul, lib.jal_rope_store):
         fn.restype = None
+    lib.jal_causal_attention.argtypes = [_P, _P, _P, _P, *[_I64] * 9, _F, _INT]
+    lib.jal_causal_attention.restype = _INT
     return lib
+
+
+def _rows(*ts: torch.Tensor) -> bool:
+    """float32 CPU ``[T, heads, D]`` views whose heads and elements are contiguous inside each row (the q/k/v
+    views of the fused GEMM output); the row stride is free."""
+    return all(t.device.type == "cpu" and t.dtype == torch.float32 and t.dim() == 3 and t.stride(2) == 1
+               and t.stride(1) == t.shape[2] and t.stride(0) >= t.shape[1] * t.shape[2] for t in ts)
 
 
 def _plain(*ts: torch.Tensor) -> bool:
@@ -137,3 +149,26 @@ def rope_store(
     lib.jal_rope_store(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), slots.data_ptr(), k_cache.data_ptr(),
                        v_cache.data_ptr(), t, heads, kv_heads, d, torch.get_num_threads())
     return True
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: int, scale: float) -> torch.Tensor | None:
+    """Causal attention of ``b`` equal-length prompts fed from position 0 over their own keys, GQA: ``q [T, H,
+    D]``, ``k [T, kvh, D]``, ``v [T, kvh, Dv]`` (rows may be strided views of one fused q/k/v output) ->
+    ``[T, H, Dv]``, by the C flash-attention kernel (``jal_causal_attention``: the query heads that share a KV head
+    stacked into one tile, blocks above the diagonal skipped); None when the kernel does not apply (the caller
+    runs SDPA)."""
+    t, h, d = q.shape
+    kvh, dv = k.shape[1], v.shape[-1]
+    if (
+        t == 0 or b < 1 or t % b or kvh == 0 or h % kvh or k.shape != (t, kvh, d) or v.shape[:2] != (t, kvh)
+        or not _enabled.get() or not _rows(q, k, v)
+        or torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
+    ):
+        return None
+    lib = _library()
+    if lib is None:
+        return None
+    out = q.new_empty(t, h, dv)
+    rc = lib.jal_causal_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), b, t // b, h, kvh, d,
+                                  dv, q.stride(0), k.stride(0), v.stride(0), scale, torch.get_num_threads())
+    return out if rc == 0 else None

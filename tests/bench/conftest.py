@@ -1,6 +1,10 @@
-"""A real simulated server on a free loopback port for the bench client to measure."""
+"""A real simulated server on a free loopback port for the bench client to measure, and the closed-loop script
+(benchmarks/sim_vs_engine.py) loaded as a module."""
 
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -28,3 +32,13 @@ def realtime_server():
     served, srv = _start("h200", "llama-3.1-70b", 1.0, precision="fp8")
     yield served, srv
     srv.stop()
+
+
+@pytest.fixture(scope="module")
+def sve():
+    """benchmarks/sim_vs_engine.py loaded as a module (it is a script, not a package member)."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "sim_vs_engine.py"
+    spec = importlib.util.spec_from_file_location("sim_vs_engine", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -4,7 +4,6 @@ step, bad input one line."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -15,14 +14,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "sim_vs_engine.py"
 TRACE = ROOT / "tests" / "server" / "data" / "served_c1_isl512_osl64_loaded.jsonl"
-
-
-@pytest.fixture(scope="module")
-def sve():
-    spec = importlib.util.spec_from_file_location("sim_vs_engine_price", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _step(prefill: int, decode: int, seqs: int, t0: float, dt: float):

@@ -4,7 +4,6 @@ pending list, the summary over a partial run, and bad input (one line, exit 2)."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,14 +16,6 @@ from jalapeno.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "sim_vs_engine.py"
-
-
-@pytest.fixture(scope="module")
-def sve():
-    spec = importlib.util.spec_from_file_location("sim_vs_engine", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _point(c: int, isl: int, osl: int, prompts: int, ttft: tuple[float, float]) -> dict:

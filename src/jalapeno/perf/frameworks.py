@@ -248,7 +248,8 @@ FRAMEWORKS: tuple[ServingFramework, ...] = (
                      dpa_decode_moe_layer_us=51.3, fitted_chips=("mi355x",), decode_slots=MI355X_SGLANG_DISAGG_SLOTS),
     ServingFramework("sglang-disagg", "SGLang PD disaggregation (router + prefill/decode servers)", 41.1, (),
                      HANDOFF_FITTED, engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 21181.8),),
-                     prefill_ep_token_ns=(("native", 37767.8),), dpa_decode_moe_layer_us=369.3, fitted_chips=("mi355x",), decode_slots=MI355X_SGLANG_DISAGG_SLOTS),
+                     prefill_ep_token_ns=(("native", 37767.8),), dpa_decode_moe_layer_us=369.3, fitted_chips=("mi355x",),
+                     decode_slots=MI355X_SGLANG_DISAGG_SLOTS),
 )
 
 
@@ -306,9 +307,8 @@ def prefill_token_ns(framework: str | None, weights: str = "native", *, ep_only:
     if not framework:
         return 0.0
     fw = get_framework(framework)
-    if ep_only and weights in dict(fw.prefill_ep_token_ns):
-        return float(dict(fw.prefill_ep_token_ns)[weights])
-    return dict(fw.prefill_token_ns).get(weights, 0.0)
+    ep = dict(fw.prefill_ep_token_ns) if ep_only else {}
+    return float(ep[weights]) if weights in ep else dict(fw.prefill_token_ns).get(weights, 0.0)
 
 
 def dpa_decode_moe_layer_us(framework: str | None) -> float:

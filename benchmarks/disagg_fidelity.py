@@ -154,6 +154,44 @@ def _prefill_load(items: list, run: Path | None, isl: int = 8192, min_c: int = 3
     return out
 
 
+def _gap(runs: list[Path], isl: int = 1024, min_c: int = 1) -> list[str]:
+    """Markdown: per point of the ``--json`` runs ``runs`` (the first is "before"; the labels of the first run) at
+    prompt length ``isl`` and concurrency >= ``min_c``: measured TTFT minus each run's simulated TTFT (ms), and that
+    gap in units of the measured TPOT (the decode step the SGLang decode loop's iterations cost), with the median
+    per chip, stack, decode layout (dp-attention or not) and concurrency band."""
+    loaded = [{r["label"]: r for r in json.loads(p.read_text())["rows"]} for p in runs]
+    out = ["| chip stack | decode layout | c | MTP | TTFT meas ms | " + " | ".join(
+        f"sim {i} ms | gap {i} ms | gap {i} / TPOT" for i in range(len(runs))) + " |",
+        "|---|---|---|---|---|" + "---|---|---|" * len(runs)]
+    groups: dict[str, list] = defaultdict(list)
+    for label, r in sorted(loaded[0].items(), key=lambda kv: (kv[1]["chip"], kv[1]["framework"], kv[1]["concurrency"])):
+        m = r["measured"]
+        if r["isl"] != isl or r["concurrency"] < min_c or not m.get("median_ttft") or not m.get("median_tpot"):
+            continue
+        dec = r["layout"].split(";")[-1].strip().replace("D: ", "")
+        cells, gaps = [], []
+        for run in loaded:
+            pr = (run.get(label) or {}).get("predicted") or {}
+            if not pr.get("median_ttft"):
+                cells.append("- | - | -")
+                gaps.append(float("nan"))
+                continue
+            g = m["median_ttft"] - pr["median_ttft"]
+            gaps.append(g / m["median_tpot"])
+            cells.append(f"{pr['median_ttft'] * 1e3:.0f} | {g * 1e3:+.0f} | {g / m['median_tpot']:+.1f}")
+        out.append(f"| {r['chip']} {r['framework']} | {dec} | {r['concurrency']} | {'y' if r['mtp'] else 'n'} | "
+                   f"{m['median_ttft'] * 1e3:.0f} | " + " | ".join(cells) + " |")
+        dpa = "DPattn=True" in dec
+        groups[f"{r['chip']} {r['framework']} {'dp-attention' if dpa else 'no dp-attention'} decode, "
+               f"c {_band(r['concurrency'])}"].append(gaps)
+    out += ["", "| group | points | " + " | ".join(f"median gap {i} / TPOT" for i in range(len(runs))) + " |",
+            "|---|---|" + "---|" * len(runs)]
+    for g in sorted(groups):
+        a = np.array(groups[g])
+        out.append(f"| {g} | {len(a)} | " + " | ".join(f"{np.nanmedian(a[:, i]):+.1f}" for i in range(len(runs))) + " |")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from jalapeno.calibration import Excluded, load_points, to_sim_spec
 
@@ -194,10 +232,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="Little's law on the prefill side of the 8k-prompt points at concurrency 32-1024 with TTFT >= 1 s "
                          "(calibration.disagg.prefill_load), against the simulation in --run; print a table and stop")
     ap.add_argument("--run", type=Path, help="a --json file of this script, for --prefill-load's simulated columns")
+    ap.add_argument("--gap", type=Path, nargs="+",
+                    help="--json files of this script (before, after, ...): per 1k-prompt point (--gap-isl), measured "
+                         "minus simulated TTFT in ms and in measured TPOTs; print tables and stop")
+    ap.add_argument("--gap-isl", type=int, default=1024)
     ap.add_argument("--filter", default="", help="only the points whose label matches this regular expression "
                                                   "(e.g. 'mi355x.*c=(32|64)'), for quick looks")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
+    if a.gap:
+        print("\n".join(_gap(a.gap, a.gap_isl)))
+        return 0
     if a.ttft_per_slot < 0:
         ap.error(f"--ttft-per-slot must be >= 0 (got {a.ttft_per_slot})")
 

@@ -139,6 +139,47 @@ def test_a_busy_decode_worker_streams_the_first_token_at_the_end_of_its_step_in_
     assert sorted(o.e2el_s for o in r.outcomes) == pytest.approx(sorted(o.e2el_s for o in at_landing.outcomes))
 
 
+def test_first_token_steps_holds_a_landed_request_for_that_many_decode_loop_iterations():
+    # as above, the second KV lands during the first request's third decode step; with first_token_steps = 2 the
+    # loop takes it 2 x (the worker's latest decode step: the mean of the run of steps the cluster let it take,
+    # between the first and the third step's length) after that step ends: the cluster cuts the decode worker
+    # there, i.e. at the end of the step crossing that time (the fifth: steps grow with the context), where its
+    # first token is streamed and it joins the batch. Hand count from the fake cost model's step times
+    P, O = 1000, 8
+    wl = Workload([P, P], [O, O], concurrency=2)
+    link = KVLink(latency_s=0.01, bytes_per_s=1e9, bytes_per_token=70_000)
+    dec = FakeCostModel(base_s=0.03)
+    c = Cluster([eng()], [eng(base_s=0.03)], link, first_token_steps=2)
+    r = c.run(wl)
+    prefill = FakeCostModel().step(StepShape.from_lists(prefill=[(P, 0), (P, 0)])).time_s
+    wire = P * 70_000 / 1e9
+    t1 = prefill + 0.01 + wire
+    s = [dec.step(StepShape.from_lists(decode_ctx=[P + i])).time_s for i in range(1, 6)]
+    assert s[3] < 2 * s[0] and 2 * s[2] < s[3] + s[4]  # whichever mean: the take time falls in the fifth step
+    ttft = sorted(o.ttft_s for o in r.outcomes)
+    assert ttft[0] == pytest.approx(t1, rel=1e-12)  # landed on an idle worker: no loop iteration to wait for
+    assert ttft[1] == pytest.approx(t1 + sum(s), rel=1e-12)
+    # its decode starts there: its O - 1 more tokens are O - 1 steps of the two-request batch after the fifth step
+    both = [dec.step(StepShape.from_lists(decode_ctx=[P + 6 + i, P + 1 + i])).time_s for i in range(2)]
+    assert max(o.e2el_s for o in r.outcomes) > t1 + sum(s) + sum(both)
+    # 0 steps is the model without it, to the bit
+    zero = Cluster([eng()], [eng(base_s=0.03)], link, first_token_steps=0).run(wl)
+    plain = Cluster([eng()], [eng(base_s=0.03)], link).run(wl)
+    assert [o.ttft_s for o in zero.outcomes] == [o.ttft_s for o in plain.outcomes]
+    with pytest.raises(ValueError, match="first_token_steps must be >= 0"):
+        Cluster([eng()], [eng()], link, first_token_steps=-1)
+
+
+def test_first_token_steps_cost_nothing_when_the_decode_worker_is_idle():
+    # one request at a time: every KV lands on an idle decode worker, whose loop turns at once
+    P, O = 1000, 4
+    wl = Workload([P, P, P], [O, O, O], concurrency=1)
+    link = KVLink(latency_s=0.01, bytes_per_s=1e9, bytes_per_token=70_000)
+    held = Cluster([eng()], [eng(base_s=0.03)], link, first_token_steps=3).run(wl)
+    plain = Cluster([eng()], [eng(base_s=0.03)], link).run(wl)
+    assert [o.ttft_s for o in held.outcomes] == [o.ttft_s for o in plain.outcomes]
+
+
 @pytest.mark.parametrize("full", [
     EngineConfig(max_num_seqs=1, max_num_batched_tokens=2048),  # one sequence slot
     EngineConfig(max_num_seqs=32, max_num_batched_tokens=2048, num_kv_blocks=100),  # KV for one 1000-token prompt

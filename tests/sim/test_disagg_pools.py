@@ -306,3 +306,32 @@ def test_routing_is_least_loaded_unless_the_flag_says_random_and_bad_values_are_
         run_scenario(Scenario(**one, routing="rr"))
     with pytest.raises(ConfigError, match="--routing applies to a disaggregated run"):
         run_scenario(Scenario(model="llama-3.1-8b", hardware="h200", concurrency=1, num_prompts=1, routing="random"))
+
+
+def test_decode_first_token_steps_reach_the_scenario_from_the_stack_and_bad_values_are_one_line():
+    # the SGLang stacks carry 3 decode-loop iterations (counted from the source, FIRST_TOKEN_STEPS_SOURCE); TRT-LLM's
+    # and the engines' 0; the flag overrides it. At concurrency 4 the decode worker is busy when KV lands, so each
+    # held iteration costs a decode step: the TTFT grows by at least one step per iteration, TPOT barely moves
+    from jalapeno.perf.frameworks import SGLANG_FIRST_TOKEN_STEPS, first_token_steps
+
+    assert SGLANG_FIRST_TOKEN_STEPS == 3.0
+    assert [first_token_steps(f) for f in ("mori-sglang", "sglang-disagg", "dynamo-sglang")] == [3.0] * 3
+    assert [first_token_steps(f) for f in ("dynamo-trt", "sglang", None)] == [0.0] * 3
+    four = dict(model="llama-3.1-8b", hardware="h200", isl=512, osl=64, concurrency=4, num_prompts=16,
+                prefill_workers=1, decode_workers=1)
+    base = run_scenario(Scenario(**four, decode_first_token_steps=0))
+    held = run_scenario(Scenario(**four, decode_first_token_steps=3))
+    assert base["kv_transfer"]["first_token_steps"] == 0.0 and held["kv_transfer"]["first_token_steps"] == 3.0
+    assert run_scenario(Scenario(**four, framework="sglang-disagg"))["kv_transfer"]["first_token_steps"] == 3.0
+    # each transfer that lands on a busy worker waits 3 of its steps more (the first wave's first one lands on an
+    # idle worker: none), so the mean wait grows by nearly 3 TPOTs and never more
+    tpot = base["median_tpot_ms"]
+    extra = held["kv_transfer"]["mean_decode_step_wait_ms"] - base["kv_transfer"]["mean_decode_step_wait_ms"]
+    assert 2.5 * tpot < extra < 3 * tpot * 1.02
+    assert held["median_ttft_ms"] > base["median_ttft_ms"] + 2 * tpot
+    assert held["median_tpot_ms"] == pytest.approx(base["median_tpot_ms"], rel=0.1)
+    with pytest.raises(ConfigError, match="--decode-first-token-steps must be >= 0 decode steps"):
+        run_scenario(Scenario(**four, decode_first_token_steps=-1))
+    with pytest.raises(ConfigError, match="--decode-first-token-steps applies to a disaggregated run"):
+        run_scenario(Scenario(model="llama-3.1-8b", hardware="h200", concurrency=1, num_prompts=1,
+                              decode_first_token_steps=2))

@@ -99,6 +99,24 @@ PREFILL_EP_FITTED = (
 )
 
 
+#: provenance of the SGLang-based disaggregated stacks' ``first_token_steps`` (status: from the source, counted)
+FIRST_TOKEN_STEPS_SOURCE = (
+    "COUNTED from the source (status inferred, not fitted): sgl-project/sglang python/sglang/srt/disaggregation/"
+    "decode.py. A decode worker's event loop (event_loop_normal/overlap_disagg_decode) receives requests, runs "
+    "process_decode_queue (DecodePreallocQueue.pop_preallocated, DecodeTransferQueue.pop_transferred) and then one "
+    "batch per iteration; while it decodes, an iteration is one decode step. A request reaches the decode worker "
+    "when the router sends it (with its prefill); the iteration that receives it creates its KV receiver and starts "
+    "the bootstrap handshake (_update_handshake_waiters: KVPoll.Bootstrapping), the next one sees WaitingForInput, "
+    "pre-allocates its KV and sends the indices to the prefill worker, which only then moves it from its "
+    "PrefillBootstrapQueue to prefill (disaggregation/prefill.py pop_bootstrapped): 2 iterations before the prefill "
+    "while the decode pool is busy. After the KV lands, the iteration that polls it (pop_transferred; the step in "
+    "progress, modelled separately) builds the prebuilt batch, and the overlap loop (event_loop_overlap_disagg_"
+    "decode, SGLang's default) processes that batch's result, streaming the first token, one iteration later: 1 "
+    "more. The 2 pre-prefill iterations are priced after the KV lands (the same TTFT while the prefill pool does not "
+    "queue: the decode step then is the one at the request's arrival). An idle decode worker loops at once: 0"
+)
+
+
 @dataclass(frozen=True)
 class SchedulingPolicy:
     """How a serving stack schedules prefill against decode (defaults: vLLM V1, the engine scheduler's own).
@@ -221,6 +239,11 @@ class ServingFramework:
     #: (:data:`MI355X_SGLANG_DISAGG_ROUTER`, ``--routing random``), not the default: on the held-out points it
     #: moves TTFT 42 -> 41% but TPOT 15 -> 18% (docs/fidelity.md, Disaggregated, fifth session)
     router: str = "least-loaded"
+    #: a disaggregated stack: decode-loop iterations between the KV's arrival poll and the first token beyond the
+    #: decode step in progress, each one decode step of the receiving worker at that moment (the bootstrap
+    #: handshake and pre-allocation before the prefill, the first token's result processing after it;
+    #: :data:`FIRST_TOKEN_STEPS_SOURCE`); :class:`jalapeno.sim.cluster.Cluster` ``first_token_steps``
+    first_token_steps: float = 0.0
 
     def fitted_on(self, chip) -> bool:
         """Whether the stack's per-pool fitted terms apply to ``chip`` (a ChipSpec)."""
@@ -231,13 +254,17 @@ class ServingFramework:
         return root in self.fitted_chips
 
 
+#: the SGLang decode loop's iterations before a request's first token beyond the step in progress
+#: (:data:`FIRST_TOKEN_STEPS_SOURCE`: 2 before the prefill + 1 after)
+SGLANG_FIRST_TOKEN_STEPS = 3.0
+
 FRAMEWORKS: tuple[ServingFramework, ...] = (
     ServingFramework("vllm", "vLLM (V1 engine, OpenAI server)", 15.7, (), _FIT),
     ServingFramework("sglang", "SGLang", 41.1, (), _FIT, scheduling=SGLANG_POLICY),
     ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 52.0, ("trt", "trtllm", "tensorrt-llm"), _FIT),
     ServingFramework("dynamo-sglang", "NVIDIA Dynamo over SGLang (disaggregated)", 41.1, (), HANDOFF_FITTED,
                      engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 30519.1),),
-                     dpa_decode_moe_layer_us=190.0, fitted_chips=("b200",)),
+                     dpa_decode_moe_layer_us=190.0, fitted_chips=("b200",), first_token_steps=SGLANG_FIRST_TOKEN_STEPS),
     ServingFramework("dynamo-trt", "NVIDIA Dynamo over TensorRT-LLM (disaggregated)", 52.0, (), HANDOFF_FITTED,
                      engine="trt-llm", kv_handoff_ms=755.7, dpa_decode_moe_layer_us=190.0,
                      fitted_chips=("b200",)),
@@ -245,11 +272,12 @@ FRAMEWORKS: tuple[ServingFramework, ...] = (
                      HANDOFF_FITTED, engine="sglang", kv_handoff_ms=78.5,
                      prefill_token_ns=(("native", 20649.5), ("fp4", 20536.1)),
                      prefill_ep_token_ns=(("native", 37767.8),),
-                     dpa_decode_moe_layer_us=51.3, fitted_chips=("mi355x",), decode_slots=MI355X_SGLANG_DISAGG_SLOTS),
+                     dpa_decode_moe_layer_us=51.3, fitted_chips=("mi355x",), decode_slots=MI355X_SGLANG_DISAGG_SLOTS,
+                     first_token_steps=SGLANG_FIRST_TOKEN_STEPS),
     ServingFramework("sglang-disagg", "SGLang PD disaggregation (router + prefill/decode servers)", 41.1, (),
                      HANDOFF_FITTED, engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 21181.8),),
                      prefill_ep_token_ns=(("native", 37767.8),), dpa_decode_moe_layer_us=369.3, fitted_chips=("mi355x",),
-                     decode_slots=MI355X_SGLANG_DISAGG_SLOTS),
+                     decode_slots=MI355X_SGLANG_DISAGG_SLOTS, first_token_steps=SGLANG_FIRST_TOKEN_STEPS),
 )
 
 
@@ -333,6 +361,12 @@ def router_policy(framework: str | None) -> str:
     return get_framework(framework).router if framework else "least-loaded"
 
 
+def first_token_steps(framework: str | None) -> float:
+    """Decode-loop iterations a disaggregated stack's request waits for its first token beyond the decode step in
+    progress (:attr:`ServingFramework.first_token_steps`); 0 for an engine profile or None."""
+    return get_framework(framework).first_token_steps if framework else 0.0
+
+
 def kv_handoff_ms(framework: str | None) -> float:
     """The per-request prefill -> decode handoff latency (ms) of a disaggregated stack; 0 for an engine
     profile or None."""
@@ -340,4 +374,4 @@ def kv_handoff_ms(framework: str | None) -> float:
 
 __all__ = ["DecodeSlots", "MI355X_SGLANG_DISAGG_SLOTS", "MI355X_SGLANG_DISAGG_ROUTER", "router_policy", "decode_max_running_requests", "SchedulingPolicy", "SGLANG_POLICY", "MIXED_POLICY", "scheduling_policy", "ServingFramework", "FRAMEWORKS",
            "HANDOFF_FITTED", "PREFILL_FITTED", "PREFILL_EP_FITTED", "get_framework", "apply_framework", "stack_kernel_terms", "dpa_decode_moe_layer_us",
-           "kv_handoff_ms", "prefill_token_ns"]
+           "kv_handoff_ms", "prefill_token_ns", "first_token_steps", "FIRST_TOKEN_STEPS_SOURCE", "SGLANG_FIRST_TOKEN_STEPS"]

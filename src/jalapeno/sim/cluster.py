@@ -13,7 +13,11 @@ bytes / bandwidth``; the handoff is the disaggregated stack's fixed per-request 
 decode worker, the KV bootstrap handshake and the completion notice), and it then decodes in the decode pool. Its TTFT ends when the KV (and first token) reach the
 decode worker, or, when that worker is mid-step, at the end of that step: a decode server's loop polls its
 transfers once per iteration and streams the first token at the next one (SGLang ``process_decode_queue`` ->
-``process_batch_result_prebuilt``; ``first_token_at_step``). Each worker's link lanes are servers with their own virtual-time queue: a transfer starts when
+``process_batch_result_prebuilt``; ``first_token_at_step``); with ``first_token_steps`` k > 0 the loop takes it only k
+iterations later, each priced at the receiving worker's latest decode step (SGLang's decode loop: the bootstrap
+handshake and KV pre-allocation iterations before the prefill, the overlap loop's result processing after it;
+:data:`jalapeno.perf.frameworks.FIRST_TOKEN_STEPS_SOURCE`), during which it stays inbound (slot and KV held) and
+then streams its first token and joins the batch; a worker with nothing running loops at once (no wait). Each worker's link lanes are servers with their own virtual-time queue: a transfer starts when
 its KV is ready and both the sending worker's and the receiving worker's earliest-free lane are free, so a busy
 link delays the next request's KV.
 
@@ -109,9 +113,16 @@ class Cluster:
     """A client target over ``workers`` (aggregated replicas) or ``prefill`` + ``decode`` pools."""
 
     def __init__(self, workers: list[Engine], decode: list[Engine] | None = None, link: KVLink | None = None,
-                 *, first_token_at_step: bool = True, routing: str = "least-loaded", seed: int = 0) -> None:
+                 *, first_token_at_step: bool = True, routing: str = "least-loaded", seed: int = 0,
+                 first_token_steps: float = 0.0) -> None:
         if routing not in ROUTING:
             raise ValueError(f"routing {routing!r}: use one of {', '.join(ROUTING)}")
+        if not first_token_steps >= 0:
+            raise ValueError(f"first_token_steps must be >= 0 decode steps (got {first_token_steps})")
+        #: disaggregated: decode-loop iterations a landed request still waits, after the step in progress, before
+        #: its first token and its first decode step, each priced at its decode worker's latest decode step (0: none;
+        #: a worker with nothing running loops at once, so it waits none)
+        self.first_token_steps = float(first_token_steps)
         self.prefill = workers
         #: how requests pick their workers (:data:`ROUTING`); ``"random"`` draws from ``_rng``
         self.routing = routing
@@ -121,12 +132,17 @@ class Cluster:
         self.first_token_at_step = first_token_at_step
         self._step_wait_s = 0.0
         self.decode = decode or []
+        #: per decode worker (by index): the duration of its latest decode step (the mean over the latest run of
+        #: steps the cluster let it take); what one loop iteration costs it while it decodes
+        self._step_s = [0.0] * len(self.decode)
+        self._decode_index = {id(d): j for j, d in enumerate(self.decode)}
         if self.decode and link is None:
             raise ValueError("a disaggregated cluster needs the KV link between its pools")
         self.link = link
         self.all = self.prefill + self.decode
-        #: KV transfers on their way: (lands at, tie, sequence, index of the decode worker)
-        self._transfers: list[tuple[float, int, Sequence, int]] = []
+        #: KV transfers on their way: (lands at, tie, sequence, index of the decode worker, whether it already
+        #: landed and waits out ``first_token_steps``: then the time is when its decode worker takes it)
+        self._transfers: list[tuple[float, int, Sequence, int, bool]] = []
         #: per decode worker (by index): the transfers on their way to it, and the KV blocks they pre-allocate
         #: (running totals of what ``_transfers`` holds, so admission checks do not scan the heap)
         self._inbound_n: list[int] = [0] * len(self.decode)
@@ -242,7 +258,12 @@ class Cluster:
             return []
         assert e is not None
         e.next_event_s = self._horizon(e, horizon)
+        j = self._decode_index.get(id(e)) if self.first_token_steps else None
+        if j is not None:
+            t0, n0 = e.clock.now(), e.num_steps
         done = e.step_finished()
+        if j is not None and e.num_steps > n0:  # the decode worker's step time now (the mean of this run of steps)
+            self._step_s[j] = (e.clock.now() - t0) / (e.num_steps - n0)
         if not self.decode:
             return done
         if e in self.decode:
@@ -271,18 +292,27 @@ class Cluster:
         landing them one event each did; a landing on an idle worker ends the batch (its clock may lead)."""
         transfers, inbound_n, inbound_blocks = self._transfers, self._inbound_n, self._inbound_blocks
         while transfers and transfers[0][0] <= t_step:
-            t, _, seq, j = heapq.heappop(transfers)
+            t, _, seq, j, held = heapq.heappop(transfers)
             dst = self.decode[j]
+            idle = not dst.has_unfinished()
+            busy_at = dst.clock.now() > t and not idle
+            seen = dst.clock.now() if busy_at and (self.first_token_at_step or held) else t
+            if not held and not idle and self.first_token_steps and self._step_s[j] > 0:
+                # the loop takes it only ``first_token_steps`` iterations after the one that saw it: the request
+                # stays inbound (its slot and KV held) until then
+                take = seen + self.first_token_steps * self._step_s[j]
+                self._step_wait_s += take - t
+                heapq.heappush(transfers, (take, next(self._tick), seq, j, True))
+                continue
             inbound_n[j] -= 1
             inbound_blocks[j] -= dst.block_manager.blocks_for(seq.prompt_len + 1)
-            idle = not dst.has_unfinished()
             if idle:
                 _idle(dst, t)
-            elif self.first_token_at_step and dst.clock.now() > t:
+            if seen > t or held:
                 # the decode worker's loop sees the landed KV only after the step in progress (its clock is that
                 # step's end: the cluster cut its steps at this landing) and streams the first token then
-                seen = dst.clock.now()
-                self._step_wait_s += seen - t
+                if not held:
+                    self._step_wait_s += seen - t
                 seq.first_token_s = seq.last_token_s = seen
             dst.add_sequence(seq)
             if idle:
@@ -335,7 +365,7 @@ class Cluster:
         plen = seq.prompt_len
         t = self._transfer(src, self.decode[j], start, plen)
         seq.hand_over(self._params.get(call.max_tokens) or self._sampling(call.max_tokens), t)
-        heapq.heappush(self._transfers, (t, next(self._tick), seq, j))
+        heapq.heappush(self._transfers, (t, next(self._tick), seq, j, False))
         self._inbound_n[j] += 1
         self._inbound_blocks[j] += self.decode[j].block_manager.blocks_for(plen + 1)
 
@@ -382,7 +412,8 @@ class Cluster:
         return self._admission_wait_s / self._num_transfers if self._num_transfers else 0.0
 
     def step_wait_s_mean(self) -> float:
-        """Mean time a landed KV waited for its decode worker's step in progress to end (0 when none did)."""
+        """Mean time a landed KV waited for its decode worker's step in progress to end and, with
+        ``first_token_steps``, for the loop iterations after it (0 when none did)."""
         return self._step_wait_s / self._num_transfers if self._num_transfers else 0.0
 
     def result_parts(self) -> tuple[float, int, np.ndarray, np.ndarray]:

@@ -133,6 +133,10 @@ class Scenario:
     #: disaggregated: fixed per-request prefill -> decode handoff latency (ms) on the KV link; None = the
     #: framework profile's (a disaggregated stack such as dynamo-trt carries a fitted value; engines 0)
     kv_handoff_ms: float | None = None
+    #: disaggregated: decode-loop iterations (each the receiving worker's decode step) a request waits for its
+    #: first token beyond the step in progress when its KV lands; None = the framework profile's (SGLang stacks:
+    #: 3, counted from the source; engines 0)
+    decode_first_token_steps: float | None = None
     #: SGLang's ``--scheduler-recv-interval`` (decode steps between polls for new requests; InferenceX's B200
     #: SGLang scripts launch with 30 at concurrency >= 16, else 10); None = the --framework profile's (1)
     scheduler_recv_interval: int | None = None
@@ -271,6 +275,12 @@ def _validate(sc: Scenario) -> None:
                               "--tp >= 2 ranks (e.g. --framework trt-llm --tp 8 --ep 8 --dp-attention); drop it or add them")
     if sc.kv_handoff_ms is not None and not sc.kv_handoff_ms >= 0:
         raise ConfigError(f"--kv-handoff-ms must be >= 0 milliseconds (got {sc.kv_handoff_ms})")
+    if sc.decode_first_token_steps is not None:
+        if not sc.decode_first_token_steps >= 0:
+            raise ConfigError(f"--decode-first-token-steps must be >= 0 decode steps (got {sc.decode_first_token_steps})")
+        if not sc.disaggregated:
+            raise ConfigError("--decode-first-token-steps applies to a disaggregated run (prefill/decode pools); drop it "
+                              "or add --prefill-workers / --decode-workers")
     if sc.dpa_decode_moe_layer_us is not None and not sc.dpa_decode_moe_layer_us >= 0:
         raise ConfigError(f"--dpa-decode-moe-layer-us must be >= 0 microseconds (got {sc.dpa_decode_moe_layer_us})")
     if sc.prefill_token_ns is not None and not sc.prefill_token_ns >= 0:
@@ -372,6 +382,14 @@ def routing(sc: Scenario) -> str:
     from jalapeno.perf.frameworks import router_policy
 
     return sc.routing if sc.routing is not None else router_policy(sc.framework)
+
+
+def first_token_steps(sc: Scenario) -> float:
+    """Decode-loop iterations before a disaggregated request's first token beyond the step in progress: the
+    scenario's, else its stack's (:func:`jalapeno.perf.frameworks.first_token_steps`)."""
+    from jalapeno.perf.frameworks import first_token_steps as stack_steps
+
+    return float(sc.decode_first_token_steps) if sc.decode_first_token_steps is not None else stack_steps(sc.framework)
 
 
 def handoff_ms(sc: Scenario) -> float:
@@ -582,7 +600,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None,
         dec_limits = replace(limits, max_num_seqs=decode_max_num_seqs(sc, dp_) or limits.max_num_seqs)
         dec = build_sim_engines(cm_d, n_d, speculation=speculation_for(cm_d), limits=dec_limits, in_flight=in_flight)
         link = _kv_link(cm_p, cm_d, n_p, n_d, handoff_ms(sc) * 1e-3)
-        target = Cluster(pre, dec, link, routing=routing(sc), seed=sc.seed)
+        target = Cluster(pre, dec, link, routing=routing(sc), seed=sc.seed, first_token_steps=first_token_steps(sc))
         result = run_workload(target, wl, stop)
         output_chips = n_d * cm_d.chips_per_replica
         num_chips = n_p * cm_p.chips_per_replica + output_chips
@@ -596,6 +614,7 @@ def run_scenario(sc: Scenario, *, return_result: bool = False, efficiency=None,
                             "mean_queue_ms": target.kv_queue_s_mean() * 1e3, "handoff_ms": link.handoff_s * 1e3,
                             "mean_admission_wait_ms": target.admission_wait_s_mean() * 1e3,
                             "mean_decode_step_wait_ms": target.step_wait_s_mean() * 1e3,
+                            "first_token_steps": target.first_token_steps,
                             "decode_max_num_seqs": dec[0].config.max_num_seqs, "routing": target.routing,
                             "prefill_token_ns": prefill_token_ns(sc),
                             "dpa_decode_moe_layer_us": dpa_decode_moe_layer_us(sc) if dp_.dp_attention and dp_.ep > 1

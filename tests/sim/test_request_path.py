@@ -37,7 +37,7 @@ class OneLandingPerEvent(Cluster):
     """Reference: one KV transfer lands per client-loop turn (the client looks at the clock between them)."""
 
     def _land(self, t_step):
-        t, _, seq, j = heapq.heappop(self._transfers)
+        t, _, seq, j, _held = heapq.heappop(self._transfers)  # held: first_token_steps > 0 only
         dst = self.decode[j]
         self._inbound_n[j] -= 1
         self._inbound_blocks[j] -= dst.block_manager.blocks_for(seq.prompt_len + 1)
@@ -89,7 +89,7 @@ class RecountedDispatch(Cluster):
             nxt.num_output_tokens = 1
             nxt.num_computed_tokens = seq.prompt_len
             nxt.first_token_s = nxt.last_token_s = t
-            heapq.heappush(self._transfers, (t, next(self._tick), nxt, j))
+            heapq.heappush(self._transfers, (t, next(self._tick), nxt, j, False))
             self._inbound_n[j] += 1
             self._inbound_blocks[j] += dst.block_manager.blocks_for(seq.prompt_len + 1)
 

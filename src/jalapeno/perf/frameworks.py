@@ -30,7 +30,9 @@ also carries ``prefill_token_ns``: what its prefill server spends per prompt tok
 (added to the prefill pool's ``efficiency.prefill_token_overhead_ns``, where it replaces the chip's front-end
 ``request_overhead_us_per_token``; the decode pool is untouched), FITTED from the request rate its saturated
 prefill pools sustained (:data:`PREFILL_FITTED`, docs/fidelity.md); a prefill worker launched with expert parallelism and
-without dp-attention takes ``prefill_ep_token_ns`` instead where the stack has one (:data:`PREFILL_EP_FITTED`). A
+without dp-attention takes ``prefill_ep_token_ns`` instead where the stack has one (:data:`PREFILL_EP_FITTED`). A stack
+built on SGLang's decode server also names ``first_token_steps``, the decode-loop iterations a request waits for its
+first token beyond the decode step in progress (COUNTED from the source, :data:`FIRST_TOKEN_STEPS_SOURCE`). A
 disaggregated stack's prefill pool
 schedules under its engine's policy (SGLang: prefill batches of up to ``max_prefill_tokens``;
 :func:`jalapeno.sim.scenario.prefill_limits`).

@@ -376,4 +376,5 @@ def kv_handoff_ms(framework: str | None) -> float:
 
 __all__ = ["DecodeSlots", "MI355X_SGLANG_DISAGG_SLOTS", "MI355X_SGLANG_DISAGG_ROUTER", "router_policy", "decode_max_running_requests", "SchedulingPolicy", "SGLANG_POLICY", "MIXED_POLICY", "scheduling_policy", "ServingFramework", "FRAMEWORKS",
            "HANDOFF_FITTED", "PREFILL_FITTED", "PREFILL_EP_FITTED", "get_framework", "apply_framework", "stack_kernel_terms", "dpa_decode_moe_layer_us",
-           "kv_handoff_ms", "prefill_token_ns", "first_token_steps", "FIRST_TOKEN_STEPS_SOURCE", "SGLANG_FIRST_TOKEN_STEPS"]
+           "kv_handoff_ms", "prefill_token_ns", "first_token_steps", "FIRST_TOKEN_STEPS_SOURCE",
+           "SGLANG_FIRST_TOKEN_STEPS"]

@@ -13,11 +13,12 @@ bytes / bandwidth``; the handoff is the disaggregated stack's fixed per-request 
 decode worker, the KV bootstrap handshake and the completion notice), and it then decodes in the decode pool. Its TTFT ends when the KV (and first token) reach the
 decode worker, or, when that worker is mid-step, at the end of that step: a decode server's loop polls its
 transfers once per iteration and streams the first token at the next one (SGLang ``process_decode_queue`` ->
-``process_batch_result_prebuilt``; ``first_token_at_step``); with ``first_token_steps`` k > 0 the loop takes it only k
-iterations later, each priced at the receiving worker's latest decode step (SGLang's decode loop: the bootstrap
-handshake and KV pre-allocation iterations before the prefill, the overlap loop's result processing after it;
-:data:`jalapeno.perf.frameworks.FIRST_TOKEN_STEPS_SOURCE`), during which it stays inbound (slot and KV held) and
-then streams its first token and joins the batch; a worker with nothing running loops at once (no wait). Each worker's link lanes are servers with their own virtual-time queue: a transfer starts when
+``process_batch_result_prebuilt``; ``first_token_at_step``); with ``first_token_steps`` k > 0 the loop takes it
+only k iterations later, each priced at the receiving worker's latest decode step (SGLang's decode loop: the
+bootstrap handshake and KV pre-allocation iterations before the prefill, the overlap loop's result processing
+after it; :data:`jalapeno.perf.frameworks.FIRST_TOKEN_STEPS_SOURCE`), during which it stays inbound (slot and KV
+held) and then streams its first token and joins the batch; a worker with nothing running loops at once (no
+wait). Each worker's link lanes are servers with their own virtual-time queue: a transfer starts when
 its KV is ready and both the sending worker's and the receiving worker's earliest-free lane are free, so a busy
 link delays the next request's KV.
 

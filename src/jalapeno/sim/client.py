@@ -292,7 +292,7 @@ class EngineTarget:
 
 
 @contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
+def cyclic_gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector (restored after, if it was on). A simulation allocates a few
     objects per request (calls, sequences, chunks, outcomes) that form no reference cycles (reference
     counting frees them: ``tests/sim/test_cluster.py::test_a_simulation_leaves_no_reference_cycles``), yet the
@@ -310,7 +310,7 @@ def _cyclic_gc_paused() -> Iterator[None]:
 def drive(target: Target, wl: Workload, early_stop: "EarlyStop | None" = None) -> SimResult:
     """Run ``wl`` against ``target`` until every call has finished (``early_stop``: until the latency
     statistics converged and the calls in flight then finished; see :mod:`jalapeno.sim.early_stop`)."""
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         return _drive(target, wl, early_stop)
 
 

@@ -131,7 +131,11 @@ class Client:
 
     def release(self, now: float) -> list[Call]:
         """Calls that reach the engine by ``now`` (sent at least ``request_latency_s`` earlier)."""
-        sent = self._send(now)
+        if self.due or (self.next_chain < self.n and self.in_flight < self.limit):
+            sent = self._send(now)
+        else:  # nothing to send (what ``_send`` would find, without the call)
+            self._freed.clear()
+            sent = []
         in_transit = self.in_transit
         delay, per_token = self.delay, self.per_token
         if delay == 0.0 and per_token == 0.0 and not in_transit:
@@ -325,18 +329,20 @@ def _drive(target: Target, wl: Workload, early_stop: "EarlyStop | None") -> SimR
         def submit_many(calls: list[Call]) -> None:
             for call in calls:
                 target.submit(call)
+    release, now, busy, advance = client.release, target.now, target.busy, target.advance
+    next_time, on_finish = client.next_time, client.on_finish
     while not client.done:
-        calls = client.release(target.now())
+        calls = release(now())
         if calls:
             submit_many(calls)
-        if not target.busy():
-            t = client.next_time()
+        if not busy():
+            t = next_time()
             if t is None:  # pragma: no cover - would mean a lost request
                 raise RuntimeError("simulated client stalled: nothing in flight and nothing due")
             target.wait_until(t)
             continue
-        for seq in target.advance(client.next_time()):
-            client.on_finish(seq)
+        for seq in advance(next_time()):
+            on_finish(seq)
             last_finish = max(last_finish, seq.finish_s or 0.0)
             if early_stop is not None:
                 o = client.outcomes[-1]

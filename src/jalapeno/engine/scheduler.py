@@ -224,9 +224,10 @@ class Scheduler:
             start_sum = self.group.start_sum()  # type: ignore[union-attr]
             if nd > grouped:
                 start_sum += sum(c.start for c in chunks[grouped:nd])
-        return ScheduledBatch(chunks, num_steps=steps, num_decodes=nd, decode_start_sum=start_sum,
-                              loaded_tokens=self._loaded, num_grouped=grouped,
-                              group=self.group if grouped else None)
+        # positional, in field order (chunks, num_steps, stop_at_s, start_s, num_decodes, decode_start_sum,
+        # num_grouped, group, loaded_tokens): a dataclass's keyword call costs ≈ 1 µs more, once per event
+        return ScheduledBatch(chunks, steps, None, 0.0, nd, start_sum, grouped, self.group if grouped else None,
+                              self._loaded)
 
     def _receive(self, max_steps: int) -> int:
         """``recv_interval``: the stack receives new requests every ``recv_interval`` decode steps, right after

@@ -204,18 +204,12 @@ class Client:
         call: Call = seq.user_data  # type: ignore[assignment]
         t = seq.finish_s
         ok = seq.finish_reason != "abort"
-        self.outcomes.append(
-            RequestOutcome(
-                success=ok,
-                prompt_tokens=seq.prompt_len,
-                output_tokens=seq.num_output_tokens,
-                ttft_s=(seq.first_token_s or t) - call.send_s,
-                e2el_s=t - call.send_s,
-                start_s=call.send_s,
-                error="" if ok else "aborted",
-                itl_s=(),  # the engines pool inter-token gaps (SimResult.itl_values): none per request
-            )
-        )
+        # positional, in field order (success, prompt_tokens, output_tokens, ttft_s, e2el_s, itl_s, itl_counts,
+        # start_s, error): a dataclass's keyword call costs ≈ 0.7 µs more, once per request. ``itl_s`` is empty:
+        # the engines pool inter-token gaps (SimResult.itl_values), none per request
+        self.outcomes.append(RequestOutcome(ok, seq.prompt_len, seq.num_output_tokens,
+                                            (seq.first_token_s or t) - call.send_s, t - call.send_s, (), None,
+                                            call.send_s, "" if ok else "aborted"))
         if call.index + 1 < self.calls:
             k = call.chain * self.calls + call.index + 1
             p = call.prompt_len + seq.num_output_tokens + self._in[k]

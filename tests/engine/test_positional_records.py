@@ -34,3 +34,25 @@ def test_request_outcome_fields_are_in_the_order_the_client_passes_them():
     assert RequestOutcome(False, 10, 3, 0.25, 0.5, (), None, 1.0, "aborted") == RequestOutcome(
         success=False, prompt_tokens=10, output_tokens=3, ttft_s=0.25, e2el_s=0.5, start_s=1.0, error="aborted",
         itl_s=())
+
+
+def test_length_only_sequence_equals_the_keyword_constructor_slot_by_slot():
+    """Every slot of ``Sequence.length_only`` equals the constructor's (the id aside: each takes the next), and a
+    prompt of no tokens is refused the same way."""
+    import pytest
+
+    from jalapeno.engine.sequence import SamplingParams, Sequence
+    from jalapeno.errors import RequestError
+
+    sp = SamplingParams(max_tokens=17, ignore_eos=True)
+    call = object()
+    a = Sequence(None, sp, prompt_len=1024, arrival_s=0.25, user_data=call)
+    b = Sequence.length_only(sp, 1024, 0.25, call)
+    assert type(a) is type(b) and b.seq_id == a.seq_id + 1
+    for slot in Sequence.__slots__:
+        if slot != "seq_id":
+            assert getattr(a, slot) == getattr(b, slot), slot
+    assert b.block_table is not a.block_table
+    for bad in (0, -3):
+        with pytest.raises(RequestError, match="at least 1 token"):
+            Sequence.length_only(sp, bad, 0.0)

@@ -271,8 +271,9 @@ class EngineTarget:
             sp = params.get(call.max_tokens)
             if sp is None:
                 sp = params[call.max_tokens] = SamplingParams(max_tokens=call.max_tokens, ignore_eos=True)
-            seq = Sequence(None, sp, prompt_len=call.prompt_len, arrival_s=call.arrive_s, user_data=call)
-            seq.kv_key = call.chain if chains else None
+            seq = Sequence.length_only(sp, call.prompt_len, call.arrive_s, call)
+            if chains:
+                seq.kv_key = call.chain
             e.add_sequence(seq)
 
     def advance(self, horizon: float | None) -> list[Sequence]:

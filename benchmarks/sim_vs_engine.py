@@ -224,6 +224,72 @@ def price_single_stream(trace: Path, hardware: str, model: str = "smollm2-135m")
     return rows
 
 
+def step_shapes(steps: list, isl: int, osl: int) -> list[tuple[list[tuple[int, int]], list[int]]]:
+    """Each step of a trace in which every request has ``isl`` prompt and ``osl`` output tokens, as (prefill chunks
+    as (tokens, cached prefix), decode contexts incl. the new token), reconstructed from what the trace records
+    (prefill tokens and the sequences that got a token): every running sequence decodes each step (the grid's
+    batches fit the token budget), the prefill tokens go first to an unfinished prompt, then to new ones, in
+    order; a prompt's last chunk gives its first token, each decode step one more, ``osl`` in all. A
+    ConfigError when the trace does not fit that (another workload, or preemption)."""
+    decoding: list[list[int]] = []  # [context so far, tokens generated]
+    partial = 0  # prompt tokens already fed of the one unfinished prompt (0: none)
+    out = []
+    for i, s in enumerate(steps):
+        decode = [c + 1 for c, _ in decoding]
+        chunks, left, done_prompts = [], s.prefill_tokens, 0
+        while left > 0:
+            take = min(left, isl - partial)
+            chunks.append((take, partial))
+            left -= take
+            partial += take
+            if partial == isl:
+                done_prompts += 1
+                partial = 0
+        if len(decode) + done_prompts != s.seqs:
+            raise ConfigError(f"step {i + 1} of the trace: {s.seqs} sequences got a token, {len(decode)} decoding "
+                              f"+ {done_prompts} prompts finished expected; is it ISL {isl} / OSL {osl} throughout?")
+        out.append((chunks, decode))
+        for d in decoding:
+            d[0] += 1
+            d[1] += 1
+        decoding = [d for d in decoding if d[1] < osl]
+        decoding += [[isl, 1] for _ in range(done_prompts)] if osl > 1 else []
+    return out
+
+
+def step_kind(prefill: list[tuple[int, int]], decode: list[int]) -> str:
+    """The engine path a step takes on CPU: decode only (the fused kernel), fresh prompts alone (the flash
+    kernel, when they are equal-length and start at 0), otherwise the PyTorch path's paged attention (a later
+    chunk, or prompts beside decode rows)."""
+    if not prefill:
+        return f"decode b={len(decode)}"
+    fresh = not decode and not any(p for _, p in prefill) and len({c for c, _ in prefill}) == 1
+    return (f"fresh {len(prefill)}x{prefill[0][0]}" if fresh
+            else f"mixed {sum(c for c, _ in prefill)} prefill + {len(decode)} decode")
+
+
+def price_steps(trace: Path, isl: int, osl: int, hardware: str, model: str = "smollm2-135m") -> list[dict]:
+    """Every step of ``trace`` (:func:`step_shapes`) against its price on ``hardware``, grouped by
+    :func:`step_kind` (decode steps also by 256-key band): steps, measured and priced seconds in all, and the
+    median ratio measured / priced."""
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.server.step_trace import load_trace
+    from jalapeno.sim import cost_model_for
+
+    cm = cost_model_for(model, hardware, precision="fp32", kv="fp32")
+    steps = load_trace(trace)[1]
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for s, (prefill, decode) in zip(steps, step_shapes(steps, isl, osl)):
+        kind = step_kind(prefill, decode)
+        if not prefill:
+            band = (max(decode) - 1) // 256
+            kind += f" @{256 * band + 1}-{256 * (band + 1)} keys"
+        priced = cm.step(StepShape.from_lists(prefill=prefill, decode_ctx=decode)).time_s
+        groups.setdefault(kind, []).append((s.t_end - s.t_start, priced))
+    return [{"kind": k, "steps": len(v), "measured_s": sum(m for m, _ in v), "priced_s": sum(p for _, p in v),
+             "median_ratio": float(np.median([m / p for m, p in v]))} for k, v in groups.items()]
+
+
 def served_splits(points: list[dict], trace: Path) -> None:
     """Attach to each point the split of its bench window from the server's step trace (in place)."""
     from dataclasses import asdict

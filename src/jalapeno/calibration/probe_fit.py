@@ -212,7 +212,8 @@ def _unpriced_model(arch: Any, chip: ChipSpec) -> Any:
     """``arch`` on ``chip`` at fp32 with the engine's overheads and the attention term set to 0."""
     from jalapeno.sim.factory import cost_model_for
 
-    zero = {k: 0.0 for k in ("step_overhead_us", "layer_overhead_us", "seq_overhead_us", "decode_attention_ns")}
+    zero = {k: 0.0 for k in ("step_overhead_us", "layer_overhead_us", "seq_overhead_us", "decode_attention_ns",
+                             "masked_prefill_attention_ns")}
     return cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=chip.efficiency.model_copy(update=zero))
 
 
@@ -257,6 +258,67 @@ def fit_decode_attention(res: ProbeResult, chip: ChipSpec) -> AttentionFit | Non
     return AttentionFit(round(slope * 1e9, 2), {(b, c): v for (m, b, c), v in fitted.items() if m == "crossover"},
                         float(np.sqrt(np.mean(errs ** 2))), float(np.abs(errs).max()),
                         {(b, c): v for (m, b, c), v in fitted.items() if m == res.served_model}, alone, served)
+
+
+@dataclass(frozen=True)
+class MaskedPrefillFit:
+    """``efficiency.masked_prefill_attention_ns`` fitted on the probe's prefill chunks on the PyTorch path."""
+
+    ns: float
+    #: (chunk, prefix, decode rows) -> (measured, priced without the term, priced with it) seconds, the prices at the
+    #: level of the probe's fresh prompt of the same rounds (its measured / priced) and its layers' overhead aside
+    points: dict[tuple[int, int, int], tuple[float, float, float]]
+    worst_error: float
+
+
+def fit_masked_prefill(res: ProbeResult, chip: ChipSpec) -> MaskedPrefillFit | None:
+    """Per (query head, query, key, layer) of the ``[chunk, context]`` rectangle, the seconds the probe's prefill
+    chunks on the PyTorch attention path took beyond what ``chip`` prices for them (engine overheads aside), by
+    least squares through 0 over every such step (:data:`~jalapeno.hardware.probe.MASKED_STEPS`), in ns. Each price
+    is first scaled by what the longest fresh prompt of the same rounds took over its price (so the compute
+    fraction's residual there is not read as the term). None when the probe timed no such step."""
+    from jalapeno.hardware import probe as pr
+    from jalapeno.models.hf_config import arch_from_config
+    from jalapeno.perf.model import masked_prefill_pairs
+    from jalapeno.perf.shape import StepShape
+
+    fresh = probe_prefill_steps(res)
+    if not res.masked_prefill_s or not fresh or not res.decode_layers:
+        return None
+    arch = arch_from_config(pr.llama_config(res.decode_layers, *pr.CROSSOVER_MODEL), "probe-crossover-llama")
+    cm = _unpriced_model(arch, chip)
+    top = max(fresh)
+    level = fresh[top] / cm.step(StepShape.from_lists(prefill=[(top, 0)])).time_s
+    per_pair = float(arch.num_layers * arch.num_heads)
+    rows = {}
+    for (c, p, d), t in sorted(res.masked_prefill_s.items()):
+        shape = StepShape.from_lists(prefill=[(c, p)], decode_ctx=[c + 1] * d)
+        rows[(c, p, d)] = (pr._net_of_layer_overhead(res, t), level * cm.step(shape).time_s,
+                           per_pair * masked_prefill_pairs(shape))
+    a = np.array([x for _, _, x in rows.values()])
+    y = np.array([t - q for t, q, _ in rows.values()])
+    ns = max(0.0, float(a @ y / (a @ a))) if a.any() else 0.0
+    pts = {k: (t, q, q + ns * x) for k, (t, q, x) in rows.items()}
+    worst = max(abs(w / t - 1) for t, _, w in pts.values())
+    return MaskedPrefillFit(round(ns * 1e9, 3), pts, worst)
+
+
+def add_masked_prefill(out: dict[str, Any], res: ProbeResult, source: str) -> None:
+    """Fit ``masked_prefill_attention_ns`` on the chip mapping ``out`` as fitted so far and write it into its
+    efficiency block (provenance in ``efficiency.fitted``); nothing when the probe timed no such chunk."""
+    from jalapeno.hardware.schema import ChipSpec
+
+    fit = fit_masked_prefill(res, ChipSpec.model_validate(out))
+    if fit is None:
+        return
+    out["efficiency"]["masked_prefill_attention_ns"] = fit.ns
+    steps = ", ".join(f"{c}/{p}/{d}: {t * 1e3:.1f}/{q * 1e3:.1f}/{w * 1e3:.1f}"
+                      for (c, p, d), (t, q, w) in sorted(fit.points.items()))
+    out["efficiency"].setdefault("fitted", {})["masked_prefill_attention_ns"] = {
+        "value": fit.ns, "status": "fitted", "source": source,
+        "note": f"least squares through 0 over the probe's prefill chunks on the PyTorch attention path (paged gather "
+                f"+ masked SDPA), each priced at the level of the fresh prompt of the same rounds; ms measured/priced "
+                f"without/with the term by chunk/prefix/decode rows: {steps} (worst {fit.worst_error:.1%})"}
 
 
 def _ms_by_batch(points: Mapping[tuple[int, int], tuple[float, float]]) -> str:
@@ -369,6 +431,10 @@ def probe_from_chip(chip: ChipSpec) -> ProbeResult:
         res.served_model, res.served_layers = got[1], int(got[2])
         line = notes[sp_key].split("random weights)", 1)[1]
         res.served_prefill_s = {t: v[0] / 1e3 for t, v in _pairs(line).items()}
+    masked = notes.get("masked prefill step ms by chunk/prefix/decode rows")
+    if masked:  # "masked prefill step ms by chunk/prefix/decode rows: 2048/0/1: 1234.5, 1024/1024/0: 678.9"
+        res.masked_prefill_s = {tuple(int(x) for x in k.split("/")): float(v) / 1e3
+                                for k, v in re.findall(r"([0-9]+/[0-9]+/[0-9]+): ([0-9.]+)", masked.split(":", 1)[1])}
     pre = notes.get("prefill step ms (GFLOP) by tokens")
     res.prefill_s = {t: (v[1] * 1e9, v[0] / 1e3) for t, v in _pairs(pre).items()} if pre else {}
     eff = chip.efficiency
@@ -440,6 +506,7 @@ def fitted_chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
     if cap:
         add_small_m(out, res, cap, source)
     add_decode_attention(out, res, source)
+    add_masked_prefill(out, res, source)
     add_served_prefill_check(out, res)
     return out
 

@@ -114,13 +114,25 @@ def grid_points(grid: dict[str, list[int]]) -> list[tuple[int, int, int]]:
 SERVER_START_S = 20.0
 
 
+def chip_arg(hardware):
+    """``--hardware``: a chip name (``local``: the probed chip), or the path of a chip YAML (a recorded probe, to
+    re-price recorded runs on it), loaded and validated (a bad file is one line)."""
+    if isinstance(hardware, str) and hardware.endswith((".yaml", ".yml")):
+        from jalapeno.hardware.catalog import load_spec_file
+
+        if not Path(hardware).is_file():
+            raise ConfigError(f"--hardware {hardware}: no such chip file; give a chip name or a probe's YAML")
+        return load_spec_file(hardware)
+    return hardware
+
+
 def estimated_duration_s(points: list[tuple[int, int, int]], per_slot: int, minimum: int, hardware: str) -> float:
     """Seconds the grid should take: each point's benchmark duration simulated on ``hardware`` (the chip the
     points are compared against), plus the server start."""
     from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
     from jalapeno.workload import Workload
 
-    cm = cost_model_for("smollm2-135m", hardware, precision="fp32", kv="fp32")
+    cm = cost_model_for("smollm2-135m", chip_arg(hardware), precision="fp32", kv="fp32")
     total = SERVER_START_S
     for conc, isl, osl in points:
         n = num_prompts(conc, per_slot, minimum)
@@ -175,7 +187,7 @@ def resimulate(points: list[dict], hardware: str) -> list[dict]:
     from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
     from jalapeno.workload import Workload
 
-    cm = cost_model_for("smollm2-135m", hardware, precision="fp32", kv="fp32")
+    cm = cost_model_for("smollm2-135m", chip_arg(hardware), precision="fp32", kv="fp32")
     out = []
     for p in points:
         n, conc = int(p["prompts"]), int(p["concurrency"])
@@ -210,7 +222,7 @@ def price_single_stream(trace: Path, hardware: str, model: str = "smollm2-135m")
     from jalapeno.server.step_trace import load_trace
     from jalapeno.sim import cost_model_for
 
-    cm = cost_model_for(model, hardware, precision="fp32", kv="fp32")
+    cm = cost_model_for(model, chip_arg(hardware), precision="fp32", kv="fp32")
     bands: dict[int, list[tuple[int, float]]] = {}
     for ctx, wall in single_stream_contexts(load_trace(trace)[1]):
         bands.setdefault((ctx - 1) // 64, []).append((ctx, wall))
@@ -276,7 +288,7 @@ def price_steps(trace: Path, isl: int, osl: int, hardware: str, model: str = "sm
     from jalapeno.server.step_trace import load_trace
     from jalapeno.sim import cost_model_for
 
-    cm = cost_model_for(model, hardware, precision="fp32", kv="fp32")
+    cm = cost_model_for(model, chip_arg(hardware), precision="fp32", kv="fp32")
     steps = load_trace(trace)[1]
     groups: dict[str, list[tuple[float, float]]] = {}
     for s, (prefill, decode) in zip(steps, step_shapes(steps, isl, osl)):
@@ -415,6 +427,19 @@ def run_points(args: argparse.Namespace, grid: dict[str, list[int]], todo: list[
     return points
 
 
+def print_priced_steps(args: argparse.Namespace) -> None:
+    """``--price-steps``: :func:`price_steps` of the trace, one line per kind of step."""
+    if not args.price_steps.is_file():
+        raise ConfigError(f"--price-steps {args.price_steps}: no such file; give a step trace written by "
+                          "`jalapeno serve --step-trace` or this script's --step-trace")
+    isl, osl = (parse_list(k, getattr(args, k) or "") for k in ("isl", "osl"))
+    if len(isl) != 1 or len(osl) != 1:
+        raise ConfigError("--price-steps needs the one --isl and one --osl every request of the trace had")
+    for r in price_steps(args.price_steps, isl[0], osl[0], args.hardware):
+        print(f"{r['kind']}: {r['steps']} steps, measured {r['measured_s']:.2f} s, priced {r['priced_s']:.2f} s "
+              f"(measured / priced {r['measured_s'] / r['priced_s']:.3f}, median step {r['median_ratio']:.3f})")
+
+
 def main() -> None:
     try:
         _main()
@@ -446,7 +471,14 @@ def _main() -> None:
     ap.add_argument("--resimulate", type=Path, default=None, metavar="RESULT",
                     help="only simulate again, on --hardware, the points of an earlier run's --out JSON (or its "
                          ".points.jsonl) and summarise against their measured side (no engine, no server)")
+    ap.add_argument("--price-steps", type=Path, default=None, metavar="TRACE",
+                    help="only price every step of a recorded step trace whose requests all have one --isl and one "
+                         "--osl, grouped by the path each step takes (decode / fresh prompts / mixed or later chunks), "
+                         "on --hardware, and stop")
     args = ap.parse_args()
+    if args.price_steps is not None:
+        print_priced_steps(args)
+        return
     if args.resimulate is not None:
         if not args.resimulate.is_file():
             raise ConfigError(f"--resimulate {args.resimulate}: no such file; give an earlier run's --out JSON")

@@ -105,3 +105,45 @@ def test_a_masked_step_runs_through_the_runner_down_the_pytorch_path(monkeypatch
         assert out.shape == (d + 1, 256)
         assert calls["ref"] > before
     assert calls["fresh"] == 0
+
+
+def test_the_joint_fit_recovers_known_fractions_from_both_models_steps() -> None:
+    """Decode steps by batch (the crossover model) and at the shortest context (the served model), and prefill steps
+    of both, made from known fractions (memory 0.7, overlap 0.2, compute 0.9) plus each model's layers' overhead:
+    ``fit_small_m`` recovers all three within its grids, and prices every step of both models back."""
+    import numpy as np
+
+    from jalapeno.calibration.probe_fit import _priced, fit_small_m, probe_from_chip, rows_table
+    from jalapeno.hardware.schema import ChipSpec
+    from jalapeno.models.catalog import load_model
+    from jalapeno.models.hf_config import arch_from_config
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    chip = load_spec_file(QUIET)
+    res = probe_from_chip(chip)
+    res.dot_step_s = {}
+    f, ov, cd, cap = 0.7, 0.2, 0.9, 128
+    eff = chip.efficiency.model_copy(update={
+        "step_overhead_us": 0.0, "layer_overhead_us": 0.0, "seq_overhead_us": 0.0, "compute_default": cd,
+        "memory_default": 1.0, "compute_by_rows": rows_table(res, cd, cap, ceiling=1.0),
+        "compute_memory_overlap": None})
+
+    def made(arch, shape, layers: int) -> float:
+        tc, tm, _ = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff).op_times(shape)
+        return float(_priced(tc, tm, np.array([f]), np.array([ov]))[0]) + layers * res.layer_overhead_us * 1e-6
+
+    cross = arch_from_config(pr.llama_config(6, *pr.CROSSOVER_MODEL), "x")
+    served = load_model("smollm2-135m")
+    res.fused_step_s = {b: made(cross, StepShape.from_lists(decode_ctx=[pr.CROSSOVER_CTX] * b), 6)
+                        for b in (1, 4, 8, 16, 32)}
+    res.prefill_s = {t: (fl, made(cross, StepShape.from_lists(prefill=[(t, 0)]), 6))
+                     for t, (fl, _) in res.prefill_s.items()}
+    res.served_ctx_step_s = {b: {65: made(served, StepShape.from_lists(decode_ctx=[65] * b), 30)} for b in (1, 8)}
+    res.served_prefill_s = {512: made(served, StepShape.from_lists(prefill=[(512, 0)]), 30)}
+    fit = fit_small_m(res, ChipSpec.model_validate(chip.model_dump()), cap)
+    assert fit is not None
+    assert (fit.memory_default, fit.overlap) == pytest.approx((f, ov), abs=0.006)
+    assert fit.compute_default == pytest.approx(cd, rel=0.01)
+    assert set(fit.served_s) == {"decode b1 @65", "decode b8 @65", "prefill 512"}
+    assert all(abs(q / m - 1) < 0.01 for m, q in fit.served_s.values()) and fit.worst_error < 0.01

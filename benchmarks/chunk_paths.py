@@ -53,6 +53,11 @@ SHAPES: list[tuple[str, list[tuple[int, int]], list[int]]] = [
 ]
 
 
+#: ``--decode-grid``: decode steps only, batch x keys (the kernel's cost per key by batch, and whether it changes
+#: when a layer's KV, batch x keys x 1.5 KB, outgrows the last-level cache)
+DECODE_GRID = [(f"decode b={b} @{c}", [], [c] * b) for b in (1, 8, 16, 32) for c in (513, 1025, 2049)]
+
+
 def slices_of(prefill: list[tuple[int, int]], decode: list[int]):
     """The runner's slices for one step: decode rows first (as the scheduler orders them), then the prefill chunks;
     each sequence gets its own blocks."""
@@ -97,6 +102,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--decode-grid", action="store_true", help="time DECODE_GRID instead of SHAPES")
     ap.add_argument("--only", default=None, help="substring: time only the steps whose label contains it")
     ap.add_argument("--hardware", type=Path, default=Path("benchmarks/data/local_probe_quiet_1113.yaml"))
     ap.add_argument("--out", type=Path, default=None)
@@ -105,7 +111,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     config = pr.llama_config(args.layers, HIDDEN, INTER, VOCAB)
     loaded = pr.random_llama(args.layers, HIDDEN, INTER, VOCAB, "cpu")
-    todo = [s for s in SHAPES if not args.only or args.only in s[0]]
+    todo = [s for s in (DECODE_GRID if args.decode_grid else SHAPES) if not args.only or args.only in s[0]]
     blocks = max(slices_of(p, d)[1] for _, p, d in todo)
     runner = ModelRunner(loaded.model, blocks, BLOCK, "cpu", torch.float32,
                          policy=DecodePolicy(fused_max_batch=128, panel_min_rows=8))

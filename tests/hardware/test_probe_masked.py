@@ -147,3 +147,34 @@ def test_the_joint_fit_recovers_known_fractions_from_both_models_steps() -> None
     assert fit.compute_default == pytest.approx(cd, rel=0.01)
     assert set(fit.served_s) == {"decode b1 @65", "decode b8 @65", "prefill 512"}
     assert all(abs(q / m - 1) < 0.01 for m, q in fit.served_s.values()) and fit.worst_error < 0.01
+
+
+def test_the_attention_fit_reports_each_batchs_own_slope() -> None:
+    """Decode steps whose cost per (head, key, layer) is 20 ns at batch 1 and 8 and 40 ns at batch 16, in both
+    models: each batch alone recovers its own slope, the shared one falls between (the residual says so), and the
+    note carries them."""
+    from jalapeno.calibration.probe_fit import (_unpriced_model, add_decode_attention, fit_decode_attention,
+                                                probe_from_chip)
+    from jalapeno.hardware.schema import ChipSpec
+    from jalapeno.models.catalog import load_model
+    from jalapeno.models.hf_config import arch_from_config
+    from jalapeno.perf.shape import StepShape
+
+    chip = load_spec_file(QUIET)
+    res = probe_from_chip(chip)
+    ns = {1: 20.0, 8: 20.0, 16: 40.0}
+
+    def made(arch, layers: int) -> dict[int, dict[int, float]]:
+        cm = _unpriced_model(arch, chip)
+        return {b: {c: cm.step(StepShape.from_lists(decode_ctx=[c] * b)).time_s + 1e-3 * b
+                    + ns[b] * 1e-9 * layers * 9 * c * b for c in pr.LONG_CONTEXTS} for b in pr.LONG_BATCHES}
+
+    res.ctx_step_s = made(arch_from_config(pr.llama_config(6, *pr.CROSSOVER_MODEL), "x"), 6)
+    res.served_ctx_step_s = made(load_model("smollm2-135m"), 30)
+    fit = fit_decode_attention(res, chip)
+    assert fit.by_batch == pytest.approx(ns, abs=0.01)
+    assert 20.0 < fit.ns < 40.0 and fit.worst_error > 0.01
+    out = chip.model_dump(mode="json")
+    add_decode_attention(out, res, "test")
+    assert "each batch alone: batch 1 20.0 ns, batch 8 20.0 ns, batch 16 40.0 ns" in \
+        ChipSpec.model_validate(out).efficiency.fitted["decode_attention_ns"].note

@@ -248,6 +248,9 @@ class AttentionFit:
     #: the served model's steps (batch, context) -> (measured, priced by the chip with the fitted term, no
     #: intercept, engine overheads set aside) seconds: what the simulator prices for the served model's steps
     served_priced: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
+    #: each batch's own least-squares slope (ns) over both models' steps at that batch: the term holds across batches
+    #: when they agree (a CPU kernel whose per-key cost grows with the batch shows here first)
+    by_batch: dict[int, float] = field(default_factory=dict)
 
 
 def attention_least_squares(steps: Mapping[Any, dict[int, float]], base: Mapping[Any, dict[int, float]],
@@ -314,6 +317,11 @@ def fit_decode_attention(res: ProbeResult, chip: ChipSpec) -> AttentionFit | Non
         sub = {k: v for k, v in steps.items() if k[0] == m}
         if sub and len(models) > 1:
             alone[m] = round(attention_least_squares(sub, base, per_key)[0] * 1e9, 2)
+    by_batch = {}
+    for b in sorted({k[1] for k in steps}):
+        sub = {k: v for k, v in steps.items() if k[1] == b}
+        if len({k[1] for k in steps}) > 1:
+            by_batch[b] = round(attention_least_squares(sub, base, per_key)[0] * 1e9, 2)
     served = {}
     if len(models) > 1:
         arch = models[res.served_model][0]
@@ -322,7 +330,8 @@ def fit_decode_attention(res: ProbeResult, chip: ChipSpec) -> AttentionFit | Non
                   if m == res.served_model}
     return AttentionFit(round(slope * 1e9, 2), {(b, c): v for (m, b, c), v in fitted.items() if m == "crossover"},
                         float(np.sqrt(np.mean(errs ** 2))), float(np.abs(errs).max()),
-                        {(b, c): v for (m, b, c), v in fitted.items() if m == res.served_model}, alone, served)
+                        {(b, c): v for (m, b, c), v in fitted.items() if m == res.served_model}, alone, served,
+                        by_batch)
 
 
 @dataclass(frozen=True)
@@ -410,6 +419,8 @@ def add_decode_attention(out: dict[str, Any], res: ProbeResult, source: str) -> 
                  + ", ".join(f"{m} {v} ns" for m, v in fit.by_model.items())
                  + f"; {res.served_model} priced by this chip (no intercept, engine overheads aside): "
                  + _ms_by_batch(fit.served_priced))
+    if fit.by_batch:
+        note += "; each batch alone: " + ", ".join(f"batch {b} {v} ns" for b, v in fit.by_batch.items())
     eff.setdefault("fitted", {})["decode_attention_ns"] = {
         "value": fit.ns, "status": "fitted", "source": source,
         "note": note + f" (rms {fit.rms_error:.1%}, worst {fit.worst_error:.1%})"}
@@ -616,4 +627,8 @@ def refit_probe_file(src: Path, out_dir: Path, command: str) -> tuple[Path, str]
     att = eff.fitted.get("decode_attention_ns")
     if att is not None and "each model alone: " in (att.note or ""):  # the transfer check, where the lead looks
         line += "; decode_attention_ns, " + att.note.split("each model alone: ", 1)[1].split(";", 1)[0]
+    if att is not None and "each batch alone: " in (att.note or ""):
+        line += "; " + att.note.split("each batch alone: ", 1)[1].split(" (rms", 1)[0]
+    if eff.masked_prefill_attention_ns:
+        line += f"; masked_prefill_attention_ns {eff.masked_prefill_attention_ns}"
     return path, line

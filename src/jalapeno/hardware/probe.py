@@ -486,7 +486,7 @@ def measure_crossover(res: ProbeResult, quick: bool, budget_s: float) -> None:
 #: context tokens of each sequence in the long-context decode steps (the decoded token included): the closed loop's
 #: span, from a 64-token prompt's first decode to a 2048-token prompt's 256th; and the batches they are timed at
 LONG_CONTEXTS = (65, 129, 577, 1153, 2305)
-LONG_BATCHES = (1, 8)
+LONG_BATCHES = (1, 8, 16)  # 16: the closed loop decodes at 16-32 (the per-key cost there, issue 16 eleventh session)
 #: rounds of the interleaved timings: at least the first, at most the second, more while the budget lasts
 LONG_ROUNDS = (5, 15)
 PREFILL_ROUNDS = (3, 9)

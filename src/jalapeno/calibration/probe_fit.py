@@ -568,7 +568,8 @@ def add_small_m(out: dict[str, Any], res: ProbeResult, cap: int, source: str) ->
     if fit.served_s:
         joint = (f"; jointly with {res.served_model}'s steps ({res.served_layers} layers, random weights; memory "
                  f"fraction, overlap and compute fraction fitted over both models, each weighing alike), ms "
-                 f"measured/priced: " + ", ".join(f"{k}: {m * 1e3:.2f}/{q * 1e3:.2f}" for k, (m, q) in fit.served_s.items())
+                 f"measured/priced: "
+                 + ", ".join(f"{k}: {m * 1e3:.2f}/{q * 1e3:.2f}" for k, (m, q) in fit.served_s.items())
                  + f" (worst {max(abs(q / m - 1) for m, q in fit.served_s.values()):.1%})")
     fitted["compute_memory_overlap"] = {
         "value": fit.overlap, "status": "fitted", "source": source,

@@ -56,11 +56,16 @@ def simulate_rows(chips: set[str], per: int, workers: int, reruns: str) -> list[
 
 
 def line(rows: list[dict], key: str) -> tuple[float, float]:
-    """Least-squares (intercept s, slope s per token) of ``row[key]`` against ISL (nan slope with one ISL)."""
-    x = np.array([r["isl"] for r in rows], float)
-    y = np.array([r[key] for r in rows], float)
-    if len(set(x)) < 2:
-        return float(np.median(y)), float("nan")
+    """(intercept s, slope s per token) of ``row[key]`` against ISL: the line through its median at each ISL
+    (medians: a few configurations of a group sit far off the rest, e.g. B200 SGLang TP4 EP1 at 2-3x its
+    group); least squares over the medians with more than two ISLs, nan slope with one."""
+    by: dict[int, list[float]] = defaultdict(list)
+    for r in rows:
+        by[r["isl"]].append(r[key])
+    x = np.array(sorted(by), float)
+    y = np.array([np.median(by[int(i)]) for i in x])
+    if len(x) < 2:
+        return float(y[0]), float("nan")
     slope, icpt = np.polyfit(x, y, 1)
     return float(icpt), float(slope)
 
@@ -92,6 +97,29 @@ def table(rows: list[dict], by: list[str]) -> str:
     return "\n".join(out)
 
 
+def kernel_table(rows: list[dict]) -> str:
+    """The 1k-prompt gap (measured - bare, median over a group's configurations) against the kernels of a prefill
+    step (``perf.model.kernel_count`` of each layout) and their ratio. Where one chip x stack serves two models
+    (B200 TensorRT-LLM, MI355X ATOM) the line through the two rows splits the gap into a front end F (ms) and a
+    per-kernel cost k (us): k = (gap_a - gap_b) / (kernels_a - kernels_b)."""
+    from jalapeno.models.catalog import load_model
+    from jalapeno.perf.model import kernel_count
+
+    groups: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
+    for r in rows:
+        if r["isl"] != 1024:
+            continue
+        tp, ep = (int(t[2:]) for t in r["layout"].split()[:2])
+        groups[(r["chip"], r["framework"], r["model"], r["weights"])].append(
+            (kernel_count(load_model(r["model"]), tp, ep), 1e3 * (r["measured"] - r["bare"])))
+    out = ["| chip | stack | model | weights | n | kernels | 1k gap (ms) | gap / kernel (us) |", "|---|---|---|---|---|---|---|---|"]
+    for k in sorted(groups):
+        kern = float(np.median([x for x, _ in groups[k]]))
+        gap = float(np.median([g for _, g in groups[k]]))
+        out.append("| " + " | ".join(k) + f" | {len(groups[k])} | {kern:.0f} | {gap:.0f} | {1e3 * gap / kern:.1f} |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--chip", action="append", help="chips (default: b200, mi355x, h200, h100)")
@@ -111,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.chip and a.load:
         rows = [r for r in rows if r["chip"] in a.chip]
     print(table(rows, a.by.split(",")))
+    print()
+    print(kernel_table(rows))
     return 0
 
 

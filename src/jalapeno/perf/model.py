@@ -158,6 +158,24 @@ def decode_attention_s_per_key(m: ModelArch, d: Dims, ns: float) -> float:
     return layers * d.q_heads * ns * 1e-9
 
 
+def masked_prefill_pairs(shape: StepShape, fused_max_tokens: int = 0) -> float:
+    """(query, key) pairs of the ``[chunk, context]`` rectangles a step's prefill chunks compute on the CPU torch
+    backend's PyTorch attention path (paged gather + SDPA under an explicit mask, no causal block skipped), or 0
+    when the step takes another path: fresh prompts alone (no decode rows, nothing cached before them, equal
+    lengths: the flash kernel) or a step of at most ``fused_max_tokens`` tokens (the fused kernel). A chunk of
+    ``c`` tokens after ``p`` cached ones computes ``c·(p + c)`` = its causal pairs + ``c(c - 1)/2``; from the
+    step's sums that is ``P + ps·c̄(c̄ - 1)/2`` with ``c̄`` the mean chunk (exact for equal chunks, the grid's case;
+    a lower bound otherwise)."""
+    pt, ps = shape.prefill_tokens, shape.prefill_seqs
+    if not pt or not ps or shape.tokens <= fused_max_tokens:
+        return 0.0
+    c = pt / ps
+    tri = ps * c * (c - 1.0) / 2.0
+    fresh = (not shape.decode_seqs and shape.prefill_kv_tokens == pt
+             and abs(shape.prefill_attn_pairs - ps * c * (c + 1.0) / 2.0) < 0.5)
+    return 0.0 if fresh else shape.prefill_attn_pairs + tri
+
+
 def rows_efficiency(table: dict[int, float], rows: np.ndarray) -> np.ndarray:
     """A GEMM's achieved fraction of peak compute at ``rows`` rows, from a measured ``compute_by_rows`` table
     (rows -> fraction): piecewise linear in log2(rows) between the measured row counts, clamped at both ends
@@ -537,6 +555,10 @@ class CostModel:
             self._overhead = self._overhead + vec(C=self._paging_s_per_token, K=self._paging_s_per_token)
         if eff.decode_attention_ns:  # a CPU attention kernel's per (head, key, layer) cost of each decode row
             self._overhead = self._overhead + vec(Cr=decode_attention_s_per_key(m, self._dims, eff.decode_attention_ns))
+        #: seconds per (query, key) pair of a prefill chunk on the CPU PyTorch attention path (0: no such term)
+        self._masked_s = decode_attention_s_per_key(m, self._dims, eff.masked_prefill_attention_ns)
+        ex = self.chip.execution
+        self._fused_max = int(ex.fused_max_batch.value or 0) if self._masked_s and ex is not None else 0
         lin = sum(self._net_time, np.zeros(NF)) + self._overhead
         pj_net = self.chip.energy.pj_per_network_byte or FALLBACK_PJ_PER_NET_BYTE
         e_work = np.zeros(NF)
@@ -631,6 +653,8 @@ class CostModel:
         x = self._x(shape)
         y = self._M.dot(x)
         t = float(self._rows_times(x[None, :], y[None, :])[0])
+        if self._masked_s and shape.prefill_tokens:
+            t += self._masked_s * masked_prefill_pairs(shape, self._fused_max)
         n = self._n
         if self._verify_s and shape.decode_tokens > shape.decode_seqs:
             t += self._verify_s
@@ -755,6 +779,8 @@ class CostModel:
         t = sum([c if c > m else m for c, m in zip(y[:n], y[n : 2 * n])]) + y[2 * n]
         if self._verify_s and shape.decode_tokens > shape.decode_seqs:
             t += self._verify_s
+        if self._masked_s and shape.prefill_tokens:
+            t += self._masked_s * masked_prefill_pairs(shape, self._fused_max)
         nc = self.chips_per_replica
         e = min(y[2 * n + 1] + self.idle_w * t * nc, self.tdp_w * t * nc)
         return StepCost.of(t, e, y[2 * n + 2], y[2 * n + 3])
@@ -953,6 +979,8 @@ class CostModel:
         ovh = float(self._overhead @ x[:NF])
         if self._verify_s and shape.decode_tokens > shape.decode_seqs:
             ovh += self._verify_s
+        if self._masked_s and shape.prefill_tokens:
+            ovh += self._masked_s * masked_prefill_pairs(shape, self._fused_max)
         if ovh:
             rows.append(("overhead", 0.0, {}, 0.0, ovh, "overhead", "", self.model.num_layers))
         rows = [r for r in rows if r[4] > 0 or r[1] > 0]

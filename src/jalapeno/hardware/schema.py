@@ -159,6 +159,12 @@ class Efficiency(_Strict):
     #: per layer, only in steps that prefill (run eagerly / piecewise, not as one captured CUDA graph: their
     #: kernel launches are not hidden), microseconds
     prefill_layer_overhead_us: float = Field(default=0.0, ge=0)
+    #: per GPU kernel of a step that prefills (``perf.model.kernel_count``, the same count as
+    #: ``kernel_overhead_us``): an eager / piecewise prefill step launches every kernel from the host, so its
+    #: fixed cost follows the architecture's kernel count (DeepSeek-R1 1,327 at TP8, GPT-OSS-120B 507), not its
+    #: layer count (issue #13 step 7: the low-concurrency TTFT intercepts of both models on three vendors),
+    #: microseconds
+    prefill_kernel_overhead_us: float = Field(default=0.0, ge=0)
     #: per routed expert a chip runs in one MoE layer, every step (the fused/grouped MoE GEMM's per-expert
     #: cost at small M: tile scheduling, pipeline fill and wave tail for each active expert), microseconds
     expert_overhead_us: float = Field(default=0.0, ge=0)

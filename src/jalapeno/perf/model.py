@@ -126,7 +126,7 @@ def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_p
                     kernels: int = 0, launch_us: float = 0.0, fp8_moe_layers: int = 0) -> np.ndarray:
     """Time (s) the fixed costs add to a step, as coefficients over :data:`~jalapeno.perf.ops.FEATURES`:
     per step, per layer, per MoE layer, per kernel of a step (``kernels``: :func:`kernel_count`), per routed expert run in a MoE layer (``Ue`` x experts per chip x MoE
-    layers), per sequence in the step (``N``), per layer of a step that prefills (``Pf``), per routed expert run
+    layers), per sequence in the step (``N``), per layer and per kernel of a step that prefills (``Pf``), per routed expert run
     in a MoE layer of a step that prefills (``Uep``, same scale) and per prefill token (``Tp``). Affine in the features, so ``decode_steps`` stays closed-form.
     Each kernel costs ``launch_us`` (the chip's graph-replay launch gap, ``ChipSpec.kernel_launch_us``: a chip
     fact) plus ``eff.kernel_overhead_us`` (the serving stack's fitted share). Each MoE layer whose routed experts
@@ -137,7 +137,7 @@ def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_p
     return vec(
         one=(fixed + kernels * (launch_us + eff.kernel_overhead_us)) * us,
         N=eff.seq_overhead_us * us,
-        Pf=num_layers * eff.prefill_layer_overhead_us * us,
+        Pf=(num_layers * eff.prefill_layer_overhead_us + kernels * eff.prefill_kernel_overhead_us) * us,
         Ue=moe_layers * experts_per_chip * eff.expert_overhead_us * us,
         Uep=moe_layers * experts_per_chip * eff.prefill_expert_overhead_us * us,
         Tp=eff.prefill_token_overhead_ns * 1e-9,
@@ -148,7 +148,7 @@ def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_p
 _OVERHEAD_FIELDS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us",
                     "seq_overhead_us",
                     "prefill_layer_overhead_us", "expert_overhead_us", "prefill_expert_overhead_us",
-                    "prefill_token_overhead_ns", "fp8_moe_layer_overhead_us")
+                    "prefill_token_overhead_ns", "fp8_moe_layer_overhead_us", "prefill_kernel_overhead_us")
 
 
 def decode_attention_s_per_key(m: ModelArch, d: Dims, ns: float) -> float:

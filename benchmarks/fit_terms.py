@@ -58,6 +58,7 @@ PARAMS = {
     "seq_overhead_us": (40.0, 0.0, 500.0),
     "expert_overhead_us": (0.5, 0.0, 50.0),
     "prefill_layer_overhead_us": (100.0, 0.0, 2000.0),
+    "prefill_kernel_overhead_us": (20.0, 0.0, 500.0),
     "prefill_expert_overhead_us": (1.0, 0.0, 100.0),
     "prefill_token_overhead_ns": (30.0, 0.0, 1000.0),
     "prefill_collective_overlap": (0.2, 0.0, 0.9),
@@ -274,7 +275,7 @@ def _star(fa):
 # ------------------------------------------------------------------------------------------------ writing
 OVERHEAD_KEYS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us", "expert_overhead_us",
                  "seq_overhead_us",
-                 "prefill_layer_overhead_us", "prefill_expert_overhead_us", "prefill_token_overhead_ns", "prefill_collective_overlap",
+                 "prefill_layer_overhead_us", "prefill_kernel_overhead_us", "prefill_expert_overhead_us", "prefill_token_overhead_ns", "prefill_collective_overlap",
                  "request_overhead_ms", "request_overhead_us_per_token")
 
 

@@ -114,13 +114,25 @@ def grid_points(grid: dict[str, list[int]]) -> list[tuple[int, int, int]]:
 SERVER_START_S = 20.0
 
 
+def chip_arg(hardware):
+    """``--hardware``: a chip name (``local``: the probed chip), or the path of a chip YAML (a recorded probe, to
+    re-price recorded runs on it), loaded and validated (a bad file is one line)."""
+    if isinstance(hardware, str) and hardware.endswith((".yaml", ".yml")):
+        from jalapeno.hardware.catalog import load_spec_file
+
+        if not Path(hardware).is_file():
+            raise ConfigError(f"--hardware {hardware}: no such chip file; give a chip name or a probe's YAML")
+        return load_spec_file(hardware)
+    return hardware
+
+
 def estimated_duration_s(points: list[tuple[int, int, int]], per_slot: int, minimum: int, hardware: str) -> float:
     """Seconds the grid should take: each point's benchmark duration simulated on ``hardware`` (the chip the
     points are compared against), plus the server start."""
     from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
     from jalapeno.workload import Workload
 
-    cm = cost_model_for("smollm2-135m", hardware, precision="fp32", kv="fp32")
+    cm = cost_model_for("smollm2-135m", chip_arg(hardware), precision="fp32", kv="fp32")
     total = SERVER_START_S
     for conc, isl, osl in points:
         n = num_prompts(conc, per_slot, minimum)
@@ -175,7 +187,7 @@ def resimulate(points: list[dict], hardware: str) -> list[dict]:
     from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
     from jalapeno.workload import Workload
 
-    cm = cost_model_for("smollm2-135m", hardware, precision="fp32", kv="fp32")
+    cm = cost_model_for("smollm2-135m", chip_arg(hardware), precision="fp32", kv="fp32")
     out = []
     for p in points:
         n, conc = int(p["prompts"]), int(p["concurrency"])
@@ -210,7 +222,7 @@ def price_single_stream(trace: Path, hardware: str, model: str = "smollm2-135m")
     from jalapeno.server.step_trace import load_trace
     from jalapeno.sim import cost_model_for
 
-    cm = cost_model_for(model, hardware, precision="fp32", kv="fp32")
+    cm = cost_model_for(model, chip_arg(hardware), precision="fp32", kv="fp32")
     bands: dict[int, list[tuple[int, float]]] = {}
     for ctx, wall in single_stream_contexts(load_trace(trace)[1]):
         bands.setdefault((ctx - 1) // 64, []).append((ctx, wall))
@@ -222,6 +234,72 @@ def price_single_stream(trace: Path, hardware: str, model: str = "smollm2-135m")
                      "measured_ms": 1e3 * float(np.median([w for _, w in got])),
                      "priced_ms": 1e3 * float(np.median(priced))})
     return rows
+
+
+def step_shapes(steps: list, isl: int, osl: int) -> list[tuple[list[tuple[int, int]], list[int]]]:
+    """Each step of a trace in which every request has ``isl`` prompt and ``osl`` output tokens, as (prefill chunks
+    as (tokens, cached prefix), decode contexts incl. the new token), reconstructed from what the trace records
+    (prefill tokens and the sequences that got a token): every running sequence decodes each step (the grid's
+    batches fit the token budget), the prefill tokens go first to an unfinished prompt, then to new ones, in
+    order; a prompt's last chunk gives its first token, each decode step one more, ``osl`` in all. A
+    ConfigError when the trace does not fit that (another workload, or preemption)."""
+    decoding: list[list[int]] = []  # [context so far, tokens generated]
+    partial = 0  # prompt tokens already fed of the one unfinished prompt (0: none)
+    out = []
+    for i, s in enumerate(steps):
+        decode = [c + 1 for c, _ in decoding]
+        chunks, left, done_prompts = [], s.prefill_tokens, 0
+        while left > 0:
+            take = min(left, isl - partial)
+            chunks.append((take, partial))
+            left -= take
+            partial += take
+            if partial == isl:
+                done_prompts += 1
+                partial = 0
+        if len(decode) + done_prompts != s.seqs:
+            raise ConfigError(f"step {i + 1} of the trace: {s.seqs} sequences got a token, {len(decode)} decoding "
+                              f"+ {done_prompts} prompts finished expected; is it ISL {isl} / OSL {osl} throughout?")
+        out.append((chunks, decode))
+        for d in decoding:
+            d[0] += 1
+            d[1] += 1
+        decoding = [d for d in decoding if d[1] < osl]
+        decoding += [[isl, 1] for _ in range(done_prompts)] if osl > 1 else []
+    return out
+
+
+def step_kind(prefill: list[tuple[int, int]], decode: list[int]) -> str:
+    """The engine path a step takes on CPU: decode only (the fused kernel), fresh prompts alone (the flash
+    kernel, when they are equal-length and start at 0), otherwise the PyTorch path's paged attention (a later
+    chunk, or prompts beside decode rows)."""
+    if not prefill:
+        return f"decode b={len(decode)}"
+    fresh = not decode and not any(p for _, p in prefill) and len({c for c, _ in prefill}) == 1
+    return (f"fresh {len(prefill)}x{prefill[0][0]}" if fresh
+            else f"mixed {sum(c for c, _ in prefill)} prefill + {len(decode)} decode")
+
+
+def price_steps(trace: Path, isl: int, osl: int, hardware: str, model: str = "smollm2-135m") -> list[dict]:
+    """Every step of ``trace`` (:func:`step_shapes`) against its price on ``hardware``, grouped by
+    :func:`step_kind` (decode steps also by 256-key band): steps, measured and priced seconds in all, and the
+    median ratio measured / priced."""
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.server.step_trace import load_trace
+    from jalapeno.sim import cost_model_for
+
+    cm = cost_model_for(model, chip_arg(hardware), precision="fp32", kv="fp32")
+    steps = load_trace(trace)[1]
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for s, (prefill, decode) in zip(steps, step_shapes(steps, isl, osl)):
+        kind = step_kind(prefill, decode)
+        if not prefill:
+            band = (max(decode) - 1) // 256
+            kind += f" @{256 * band + 1}-{256 * (band + 1)} keys"
+        priced = cm.step(StepShape.from_lists(prefill=prefill, decode_ctx=decode)).time_s
+        groups.setdefault(kind, []).append((s.t_end - s.t_start, priced))
+    return [{"kind": k, "steps": len(v), "measured_s": sum(m for m, _ in v), "priced_s": sum(p for _, p in v),
+             "median_ratio": float(np.median([m / p for m, p in v]))} for k, v in groups.items()]
 
 
 def served_splits(points: list[dict], trace: Path) -> None:
@@ -349,6 +427,19 @@ def run_points(args: argparse.Namespace, grid: dict[str, list[int]], todo: list[
     return points
 
 
+def print_priced_steps(args: argparse.Namespace) -> None:
+    """``--price-steps``: :func:`price_steps` of the trace, one line per kind of step."""
+    if not args.price_steps.is_file():
+        raise ConfigError(f"--price-steps {args.price_steps}: no such file; give a step trace written by "
+                          "`jalapeno serve --step-trace` or this script's --step-trace")
+    isl, osl = (parse_list(k, getattr(args, k) or "") for k in ("isl", "osl"))
+    if len(isl) != 1 or len(osl) != 1:
+        raise ConfigError("--price-steps needs the one --isl and one --osl every request of the trace had")
+    for r in price_steps(args.price_steps, isl[0], osl[0], args.hardware):
+        print(f"{r['kind']}: {r['steps']} steps, measured {r['measured_s']:.2f} s, priced {r['priced_s']:.2f} s "
+              f"(measured / priced {r['measured_s'] / r['priced_s']:.3f}, median step {r['median_ratio']:.3f})")
+
+
 def main() -> None:
     try:
         _main()
@@ -380,7 +471,14 @@ def _main() -> None:
     ap.add_argument("--resimulate", type=Path, default=None, metavar="RESULT",
                     help="only simulate again, on --hardware, the points of an earlier run's --out JSON (or its "
                          ".points.jsonl) and summarise against their measured side (no engine, no server)")
+    ap.add_argument("--price-steps", type=Path, default=None, metavar="TRACE",
+                    help="only price every step of a recorded step trace whose requests all have one --isl and one "
+                         "--osl, grouped by the path each step takes (decode / fresh prompts / mixed or later chunks), "
+                         "on --hardware, and stop")
     args = ap.parse_args()
+    if args.price_steps is not None:
+        print_priced_steps(args)
+        return
     if args.resimulate is not None:
         if not args.resimulate.is_file():
             raise ConfigError(f"--resimulate {args.resimulate}: no such file; give an earlier run's --out JSON")

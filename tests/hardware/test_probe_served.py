@@ -64,7 +64,11 @@ def test_attention_term_is_fitted_over_both_models_and_the_served_steps_are_pric
     assert again.served_ctx_step_s[8] == pytest.approx(res.served_ctx_step_s[8], abs=1e-6)
     written = ChipSpec.model_validate(fitted_chip_dict(again, "local", "refit"))
     note = written.efficiency.fitted["decode_attention_ns"].note
-    assert "each model alone: crossover 60.0 ns, smollm2-135m 120.0 ns" in note and "priced by this chip" in note
+    # the refit also fits the memory / compute fractions jointly over both models' steps (eleventh session), so the
+    # chip the slopes are read against moves with these made-up steps: each model's own slope is reported
+    assert "each model alone: crossover " in note and ", smollm2-135m " in note and "priced by this chip" in note
+    assert fit_decode_attention(again, written).by_model["smollm2-135m"] > \
+        fit_decode_attention(again, written).by_model["crossover"]
 
 
 def test_calibrate_says_each_models_own_slope(tmp_path: Path) -> None:
@@ -92,7 +96,13 @@ def test_calibrate_says_each_models_own_slope(tmp_path: Path) -> None:
     data["notes"] = [*raw.notes, *extra]
     src.write_text(yaml.safe_dump(data, sort_keys=False))
     _, line = refit_probe_file(src, tmp_path / "fit", "test")
-    assert "decode_attention_ns, crossover 40.0 ns, smollm2-135m 40.0 ns" in line
+    # both models' slopes agree (the transfer check); the refit fits the memory / compute fractions jointly over both
+    # models' steps too (eleventh session), so the chip they are read against moves a little with made-up steps
+    import re
+
+    got = re.search(r"decode_attention_ns, crossover ([0-9.]+) ns, smollm2-135m ([0-9.]+) ns", line)
+    assert got and float(got[1]) == pytest.approx(float(got[2]), abs=0.01)
+    assert float(got[1]) == pytest.approx(40, rel=0.1)
 
 
 def test_served_model_steps_are_timed_through_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

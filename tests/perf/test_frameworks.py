@@ -38,7 +38,10 @@ def test_apply_framework_replaces_only_the_request_overhead():
     eff = get_chip("h200").efficiency
     assert apply_framework(eff, None) is eff
     new = apply_framework(eff, "sglang")
-    assert new.request_overhead_ms == get_framework("sglang").request_overhead_ms
+    # the chip's own fitted front end for the stack (H200: issue #13 step 7), else the global profile
+    assert new.request_overhead_ms == eff.framework_overhead_ms.get("sglang", get_framework("sglang").request_overhead_ms)
+    bare = eff.model_copy(update={"framework_overhead_ms": {}})
+    assert apply_framework(bare, "sglang").request_overhead_ms == get_framework("sglang").request_overhead_ms
     assert new.model_dump(exclude={"request_overhead_ms"}) == eff.model_dump(exclude={"request_overhead_ms"})
 
 
@@ -51,10 +54,12 @@ def _lone_request(framework):
 
 def test_a_framework_shifts_ttft_and_e2e_by_its_latency_difference_and_nothing_else():
     generic = _lone_request(None)
-    chip_ms = get_chip("h100").efficiency.request_overhead_ms
+    eff = get_chip("h100").efficiency
+    chip_ms = eff.request_overhead_ms
     for fw in FRAMEWORKS:
         m = _lone_request(fw.key)
-        d = fw.request_overhead_ms - chip_ms
+        engine = get_framework(fw.engine) if fw.engine else fw
+        d = eff.framework_overhead_ms.get(engine.key, engine.request_overhead_ms) - chip_ms
         assert math.isclose(m["median_ttft_ms"] - generic["median_ttft_ms"], d, abs_tol=1e-6), fw.key
         assert math.isclose(m["median_e2el_ms"] - generic["median_e2el_ms"], d, abs_tol=1e-6), fw.key
         assert math.isclose(m["median_tpot_ms"], generic["median_tpot_ms"], rel_tol=1e-12), fw.key

@@ -56,6 +56,22 @@ def test_prefill_layer_overhead_only_in_steps_that_prefill():
     assert _dt(base, over, MIXED) == pytest.approx(32 * 30e-6, rel=1e-9)  # once per step, not per chunk
 
 
+def test_prefill_kernel_overhead_is_the_kernel_count_of_steps_that_prefill():
+    # hand counts (perf.model.KERNELS): DeepSeek-R1 at TP8 EP8 = 3 per step + 61 layers x (2 norms + 2
+    # all-reduces + 9 MLA) + 3 dense MLPs x 3 + 58 MoE blocks x (6 + 3 shared) = 3 + 793 + 9 + 522 = 1,327;
+    # GPT-OSS-120B at TP1 = 3 + 36 x (2 norms + 4 GQA + 6 MoE) = 435
+    base, over = _pair(DEEPSEEK_R1, Parallelism(tp=8, ep=8), Precision("native"), prefill_kernel_overhead_us=20.0)
+    assert _dt(base, over, DECODE) == 0.0  # decode steps replay a captured graph: their kernels are kernel_overhead_us
+    assert _dt(base, over, PREFILL) == pytest.approx(1327 * 20e-6, rel=1e-9)
+    assert _dt(base, over, MIXED) == pytest.approx(1327 * 20e-6, rel=1e-9)  # once per step, not per chunk
+    b2, o2 = _pair(GPT_OSS_120B, prec=Precision("native"), prefill_kernel_overhead_us=20.0)
+    assert _dt(b2, o2, PREFILL) == pytest.approx(435 * 20e-6, rel=1e-9)
+    # the fit's gradient row is the same coefficient per unit of the term
+    g = base.fixed_time_gradient("prefill_kernel_overhead_us")
+    assert float(g @ base.features(PREFILL)) == pytest.approx(1327e-6, rel=1e-9)
+    assert float(g @ base.features(DECODE)) == 0.0
+
+
 def test_prefill_token_overhead_is_per_prefill_token():
     base, over = _pair(LLAMA_8B, prefill_token_overhead_ns=50.0)
     assert _dt(base, over, DECODE) == 0.0

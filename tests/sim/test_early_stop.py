@@ -20,7 +20,9 @@ def test_default_is_exact_and_reports_nothing():
 
 
 def test_stops_early_and_reports_its_intervals():
-    point = {**BASE, "hardware": "h200", "tp": 2}
+    # 512 output tokens: at 128, H200's prefill-carrying steps (per-kernel cost, issue #13 step 7) keep the median
+    # TTFT of the rounds drifting by ~20 %, so the stop rightly refuses there
+    point = {**BASE, "hardware": "h200", "tp": 2, "osl": 512}
     exact = run_scenario(Scenario(**point))
     tol = 0.2
     m = run_scenario(Scenario(**point, early_stop=tol))

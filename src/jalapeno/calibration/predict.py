@@ -54,7 +54,7 @@ def efficiency_of(chip: str) -> Efficiency:
 
 #: the efficiency fields a transfer of one chip's fit may move (the overhead terms and front ends: ``fit_terms.py``)
 TRANSFER_FIELDS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us",
-                   "seq_overhead_us", "expert_overhead_us", "prefill_layer_overhead_us", "prefill_expert_overhead_us",
+                   "seq_overhead_us", "expert_overhead_us", "prefill_layer_overhead_us", "prefill_kernel_overhead_us", "prefill_expert_overhead_us",
                    "prefill_token_overhead_ns", "prefill_collective_overlap", "request_overhead_ms",
                    "request_overhead_us_per_token")
 #: always moved: a per-kernel fit sets them to 0, and left at the target's values they would count twice

@@ -48,6 +48,9 @@ class SmallMFit:
     peak_scale: float = 1.0
     #: prefill tokens -> (measured, priced) seconds of the probe's prefill steps (less the layers' overhead)
     prefill_s: dict[int, tuple[float, float]] = field(default_factory=dict)
+    #: the served-shape model's steps the fit also priced (a joint fit over both models): label -> (measured, priced)
+    #: seconds, each less its layers' overhead; empty when the probe did not time that model
+    served_s: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 def rows_table(res: ProbeResult, compute_default: float, cap: int, scale: float = 1.0, *,
@@ -113,6 +116,47 @@ def probe_prefill_steps(res: ProbeResult) -> dict[int, float]:
     return {t: pr._net_of_layer_overhead(res, s) for t, s in sorted(steps.items())}
 
 
+#: memory-fraction candidates of the joint fit over both models (the batch-1 step no longer pins it exactly)
+MEMORY_GRID = np.linspace(0.2, 1.0, 161)
+
+
+@dataclass(frozen=True)
+class _Served:
+    """The served-shape model's steps a joint fit prices beside the crossover model's: its decode steps at the
+    shortest measured context by batch and its prefill steps by tokens (seconds, less its layers' overhead)."""
+
+    arch: Any
+    ctx: int
+    decode: dict[int, float]
+    prefill: dict[int, float]
+
+
+def _served_steps(res: ProbeResult) -> _Served | None:
+    """The served model's steps for the joint fit, or None when the probe did not time them."""
+    from jalapeno.models.catalog import load_model
+
+    if not (res.served_model and res.served_ctx_step_s):
+        return None
+    fixed = res.served_layers * (res.layer_overhead_us or 0.0) * 1e-6
+    net = lambda t: t - fixed if t - fixed > 0.25 * t else t  # noqa: E731
+    ctx = min(c for by in res.served_ctx_step_s.values() for c in by)
+    decode = {b: net(by[ctx]) for b, by in sorted(res.served_ctx_step_s.items()) if ctx in by}
+    prefill = {t: net(v) for t, v in sorted(res.served_prefill_s.items())}
+    return _Served(load_model(res.served_model), ctx, decode, prefill)
+
+
+def _joint_memory_overlap(parts: dict[int, tuple[np.ndarray, np.ndarray]], measured: dict[int, float],
+                          sparts: dict[int, tuple[np.ndarray, np.ndarray]], served: dict[int, float]
+                          ) -> tuple[float, float]:
+    """(memory fraction, overlap) minimising the squared log errors of both models' decode steps over the grid of
+    both, each model weighing alike (its steps' mean)."""
+    f, ov = (g.ravel() for g in np.meshgrid(MEMORY_GRID, OVERLAP_GRID, indexing="ij"))
+    err = sum(np.log(_priced(*parts[b], f, ov) / t) ** 2 for b, t in measured.items()) / len(measured)
+    err = err + sum(np.log(_priced(*sparts[b], f, ov) / t) ** 2 for b, t in served.items()) / len(served)
+    best = int(np.argmin(err))
+    return float(f[best]), float(ov[best])
+
+
 def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> SmallMFit | None:
     """Fit (memory fraction, overlap, compute fraction) on the probe's decode steps by batch and its prefill steps
     (each less the crossover model's per-layer overhead), pricing them with the cost model on ``chip`` (its
@@ -131,30 +175,43 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
     arch = arch_from_config(pr.llama_config(res.decode_layers, *pr.CROSSOVER_MODEL), "probe-crossover-llama")
     measured = {b: pr._net_of_layer_overhead(res, t) for b, t in steps.items()}
     prefill = probe_prefill_steps(res)
+    served = _served_steps(res)
     cd = chip.efficiency.compute_default
     zero = {k: 0.0 for k in ("step_overhead_us", "layer_overhead_us", "seq_overhead_us")}
-    f, ov, table, got = 1.0, 1.0, {}, {}
+    f, ov, table, got, sgot = 1.0, 1.0, {}, {}, {}
     for _ in range(rounds):
         table = rows_table(res, cd, cap, ceiling=max(1.0, cd)) or {}
         eff = chip.efficiency.model_copy(update={**zero, "compute_default": cd, "memory_default": 1.0,
                                                  "compute_by_rows": table, "compute_memory_overlap": None})
         cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff)
         parts = {b: cm.op_times(StepShape.from_lists(decode_ctx=[pr.CROSSOVER_CTX] * b))[:2] for b in measured}
-        fs = _solve_memory(*parts[1], measured[1], OVERLAP_GRID)
-        err = sum(np.log(_priced(*parts[b], fs, OVERLAP_GRID) / t) ** 2 for b, t in measured.items())
-        best = int(np.argmin(err))
-        f, ov = float(fs[best]), float(OVERLAP_GRID[best])
+        scm = cost_model_for(served.arch, chip, precision="fp32", kv="fp32", efficiency=eff) if served else None
+        if served is not None and served.decode:  # jointly over both models' decode steps
+            sparts = {b: scm.op_times(StepShape.from_lists(decode_ctx=[served.ctx] * b))[:2] for b in served.decode}
+            f, ov = _joint_memory_overlap(parts, measured, sparts, served.decode)
+        else:  # the crossover model alone: its batch-1 step exactly
+            fs = _solve_memory(*parts[1], measured[1], OVERLAP_GRID)
+            err = sum(np.log(_priced(*parts[b], fs, OVERLAP_GRID) / t) ** 2 for b, t in measured.items())
+            best = int(np.argmin(err))
+            f, ov = float(fs[best]), float(OVERLAP_GRID[best])
         if not prefill:
             break
         for t in prefill:
             tc, tm, _ = cm.op_times(StepShape.from_lists(prefill=[(t, 0)]))
             got[t] = float(_priced(tc, tm, np.array([f]), np.array([ov]))[0])
-        # compute scales as 1 / cd (the memory share of a prefill is small): one fraction for every length
-        cd *= float(np.exp(np.mean([np.log(got[t] / s) for t, s in prefill.items()])))
+        # compute scales as 1 / cd (the memory share of a prefill is small): one fraction for every length, and
+        # with the served model's prefills too, each model weighing alike
+        logs = [float(np.mean([np.log(got[t] / s) for t, s in prefill.items()]))]
+        if scm is not None and served is not None and served.prefill:
+            for t in served.prefill:
+                tc, tm, _ = scm.op_times(StepShape.from_lists(prefill=[(t, 0)]))
+                sgot[t] = float(_priced(tc, tm, np.array([f]), np.array([ov]))[0])
+            logs.append(float(np.mean([np.log(sgot[t] / s) for t, s in served.prefill.items()])))
+        cd *= float(np.exp(np.mean(logs)))
     scale = max(1.0, cd)
     priced = {b: float(_priced(*parts[b], np.array([f]), np.array([ov]))[0]) for b in measured}
     worst = max(abs(priced[b] / t - 1) for b, t in measured.items())
-    pre = {}
+    pre, spre = {}, {}
     if prefill:  # the prefill steps as the fitted fractions price them (reported beside what they took)
         eff = eff.model_copy(update={"compute_default": cd,
                                      "compute_by_rows": rows_table(res, cd, cap, ceiling=max(1.0, cd))})
@@ -162,8 +219,16 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
         for t, s in prefill.items():
             tc, tm, _ = cm.op_times(StepShape.from_lists(prefill=[(t, 0)]))
             pre[t] = (s, float(_priced(tc, tm, np.array([f]), np.array([ov]))[0]))
+    if served is not None:  # both models' steps as the joint fit prices them
+        scm = cost_model_for(served.arch, chip, precision="fp32", kv="fp32", efficiency=eff)
+        shapes = {**{f"decode b{b} @{served.ctx}": (StepShape.from_lists(decode_ctx=[served.ctx] * b), t)
+                     for b, t in served.decode.items()},
+                  **{f"prefill {t}": (StepShape.from_lists(prefill=[(t, 0)]), v) for t, v in served.prefill.items()}}
+        for label, (shape, t) in shapes.items():
+            tc, tm, _ = scm.op_times(shape)
+            spre[label] = (t, float(_priced(tc, tm, np.array([f]), np.array([ov]))[0]))
     return SmallMFit(round(cd / scale, 4), round(f, 4), round(ov, 2), rows_table(res, cd, cap, scale) or table,
-                     measured, priced, worst if math.isfinite(worst) else 1.0, round(scale, 4), pre)
+                     measured, priced, worst if math.isfinite(worst) else 1.0, round(scale, 4), pre, spre)
 
 
 @dataclass(frozen=True)
@@ -183,6 +248,9 @@ class AttentionFit:
     #: the served model's steps (batch, context) -> (measured, priced by the chip with the fitted term, no
     #: intercept, engine overheads set aside) seconds: what the simulator prices for the served model's steps
     served_priced: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
+    #: each batch's own least-squares slope (ns) over both models' steps at that batch: the term holds across batches
+    #: when they agree (a CPU kernel whose per-key cost grows with the batch shows here first)
+    by_batch: dict[int, float] = field(default_factory=dict)
 
 
 def attention_least_squares(steps: Mapping[Any, dict[int, float]], base: Mapping[Any, dict[int, float]],
@@ -212,7 +280,8 @@ def _unpriced_model(arch: Any, chip: ChipSpec) -> Any:
     """``arch`` on ``chip`` at fp32 with the engine's overheads and the attention term set to 0."""
     from jalapeno.sim.factory import cost_model_for
 
-    zero = {k: 0.0 for k in ("step_overhead_us", "layer_overhead_us", "seq_overhead_us", "decode_attention_ns")}
+    zero = {k: 0.0 for k in ("step_overhead_us", "layer_overhead_us", "seq_overhead_us", "decode_attention_ns",
+                             "masked_prefill_attention_ns")}
     return cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=chip.efficiency.model_copy(update=zero))
 
 
@@ -248,6 +317,11 @@ def fit_decode_attention(res: ProbeResult, chip: ChipSpec) -> AttentionFit | Non
         sub = {k: v for k, v in steps.items() if k[0] == m}
         if sub and len(models) > 1:
             alone[m] = round(attention_least_squares(sub, base, per_key)[0] * 1e9, 2)
+    by_batch = {}
+    for b in sorted({k[1] for k in steps}):
+        sub = {k: v for k, v in steps.items() if k[1] == b}
+        if len({k[1] for k in steps}) > 1:
+            by_batch[b] = round(attention_least_squares(sub, base, per_key)[0] * 1e9, 2)
     served = {}
     if len(models) > 1:
         arch = models[res.served_model][0]
@@ -256,7 +330,69 @@ def fit_decode_attention(res: ProbeResult, chip: ChipSpec) -> AttentionFit | Non
                   if m == res.served_model}
     return AttentionFit(round(slope * 1e9, 2), {(b, c): v for (m, b, c), v in fitted.items() if m == "crossover"},
                         float(np.sqrt(np.mean(errs ** 2))), float(np.abs(errs).max()),
-                        {(b, c): v for (m, b, c), v in fitted.items() if m == res.served_model}, alone, served)
+                        {(b, c): v for (m, b, c), v in fitted.items() if m == res.served_model}, alone, served,
+                        by_batch)
+
+
+@dataclass(frozen=True)
+class MaskedPrefillFit:
+    """``efficiency.masked_prefill_attention_ns`` fitted on the probe's prefill chunks on the PyTorch path."""
+
+    ns: float
+    #: (chunk, prefix, decode rows) -> (measured, priced without the term, priced with it) seconds, the prices at the
+    #: level of the probe's fresh prompt of the same rounds (its measured / priced) and its layers' overhead aside
+    points: dict[tuple[int, int, int], tuple[float, float, float]]
+    worst_error: float
+
+
+def fit_masked_prefill(res: ProbeResult, chip: ChipSpec) -> MaskedPrefillFit | None:
+    """Per (query head, query, key, layer) of the ``[chunk, context]`` rectangle, the seconds the probe's prefill
+    chunks on the PyTorch attention path took beyond what ``chip`` prices for them (engine overheads aside), by
+    least squares through 0 over every such step (:data:`~jalapeno.hardware.probe.MASKED_STEPS`), in ns. Each price
+    is first scaled by what the longest fresh prompt of the same rounds took over its price (so the compute
+    fraction's residual there is not read as the term). None when the probe timed no such step."""
+    from jalapeno.hardware import probe as pr
+    from jalapeno.models.hf_config import arch_from_config
+    from jalapeno.perf.model import masked_prefill_pairs
+    from jalapeno.perf.shape import StepShape
+
+    fresh = probe_prefill_steps(res)
+    if not res.masked_prefill_s or not fresh or not res.decode_layers:
+        return None
+    arch = arch_from_config(pr.llama_config(res.decode_layers, *pr.CROSSOVER_MODEL), "probe-crossover-llama")
+    cm = _unpriced_model(arch, chip)
+    top = max(fresh)
+    level = fresh[top] / cm.step(StepShape.from_lists(prefill=[(top, 0)])).time_s
+    per_pair = float(arch.num_layers * arch.num_heads)
+    rows = {}
+    for (c, p, d), t in sorted(res.masked_prefill_s.items()):
+        shape = StepShape.from_lists(prefill=[(c, p)], decode_ctx=[c + 1] * d)
+        rows[(c, p, d)] = (pr._net_of_layer_overhead(res, t), level * cm.step(shape).time_s,
+                           per_pair * masked_prefill_pairs(shape))
+    a = np.array([x for _, _, x in rows.values()])
+    y = np.array([t - q for t, q, _ in rows.values()])
+    ns = max(0.0, float(a @ y / (a @ a))) if a.any() else 0.0
+    pts = {k: (t, q, q + ns * x) for k, (t, q, x) in rows.items()}
+    worst = max(abs(w / t - 1) for t, _, w in pts.values())
+    return MaskedPrefillFit(round(ns * 1e9, 3), pts, worst)
+
+
+def add_masked_prefill(out: dict[str, Any], res: ProbeResult, source: str) -> None:
+    """Fit ``masked_prefill_attention_ns`` on the chip mapping ``out`` as fitted so far and write it into its
+    efficiency block (provenance in ``efficiency.fitted``); nothing when the probe timed no such chunk."""
+    from jalapeno.hardware.schema import ChipSpec
+
+    fit = fit_masked_prefill(res, ChipSpec.model_validate(out))
+    if fit is None:
+        return
+    out["efficiency"]["masked_prefill_attention_ns"] = fit.ns
+    steps = ", ".join(f"{c}/{p}/{d}: {t * 1e3:.1f}/{q * 1e3:.1f}/{w * 1e3:.1f}"
+                      for (c, p, d), (t, q, w) in sorted(fit.points.items()))
+    out["efficiency"].setdefault("fitted", {})["masked_prefill_attention_ns"] = {
+        "value": fit.ns, "status": "fitted", "source": source,
+        "note": f"least squares through 0 over the probe's prefill chunks on the PyTorch attention path (paged gather "
+                f"+ masked SDPA), each priced at the level of the fresh prompt of the same rounds; ms measured/priced "
+                f"without/with the term by chunk/prefix/decode rows: {steps} (worst {fit.worst_error:.1%})"}
 
 
 def _ms_by_batch(points: Mapping[tuple[int, int], tuple[float, float]]) -> str:
@@ -283,6 +419,8 @@ def add_decode_attention(out: dict[str, Any], res: ProbeResult, source: str) -> 
                  + ", ".join(f"{m} {v} ns" for m, v in fit.by_model.items())
                  + f"; {res.served_model} priced by this chip (no intercept, engine overheads aside): "
                  + _ms_by_batch(fit.served_priced))
+    if fit.by_batch:
+        note += "; each batch alone: " + ", ".join(f"batch {b} {v} ns" for b, v in fit.by_batch.items())
     eff.setdefault("fitted", {})["decode_attention_ns"] = {
         "value": fit.ns, "status": "fitted", "source": source,
         "note": note + f" (rms {fit.rms_error:.1%}, worst {fit.worst_error:.1%})"}
@@ -369,6 +507,10 @@ def probe_from_chip(chip: ChipSpec) -> ProbeResult:
         res.served_model, res.served_layers = got[1], int(got[2])
         line = notes[sp_key].split("random weights)", 1)[1]
         res.served_prefill_s = {t: v[0] / 1e3 for t, v in _pairs(line).items()}
+    masked = notes.get("masked prefill step ms by chunk/prefix/decode rows")
+    if masked:  # "masked prefill step ms by chunk/prefix/decode rows: 2048/0/1: 1234.5, 1024/1024/0: 678.9"
+        res.masked_prefill_s = {tuple(int(x) for x in k.split("/")): float(v) / 1e3
+                                for k, v in re.findall(r"([0-9]+/[0-9]+/[0-9]+): ([0-9.]+)", masked.split(":", 1)[1])}
     pre = notes.get("prefill step ms (GFLOP) by tokens")
     res.prefill_s = {t: (v[1] * 1e9, v[0] / 1e3) for t, v in _pairs(pre).items()} if pre else {}
     eff = chip.efficiency
@@ -422,9 +564,16 @@ def add_small_m(out: dict[str, Any], res: ProbeResult, cap: int, source: str) ->
         fp32.update(value=raised, status="fitted", note=(
             f"the rate the probe's prefill steps reached (x{fit.peak_scale:.3f} the {fp32['value']:.4g} TFLOPS a "
             f"torch matmul 512xKxK measured, which they beat): compute_default 1 at this peak"))
+    joint = ""
+    if fit.served_s:
+        joint = (f"; jointly with {res.served_model}'s steps ({res.served_layers} layers, random weights; memory "
+                 f"fraction, overlap and compute fraction fitted over both models, each weighing alike), ms "
+                 f"measured/priced: "
+                 + ", ".join(f"{k}: {m * 1e3:.2f}/{q * 1e3:.2f}" for k, (m, q) in fit.served_s.items())
+                 + f" (worst {max(abs(q / m - 1) for m, q in fit.served_s.values()):.1%})")
     fitted["compute_memory_overlap"] = {
         "value": fit.overlap, "status": "fitted", "source": source,
-        "note": f"decode step ms measured/priced by batch: {ms} (worst {fit.worst_error:.1%})"}
+        "note": f"decode step ms measured/priced by batch: {ms} (worst {fit.worst_error:.1%}){joint}"}
     fitted["compute_by_rows"] = {
         "value": fit.compute_by_rows[min(fit.compute_by_rows)], "status": "measured", "source": source,
         "note": f"the 1-row fraction; PyTorch GEMM TFLOPS of M x {k} x {n} by M: {rows}"}
@@ -440,6 +589,7 @@ def fitted_chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
     if cap:
         add_small_m(out, res, cap, source)
     add_decode_attention(out, res, source)
+    add_masked_prefill(out, res, source)
     add_served_prefill_check(out, res)
     return out
 
@@ -478,4 +628,8 @@ def refit_probe_file(src: Path, out_dir: Path, command: str) -> tuple[Path, str]
     att = eff.fitted.get("decode_attention_ns")
     if att is not None and "each model alone: " in (att.note or ""):  # the transfer check, where the lead looks
         line += "; decode_attention_ns, " + att.note.split("each model alone: ", 1)[1].split(";", 1)[0]
+    if att is not None and "each batch alone: " in (att.note or ""):
+        line += "; " + att.note.split("each batch alone: ", 1)[1].split(" (rms", 1)[0]
+    if eff.masked_prefill_attention_ns:
+        line += f"; masked_prefill_attention_ns {eff.masked_prefill_attention_ns}"
     return path, line

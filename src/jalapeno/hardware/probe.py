@@ -165,6 +165,9 @@ class ProbeResult:
     thread_policy_line: str = ""
     #: prefill steps of the crossover model by prompt tokens: (FLOPs, seconds) (PREFILL_LENGTHS)
     prefill_s: dict[int, tuple[float, float]] = field(default_factory=dict)
+    #: the crossover model's prefill chunks on the PyTorch attention path (MASKED_STEPS), timed in the same rounds as
+    #: ``prefill_s``: (chunk tokens, cached prefix, decode rows beside it) -> seconds
+    masked_prefill_s: dict[tuple[int, int, int], float] = field(default_factory=dict)
     #: every sample of the repeated timings (label -> seconds in round order), written beside the chip YAML
     samples: dict[str, list[float]] = field(default_factory=dict)
     #: TFLOPS of a GEMM with M rows at ROWS_KN (the dtype the torch backend runs here), by M
@@ -483,7 +486,7 @@ def measure_crossover(res: ProbeResult, quick: bool, budget_s: float) -> None:
 #: context tokens of each sequence in the long-context decode steps (the decoded token included): the closed loop's
 #: span, from a 64-token prompt's first decode to a 2048-token prompt's 256th; and the batches they are timed at
 LONG_CONTEXTS = (65, 129, 577, 1153, 2305)
-LONG_BATCHES = (1, 8)
+LONG_BATCHES = (1, 8, 16)  # 16: the closed loop decodes at 16-32 (the per-key cost there, issue 16 eleventh session)
 #: rounds of the interleaved timings: at least the first, at most the second, more while the budget lasts
 LONG_ROUNDS = (5, 15)
 PREFILL_ROUNDS = (3, 9)
@@ -659,12 +662,48 @@ def measure_prefill(res: ProbeResult, runner: Any, loaded: Any, layers: int, bud
     fit = [t for t in lengths if runner.num_blocks >= -(-t // 16)]
     if len(fit) < len(lengths):
         res.notes.append(f"prefill: {sorted(set(lengths) - set(fit))} tokens do not fit the probe's cache; skipped")
-    got = interleaved_times({t: step(t) for t in fit}, 6 * budget_s, PREFILL_ROUNDS)
+    fns: dict[Any, Callable[[], Any]] = {t: step(t) for t in fit}
+    if max(lengths) == max(PREFILL_LENGTHS):  # a full probe: the chunks the PyTorch attention path takes, too
+        fns.update({k: masked_step(runner, *k) for k in MASKED_STEPS if runner.num_blocks >= _masked_blocks(*k)})
+    got = interleaved_times(fns, 6 * budget_s, PREFILL_ROUNDS)
     for t, samples in got.items():
+        if isinstance(t, tuple):
+            res.masked_prefill_s[t] = robust_time(samples)
+            res.samples["masked prefill {} after {} beside {} decode".format(*t)] = samples
+            continue
         res.prefill_s[t] = (prefill_flops(params, float(hidden * vocab), layers, hidden, vocab, t), robust_time(samples))
         res.samples[f"prefill {t}"] = samples
     if PREFILL_TOKENS in res.prefill_s:
         res.prefill_flops, res.prefill_step_s = res.prefill_s[PREFILL_TOKENS]
+
+
+#: prefill chunks that take the PyTorch attention path (paged gather + masked SDPA) rather than the flash kernel,
+#: as (chunk tokens, cached prefix, decode rows beside it): a 2048-token prompt beside one decode row (the mixed step a
+#: completion brings) and the second half of a 2048-token prompt (a later chunk); ``masked_prefill_attention_ns``
+MASKED_STEPS = ((2048, 0, 1), (1024, 1024, 0))
+
+
+def _masked_blocks(chunk: int, prefix: int, decode: int) -> int:
+    return -(-(chunk + prefix) // 16) + decode * (-(-(chunk + 1) // 16))
+
+
+def masked_step(runner: Any, chunk: int, prefix: int, decode: int) -> Callable[[], Any]:
+    """One step of the crossover runner: a ``chunk``-token prompt chunk after ``prefix`` cached tokens, beside
+    ``decode`` decode rows each at context ``chunk + 1`` (decode rows first, as the scheduler orders them), down
+    the engine's own path (the default policy: such a step feeds more tokens than the fused kernel takes)."""
+    from jalapeno.backends.torch.attention import SeqSlice
+    from jalapeno.backends.torch.runner import DecodePolicy
+
+    per = -(-(chunk + 1) // 16)
+    sl = [SeqSlice(chunk, 1, list(range(i * per, (i + 1) * per))) for i in range(decode)]
+    first = decode * per
+    sl.append(SeqSlice(prefix, chunk, list(range(first, first + -(-(chunk + prefix) // 16)))))
+    ids, rows = [1] * (decode + chunk), [*range(decode), decode + chunk - 1]
+
+    def run() -> Any:
+        runner.policy = DecodePolicy()
+        return runner.forward(sl, ids, rows)
+    return run
 
 
 def measure_thread_policy(res: ProbeResult, quick: bool) -> None:
@@ -836,6 +875,9 @@ def _measurement_notes(res: ProbeResult) -> list[str]:
     if res.prefill_s:
         lines.append("prefill step ms (GFLOP) by tokens: " + ", ".join(
             f"{t}: {s * 1e3:.2f}/{f / 1e9:.4f}" for t, (f, s) in sorted(res.prefill_s.items())))
+    if res.masked_prefill_s:
+        lines.append("masked prefill step ms by chunk/prefix/decode rows: " + ", ".join(
+            f"{c}/{p}/{d}: {v * 1e3:.2f}" for (c, p, d), v in sorted(res.masked_prefill_s.items())))
     lines.append(f"load average at probe time: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cpus)")
     return lines
 

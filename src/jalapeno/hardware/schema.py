@@ -159,6 +159,12 @@ class Efficiency(_Strict):
     #: per layer, only in steps that prefill (run eagerly / piecewise, not as one captured CUDA graph: their
     #: kernel launches are not hidden), microseconds
     prefill_layer_overhead_us: float = Field(default=0.0, ge=0)
+    #: per GPU kernel of a step that prefills (``perf.model.kernel_count``, the same count as
+    #: ``kernel_overhead_us``): an eager / piecewise prefill step launches every kernel from the host, so its
+    #: fixed cost follows the architecture's kernel count (DeepSeek-R1 1,327 at TP8, GPT-OSS-120B 507), not its
+    #: layer count (issue #13 step 7: the low-concurrency TTFT intercepts of both models on three vendors),
+    #: microseconds
+    prefill_kernel_overhead_us: float = Field(default=0.0, ge=0)
     #: per routed expert a chip runs in one MoE layer, every step (the fused/grouped MoE GEMM's per-expert
     #: cost at small M: tile scheduling, pipeline fill and wave tail for each active expert), microseconds
     expert_overhead_us: float = Field(default=0.0, ge=0)
@@ -198,6 +204,13 @@ class Efficiency(_Strict):
     #: above its KV bytes' time, and grows with the context; measured by ``jalapeno hardware probe`` (decode
     #: steps at two contexts) and fitted as what the roofline leaves unpriced. 0 (every catalogue chip): none
     decode_attention_ns: float = Field(default=0.0, ge=0)
+    #: seconds (ns) per (query head, query, key, attention layer) of the ``[chunk, context]`` rectangle a prefill
+    #: chunk computes when it takes the CPU torch backend's PyTorch attention path (the context gathered through the
+    #: block table, then SDPA under an explicit mask: no causal block skipped) instead of the flash kernel that fresh
+    #: prompts alone take: a later chunk of a prompt, or any prompt beside decode rows (a mixed step). On top of the
+    #: roofline (whose causal pairs price the flash kernel); measured by ``jalapeno hardware probe`` (a prompt alone
+    #: and beside one decode row) and fitted by ``jalapeno calibrate --probe``. 0 (every catalogue chip): none
+    masked_prefill_attention_ns: float = Field(default=0.0, ge=0)
     #: the share of the shorter of an operator's compute and memory times hidden under the longer: op time =
     #: max(c, m) + (1 - overlap) x min(c, m). None (every catalogue chip) = 1, the roofline max
     compute_memory_overlap: float | None = Field(default=None, ge=0, le=1)

@@ -11,8 +11,10 @@ Every value here is the HOPPER calibration (issue #13, ``python benchmarks/fit_t
 ln(predicted / measured) of output throughput, TPOT and TTFT over the H200 InferenceX aggregated rows dated before
 2026-03 (no MTP; one point per configuration). H100 rows and later H200 rows are the held-out check
 (docs/fidelity.md). A chip whose family was fitted separately carries its own values in
-``efficiency.framework_overhead_ms`` (Blackwell: the B200 fit; CDNA: the MI355X fit), which take precedence;
-these global values serve every other chip.
+``efficiency.framework_overhead_ms`` (Blackwell: the B200 fit; CDNA: the MI355X fit; Hopper since issue #13 step 7:
+the H200 refit with a per-kernel cost of prefilling steps, whose front ends are a few ms), which take precedence;
+these global values (the Hopper fit before step 7, which carried DeepSeek-R1's eager prefill launches) serve every
+other chip.
 
 Each profile also names its stack's **scheduling policy** (:class:`SchedulingPolicy`), which the ONE engine
 scheduler takes as configuration (``EngineConfig``): vLLM V1 and TensorRT-LLM mix prefill chunks into decode

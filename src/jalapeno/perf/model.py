@@ -126,7 +126,7 @@ def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_p
                     kernels: int = 0, launch_us: float = 0.0, fp8_moe_layers: int = 0) -> np.ndarray:
     """Time (s) the fixed costs add to a step, as coefficients over :data:`~jalapeno.perf.ops.FEATURES`:
     per step, per layer, per MoE layer, per kernel of a step (``kernels``: :func:`kernel_count`), per routed expert run in a MoE layer (``Ue`` x experts per chip x MoE
-    layers), per sequence in the step (``N``), per layer of a step that prefills (``Pf``), per routed expert run
+    layers), per sequence in the step (``N``), per layer and per kernel of a step that prefills (``Pf``), per routed expert run
     in a MoE layer of a step that prefills (``Uep``, same scale) and per prefill token (``Tp``). Affine in the features, so ``decode_steps`` stays closed-form.
     Each kernel costs ``launch_us`` (the chip's graph-replay launch gap, ``ChipSpec.kernel_launch_us``: a chip
     fact) plus ``eff.kernel_overhead_us`` (the serving stack's fitted share). Each MoE layer whose routed experts
@@ -137,7 +137,7 @@ def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_p
     return vec(
         one=(fixed + kernels * (launch_us + eff.kernel_overhead_us)) * us,
         N=eff.seq_overhead_us * us,
-        Pf=num_layers * eff.prefill_layer_overhead_us * us,
+        Pf=(num_layers * eff.prefill_layer_overhead_us + kernels * eff.prefill_kernel_overhead_us) * us,
         Ue=moe_layers * experts_per_chip * eff.expert_overhead_us * us,
         Uep=moe_layers * experts_per_chip * eff.prefill_expert_overhead_us * us,
         Tp=eff.prefill_token_overhead_ns * 1e-9,
@@ -148,7 +148,7 @@ def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_p
 _OVERHEAD_FIELDS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us",
                     "seq_overhead_us",
                     "prefill_layer_overhead_us", "expert_overhead_us", "prefill_expert_overhead_us",
-                    "prefill_token_overhead_ns", "fp8_moe_layer_overhead_us")
+                    "prefill_token_overhead_ns", "fp8_moe_layer_overhead_us", "prefill_kernel_overhead_us")
 
 
 def decode_attention_s_per_key(m: ModelArch, d: Dims, ns: float) -> float:
@@ -156,6 +156,24 @@ def decode_attention_s_per_key(m: ModelArch, d: Dims, ns: float) -> float:
     query head on the chip in each attention layer (linear-attention layers hold no keys)."""
     layers = sum(not m.is_linear_layer(i) for i in range(m.num_layers))
     return layers * d.q_heads * ns * 1e-9
+
+
+def masked_prefill_pairs(shape: StepShape, fused_max_tokens: int = 0) -> float:
+    """(query, key) pairs of the ``[chunk, context]`` rectangles a step's prefill chunks compute on the CPU torch
+    backend's PyTorch attention path (paged gather + SDPA under an explicit mask, no causal block skipped), or 0
+    when the step takes another path: fresh prompts alone (no decode rows, nothing cached before them, equal
+    lengths: the flash kernel) or a step of at most ``fused_max_tokens`` tokens (the fused kernel). A chunk of
+    ``c`` tokens after ``p`` cached ones computes ``c·(p + c)`` = its causal pairs + ``c(c - 1)/2``; from the
+    step's sums that is ``P + ps·c̄(c̄ - 1)/2`` with ``c̄`` the mean chunk (exact for equal chunks, the grid's case;
+    a lower bound otherwise)."""
+    pt, ps = shape.prefill_tokens, shape.prefill_seqs
+    if not pt or not ps or shape.tokens <= fused_max_tokens:
+        return 0.0
+    c = pt / ps
+    tri = ps * c * (c - 1.0) / 2.0
+    fresh = (not shape.decode_seqs and shape.prefill_kv_tokens == pt
+             and abs(shape.prefill_attn_pairs - ps * c * (c + 1.0) / 2.0) < 0.5)
+    return 0.0 if fresh else shape.prefill_attn_pairs + tri
 
 
 def rows_efficiency(table: dict[int, float], rows: np.ndarray) -> np.ndarray:
@@ -537,6 +555,10 @@ class CostModel:
             self._overhead = self._overhead + vec(C=self._paging_s_per_token, K=self._paging_s_per_token)
         if eff.decode_attention_ns:  # a CPU attention kernel's per (head, key, layer) cost of each decode row
             self._overhead = self._overhead + vec(Cr=decode_attention_s_per_key(m, self._dims, eff.decode_attention_ns))
+        #: seconds per (query, key) pair of a prefill chunk on the CPU PyTorch attention path (0: no such term)
+        self._masked_s = decode_attention_s_per_key(m, self._dims, eff.masked_prefill_attention_ns)
+        ex = self.chip.execution
+        self._fused_max = int(ex.fused_max_batch.value or 0) if self._masked_s and ex is not None else 0
         lin = sum(self._net_time, np.zeros(NF)) + self._overhead
         pj_net = self.chip.energy.pj_per_network_byte or FALLBACK_PJ_PER_NET_BYTE
         e_work = np.zeros(NF)
@@ -631,6 +653,8 @@ class CostModel:
         x = self._x(shape)
         y = self._M.dot(x)
         t = float(self._rows_times(x[None, :], y[None, :])[0])
+        if self._masked_s and shape.prefill_tokens:
+            t += self._masked_s * masked_prefill_pairs(shape, self._fused_max)
         n = self._n
         if self._verify_s and shape.decode_tokens > shape.decode_seqs:
             t += self._verify_s
@@ -715,7 +739,13 @@ class CostModel:
         return self.levels["WS" if self.weights_in_sram else "W"].name
 
     def _x(self, shape: StepShape) -> np.ndarray:
-        x = self._feat(shape)
+        """:meth:`_feat` as an array (its body repeated here: one call less per priced step)."""
+        ro = self._routing
+        if self._terms_of is not ro:
+            self._terms, self._terms_of = {}, ro
+        x = features(shape, ro, self._terms)
+        if self.kv_sram_tokens:
+            x.extend(self._tier_x(shape))
         return np.fromiter(x, np.float64, len(x))  # np.array(x, dtype=np.float64), a little cheaper
 
     def features(self, shape: StepShape) -> np.ndarray:
@@ -755,6 +785,8 @@ class CostModel:
         t = sum([c if c > m else m for c, m in zip(y[:n], y[n : 2 * n])]) + y[2 * n]
         if self._verify_s and shape.decode_tokens > shape.decode_seqs:
             t += self._verify_s
+        if self._masked_s and shape.prefill_tokens:
+            t += self._masked_s * masked_prefill_pairs(shape, self._fused_max)
         nc = self.chips_per_replica
         e = min(y[2 * n + 1] + self.idle_w * t * nc, self.tdp_w * t * nc)
         return StepCost.of(t, e, y[2 * n + 2], y[2 * n + 3])
@@ -953,6 +985,8 @@ class CostModel:
         ovh = float(self._overhead @ x[:NF])
         if self._verify_s and shape.decode_tokens > shape.decode_seqs:
             ovh += self._verify_s
+        if self._masked_s and shape.prefill_tokens:
+            ovh += self._masked_s * masked_prefill_pairs(shape, self._fused_max)
         if ovh:
             rows.append(("overhead", 0.0, {}, 0.0, ovh, "overhead", "", self.model.num_layers))
         rows = [r for r in rows if r[4] > 0 or r[1] > 0]

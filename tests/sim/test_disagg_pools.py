@@ -328,7 +328,9 @@ def test_decode_first_token_steps_reach_the_scenario_from_the_stack_and_bad_valu
     tpot = base["median_tpot_ms"]
     extra = held["kv_transfer"]["mean_decode_step_wait_ms"] - base["kv_transfer"]["mean_decode_step_wait_ms"]
     assert 2.5 * tpot < extra < 3 * tpot * 1.02
-    assert held["median_ttft_ms"] > base["median_ttft_ms"] + 2 * tpot
+    # the median of a closed loop's TTFTs moves by less than the mean wait (the loop's arrivals re-phase against
+    # the decode steps), but by more than one step
+    assert held["median_ttft_ms"] > base["median_ttft_ms"] + tpot
     assert held["median_tpot_ms"] == pytest.approx(base["median_tpot_ms"], rel=0.1)
     with pytest.raises(ConfigError, match="--decode-first-token-steps must be >= 0 decode steps"):
         run_scenario(Scenario(**four, decode_first_token_steps=-1))

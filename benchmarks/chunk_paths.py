@@ -21,11 +21,11 @@ quiet two-thread run, not the levels.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
 import time
 from pathlib import Path
+
+from _record import finish
 
 #: SmolLM2-135M's layer shape (hidden 576, MLP 1536, 9 query / 3 KV heads of 64); a small vocabulary (the LM head
 #: reads one row per sequence, the same in every step kind)
@@ -145,14 +145,8 @@ def main() -> None:
                          decode=next(d for lb, _, d in todo if lb == label)))
         print(f"| {label} | {rows[-1]['path']} | {best[label] * 1e3:.1f} | {priced * 1e3:.1f} | "
               f"{best[label] / priced:.2f} |", flush=True)
-    load1 = os.getloadavg()[0]
-    print(f"load average after: {load1:.1f}")
-    if args.out:
-        when = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
-        args.out.write_text(json.dumps({
-            "recorded": f"{when} by benchmarks/chunk_paths.py", "machine": f"{os.cpu_count()} cpus, load average "
-            f"{load0:.1f} -> {load1:.1f}", "layers": args.layers, "threads": args.threads, "rounds": args.rounds,
-            "hardware": str(args.hardware), "rows": rows}, indent=1) + "\n")
+    finish(args.out, "chunk_paths.py", load0, layers=args.layers, threads=args.threads, rounds=args.rounds,
+           hardware=str(args.hardware), rows=rows)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,11 @@ seconds, not minutes, per step on a loaded machine; no probe needed).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
 import time
 from pathlib import Path
+
+from _record import finish
 
 #: SmolLM2-135M: 30 layers, hidden 576, MLP 1536, 9 query / 3 KV heads of 64, vocab 49152 (tied)
 LAYERS, HIDDEN, INTER, VOCAB = 30, 576, 1536, 49152
@@ -107,13 +107,7 @@ def main() -> None:
                          **({} if cm is None else {"priced_s": priced})))
         print(f"| {label} | {len(ids)} | {wall * 1e3:.1f} | {cpu * 1e3:.1f} | {priced * 1e3:.1f} | "
               f"{wall / priced:.2f} |", flush=True)
-    load1 = os.getloadavg()[0]
-    print(f"load average after: {load1:.1f}")
-    if args.out:
-        when = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
-        args.out.write_text(json.dumps({
-            "recorded": f"{when} by benchmarks/mixed_step.py", "machine": f"{os.cpu_count()} cpus, load average "
-            f"{load0:.1f} -> {load1:.1f}", "policy": line, "model_config": config, "rows": rows}, indent=1) + "\n")
+    finish(args.out, "mixed_step.py", load0, policy=line, model_config=config, rows=rows)
 
 
 class _PolicyTarget:

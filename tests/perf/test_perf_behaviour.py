@@ -284,7 +284,7 @@ def _plain_affine_line(cm: CostModel, shape: StepShape, k: int):
         dcw = float(shape.decode_below_window)
         if shape.decode_ctx_sum_window + km * dcw > d * window:
             return None
-    y0 = cm._M.dot(np.array(cm._feat(shape), dtype=np.float64)).tolist()
+    y0 = cm._M.dot(cm._x(shape)).tolist()
     g = cm._M_ctx.dot(np.array((d, dcw, d * r, dcw * r))).tolist()
     n = cm._n
     a_t, b_t = y0[2 * n], g[2 * n]

@@ -582,7 +582,7 @@ class CostModel:
         self._M_ctx = np.ascontiguousarray(self._M[:, _CTX_COLS])  # rows' slopes in the context features
         self._slopes: dict[tuple[int, float, float], list[float]] = {}  # memo of _ctx_slopes
         self._terms: dict[int, tuple[float, float, float]] = {}  # memo of ops.routing_terms by step tokens
-        self._terms_of: object = None  # ... for this routing (set at the first _feat)
+        self._terms_of: object = None  # ... for this routing (set at the first _x)
         self._tc, self._tm = tc, tm
         self._compile_rows(work)
         tdp = float(self.chip.power.tdp_w)
@@ -694,15 +694,6 @@ class CostModel:
         cs = min(c, self.kv_sram_tokens)
         return float(cs), shape.decode_ctx_sum_window * (cs / c)
 
-    def _feat(self, shape: StepShape) -> list[float]:
-        ro = self._routing
-        if self._terms_of is not ro:  # the memo belongs to one routing (tests swap it for the balanced one)
-            self._terms, self._terms_of = {}, ro
-        x = features(shape, ro, self._terms)
-        if self.kv_sram_tokens:
-            x.extend(self._tier_x(shape))
-        return x
-
     def _moe_layers(self) -> int:
         m = self.model
         return sum(1 for i in range(m.num_layers) if m.is_moe_layer(i)) if m.num_experts else 0
@@ -739,9 +730,9 @@ class CostModel:
         return self.levels["WS" if self.weights_in_sram else "W"].name
 
     def _x(self, shape: StepShape) -> np.ndarray:
-        """:meth:`_feat` as an array (its body repeated here: one call less per priced step)."""
+        """The step's features as an array: :func:`features` (memoised per routing) and the KV tiers' ones."""
         ro = self._routing
-        if self._terms_of is not ro:
+        if self._terms_of is not ro:  # the memo belongs to one routing (tests swap it for the balanced one)
             self._terms, self._terms_of = {}, ro
         x = features(shape, ro, self._terms)
         if self.kv_sram_tokens:

@@ -131,11 +131,9 @@ class Client:
 
     def release(self, now: float) -> list[Call]:
         """Calls that reach the engine by ``now`` (sent at least ``request_latency_s`` earlier)."""
-        if self.due or (self.next_chain < self.n and self.in_flight < self.limit):
-            sent = self._send(now)
-        else:  # nothing to send (what ``_send`` would find, without the call)
-            self._freed.clear()
-            sent = []
+        can_start = self.next_chain < self.n and self.in_flight < self.limit
+        sent = self._send(now, can_start) if self.due or can_start else []  # nothing to send: no call
+        self._freed.clear()
         in_transit = self.in_transit
         delay, per_token = self.delay, self.per_token
         if delay == 0.0 and per_token == 0.0 and not in_transit:
@@ -152,15 +150,15 @@ class Client:
                 out.append(pop(in_transit)[2])
         return out
 
-    def _send(self, now: float) -> list[Call]:
-        """Calls to send by ``now``: follow-up calls of chains, then new chains while a slot is free. A chain
-        that found every slot busy starts when one frees (``_freed``: completions since the last release)."""
+    def _send(self, now: float, can_start: bool) -> list[Call]:
+        """Calls to send by ``now``: follow-up calls of chains, then (``can_start``: a chain is left and a slot
+        is free) new chains while a slot is free. A chain that found every slot busy starts when one frees
+        (``_freed``: completions since the last release, cleared by :meth:`release` after this)."""
         due = self.due
         out = list(due) if due else []
         due.clear()
-        if self.next_chain < self.n and self.in_flight < self.limit:
+        if can_start:
             self._start_chains(now, out)
-        self._freed.clear()
         return out
 
     def _start_chains(self, now: float, out: list[Call]) -> None:

@@ -94,6 +94,12 @@ def _priced(tc: np.ndarray, tm: np.ndarray, f: np.ndarray, overlap: np.ndarray) 
     return (np.maximum(tc, m) + (1.0 - ov) * np.minimum(tc, m)).sum(axis=1)
 
 
+def _price_step(cm: Any, shape: Any, f: float, ov: float) -> float:
+    """One step's time on cost model ``cm`` at memory fraction ``f`` and overlap ``ov`` (:func:`_priced`)."""
+    tc, tm, _ = cm.op_times(shape)
+    return float(_priced(tc, tm, np.array([f]), np.array([ov]))[0])
+
+
 def _solve_memory(tc: np.ndarray, tm: np.ndarray, target: float, overlap: np.ndarray) -> np.ndarray:
     """Per overlap candidate, the memory fraction f in (0, 1] that prices the step at ``target`` (bisection: the
     priced time falls as f grows); 1 where even f = 1 prices above the target."""
@@ -197,15 +203,13 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
         if not prefill:
             break
         for t in prefill:
-            tc, tm, _ = cm.op_times(StepShape.from_lists(prefill=[(t, 0)]))
-            got[t] = float(_priced(tc, tm, np.array([f]), np.array([ov]))[0])
+            got[t] = _price_step(cm, StepShape.from_lists(prefill=[(t, 0)]), f, ov)
         # compute scales as 1 / cd (the memory share of a prefill is small): one fraction for every length, and
         # with the served model's prefills too, each model weighing alike
         logs = [float(np.mean([np.log(got[t] / s) for t, s in prefill.items()]))]
         if scm is not None and served is not None and served.prefill:
             for t in served.prefill:
-                tc, tm, _ = scm.op_times(StepShape.from_lists(prefill=[(t, 0)]))
-                sgot[t] = float(_priced(tc, tm, np.array([f]), np.array([ov]))[0])
+                sgot[t] = _price_step(scm, StepShape.from_lists(prefill=[(t, 0)]), f, ov)
             logs.append(float(np.mean([np.log(sgot[t] / s) for t, s in served.prefill.items()])))
         cd *= float(np.exp(np.mean(logs)))
     scale = max(1.0, cd)
@@ -217,16 +221,14 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
                                      "compute_by_rows": rows_table(res, cd, cap, ceiling=max(1.0, cd))})
         cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff)
         for t, s in prefill.items():
-            tc, tm, _ = cm.op_times(StepShape.from_lists(prefill=[(t, 0)]))
-            pre[t] = (s, float(_priced(tc, tm, np.array([f]), np.array([ov]))[0]))
+            pre[t] = (s, _price_step(cm, StepShape.from_lists(prefill=[(t, 0)]), f, ov))
     if served is not None:  # both models' steps as the joint fit prices them
         scm = cost_model_for(served.arch, chip, precision="fp32", kv="fp32", efficiency=eff)
         shapes = {**{f"decode b{b} @{served.ctx}": (StepShape.from_lists(decode_ctx=[served.ctx] * b), t)
                      for b, t in served.decode.items()},
                   **{f"prefill {t}": (StepShape.from_lists(prefill=[(t, 0)]), v) for t, v in served.prefill.items()}}
         for label, (shape, t) in shapes.items():
-            tc, tm, _ = scm.op_times(shape)
-            spre[label] = (t, float(_priced(tc, tm, np.array([f]), np.array([ov]))[0]))
+            spre[label] = (t, _price_step(scm, shape, f, ov))
     return SmallMFit(round(cd / scale, 4), round(f, 4), round(ov, 2), rows_table(res, cd, cap, scale) or table,
                      measured, priced, worst if math.isfinite(worst) else 1.0, round(scale, 4), pre, spre)
 

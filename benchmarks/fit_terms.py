@@ -64,6 +64,7 @@ PARAMS = {
     "prefill_collective_overlap": (0.2, 0.0, 0.9),
     "request_overhead_us_per_token": (3.0, 0.0, 50.0),
     "request_overhead_ms": (20.0, 0.0, 200.0),  # the front end of frameworks without a profile (e.g. AMD's ATOM)
+    "pdl_kernel_fraction": (0.2, 0.0, 0.9),  # per-kernel share hidden by PDL: fitted only where a run launches with it
 }
 #: dense decoder layers under CUDA/HIP graphs: about ten kernels per layer with ~2 us of launch gap each. Not
 #: identifiable from the InferenceX rows (GPT-OSS has only MoE layers, DeepSeek-R1 3 dense of 61), so it is a
@@ -397,7 +398,10 @@ def main(argv: list[str] | None = None) -> int:
             train = dedupe([(p, s) for p, s in items if split_of(p, s) == "fit"], a.reruns)
             random.Random(0).shuffle(train)
             train = train[: a.max_points]
+            from jalapeno.calibration.launch import launches_with_pdl
+
             names = [n for n in PARAMS if n != "request_overhead_ms" or any(framework_profile(s) is None for _, s in train)]
+            names = [n for n in names if n != "pdl_kernel_fraction" or any(launches_with_pdl(s) for _, s in train)]
             dropped = ("moe_layer_overhead_us",) if a.terms == "kernel" else ("kernel_overhead_us",)
             names = [n for n in names if n not in dropped]
             names = [n for n in names if n not in (a.fix or [])]

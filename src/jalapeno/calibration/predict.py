@@ -158,6 +158,9 @@ def run_point(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int 
         eff = apply_framework(eff, framework_profile(spec))
     if request_overhead_ms is not None:
         eff = eff.model_copy(update={"request_overhead_ms": float(request_overhead_ms)})
+    from jalapeno.calibration.launch import launch_efficiency
+
+    eff = launch_efficiency(spec, eff)  # the benchmark script's cost-model launch flags (PDL)
     cm = cost_model(spec, eff)
     spec_dec = None
     if spec.spec_tokens:

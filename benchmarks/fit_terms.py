@@ -277,6 +277,7 @@ def _star(fa):
 OVERHEAD_KEYS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us", "expert_overhead_us",
                  "seq_overhead_us",
                  "prefill_layer_overhead_us", "prefill_kernel_overhead_us", "prefill_expert_overhead_us", "prefill_token_overhead_ns", "prefill_collective_overlap",
+                 "pdl_kernel_fraction",
                  "request_overhead_ms", "request_overhead_us_per_token")
 
 

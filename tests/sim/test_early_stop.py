@@ -68,7 +68,9 @@ def test_study_grid_orders_differ_from_exact_only_on_near_ties():
 
     exact, fast = rows(), rows(early_stop=0.2)
     assert all(r["status"] == "ok" for r in exact + fast)
-    assert sum(bool(r["early_stop_stopped_early"]) for r in fast) >= 3  # the fast mode really stopped early
+    # the fast mode really stopped early (2 of the 12 points at B200's 5.09 us per kernel, issue #13 step 8b; 3 at
+    # the previous 4.72 us: which points settle within the tolerance follows the catalogue's values)
+    assert sum(bool(r["early_stop_stopped_early"]) for r in fast) >= 2
 
     def key(r):
         return (r["hardware"], r["tp"], r["concurrency"])

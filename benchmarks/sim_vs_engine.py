@@ -81,14 +81,26 @@ def bench_point(port: int, conc: int, isl: int, osl: int, prompts: int, hardware
                "--dataset", "random", "--input-len", str(isl), "--output-len", str(osl),
                "--random-range-ratio", "1.0", "--concurrency", str(conc), "--num-prompts", str(prompts),
                "--ignore-eos", "--no-power", "--compare-sim", "--hardware", hardware,
-               "--sim-model", "smollm2-135m", "--sim-precision", "fp32", "-o", str(out)]
+               "--sim-model", "smollm2-135m", "--sim-precision", "fp32", "--save-detailed", "-o", str(out)]
         # fp32: `jalapeno serve` runs the torch backend in float32 (weights, KV, activations), on CPU and CUDA
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         res = json.loads(out.read_text())
     sim = res.get("simulated", {})
     out = {name: {"measured": res.get(key), "simulated": sim.get(key)} for name, key in METRICS.items()}
     out["client"] = {k: res.get(k) for k in ("client_cpu_s", "t_start_monotonic", "t_end_monotonic", "duration")}
+    out["client"].update(request_times(res))
     return out
+
+
+def request_times(res: dict) -> dict:
+    """Each measured request's send and last-token times on the system-wide monotonic clock (``sent_monotonic``,
+    ``done_monotonic``, in the order sent), from a ``jalapeno bench --save-detailed`` result: what the server's
+    request records (``serve --step-trace``) are lined up against (``jalapeno.server.ingest``)."""
+    t0, reqs = res.get("t_start_monotonic"), res.get("requests")
+    if t0 is None or not reqs:
+        return {}
+    rows = sorted((r["start_s"], r["start_s"] + (r["e2el_s"] or 0.0)) for r in reqs if r.get("success"))
+    return {"sent_monotonic": [t0 + a for a, _ in rows], "done_monotonic": [t0 + b for _, b in rows]}
 
 
 def num_prompts(conc: int, per_slot: int, minimum: int) -> int:

@@ -7,8 +7,10 @@ command queue — which happens only between two engine steps. :func:`line_up` p
 the bench client's send time (``jalapeno bench --save-detailed``: ``start_s`` after the run's monotonic start)
 beside the server's request record (``jalapeno serve --step-trace``: :class:`~jalapeno.server.step_trace.
 RequestRecord`) on the one system-wide monotonic clock; :func:`by_position` gives the median delays by a request's
-position in its wave, and :func:`service_time` the serial front-end time per request that the spacing of a wave's
-hand-overs shows (what ``efficiency.ingest_serial_ms`` prices in the simulated client).
+position in its wave, :func:`service_time` the spacing of a wave's hand-overs, :func:`front_end_latency_s` the
+latency send → hand-over (what ``efficiency.request_overhead_ms`` prices in the simulated client) and
+:func:`first_wave_release` when a served run's first wave reached the waiting queue (how the engine split it over
+its first steps: the initial condition that, with equal output lengths, every later wave repeats).
 """
 
 from __future__ import annotations
@@ -110,3 +112,42 @@ def service_time(rows: Sequence[IngestRow]) -> float:
         raise ConfigError("no wave has two requests handed over outside an engine step: a closed loop at "
                           "concurrency >= 2 has them")
     return float(np.median(gaps))
+
+
+def front_end_latency_s(rows: Sequence[IngestRow]) -> float:
+    """The serving layer's latency per request, seconds: the median of send → hand-over to the engine thread (HTTP,
+    tokenisation, the hand-over itself; not the wait for the running step to end, which the simulated engine
+    prices). What ``efficiency.request_overhead_ms`` adds to each simulated arrival."""
+    if not rows:
+        raise ConfigError("no requests to measure the front end's latency on")
+    return float(np.median([r.submit - r.sent for r in rows]))
+
+
+#: seconds after the admitted ones at which the rest of a first wave is released: any time after the first step's
+#: start puts them in the next step (the engine takes its waiting queue only between steps), and their clocks start
+#: within the few ms over which the client sent the wave
+LATE_S = 1e-3
+
+
+def first_wave_release(steps: Sequence[StepRecord], t0: float, concurrency: int, prompt_len: int,
+                       requests: Sequence[RequestRecord] = ()) -> np.ndarray:
+    """Offsets (s) at which to release a closed loop's first ``concurrency`` requests so that the engine admits them
+    as it did in a served run whose measured window starts at ``t0`` (monotonic s): the first step that started at
+    or after ``t0`` and prefilled took ``k`` of them (those the request records show queued by its start; without
+    records, its prefill tokens / ``prompt_len``), released at 0; the rest had not reached the waiting queue then
+    and are released :data:`LATE_S` later (they go into the next step). With equal output lengths the split repeats
+    at every later wave: a wave's first ``k`` finish a step before the rest. No prefilling step after ``t0`` is a
+    :class:`ConfigError`."""
+    c = int(concurrency)
+    if c < 1 or prompt_len < 1:
+        raise ConfigError(f"concurrency ({concurrency}) and prompt length ({prompt_len}) must be >= 1")
+    first = next((s for s in steps if s.t_start >= t0 and s.prefill_tokens > 0), None)
+    if first is None:
+        raise ConfigError(f"no prefilling step at or after {t0:.3f} s in the step trace: trace the same run")
+    mine = [r for r in requests if r.t_recv >= t0 - 1e-3]
+    if len(mine) >= c:
+        k = sum(1 for r in mine if r.t_queued <= first.t_start)
+    else:
+        k = first.prefill_tokens // prompt_len
+    k = max(1, min(c, k))
+    return np.concatenate([np.zeros(k), np.full(c - k, LATE_S)])

@@ -243,7 +243,7 @@ def ingest_report(points: list[dict], trace: Path) -> list[dict]:
     """For each point with its requests' send times and a trace with request records: the ingest by position in a
     wave (:func:`jalapeno.server.ingest.by_position`) and the front end's latency (ms); points without either are
     left out."""
-    from jalapeno.server.ingest import by_position, front_end_latency_s, line_up
+    from jalapeno.server.ingest import by_position, first_wave, front_end_latency_s, line_up
     from jalapeno.server.step_trace import load_trace_requests
 
     _, steps, records = load_trace_requests(trace)
@@ -257,8 +257,12 @@ def ingest_report(points: list[dict], trace: Path) -> list[dict]:
         except ConfigError as exc:  # e.g. a failed request: its send is not kept; the others still tell
             print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']}: ingest not lined up ({exc})", flush=True)
             continue
+        fw = first_wave(rows, steps)
         out.append({"concurrency": p["concurrency"], "isl": p["isl"], "osl": p["osl"],
                     "front_end_ms": 1e3 * front_end_latency_s(rows), "by_position": by_position(rows),
+                    "first_wave": {"size": fw.size, "admitted": fw.admitted, "pickup_ms": 1e3 * fw.pickup_s,
+                                   "spacing_ms": None if fw.spacing_s is None else 1e3 * fw.spacing_s,
+                                   "predicted": fw.predicted},
                     "first_step_prompts": [steps[r.first_step].prefill_tokens // int(p["isl"]) for r in rows
                                            if r.position == 0 and r.first_step >= 0]})
     return out
@@ -521,6 +525,11 @@ def admitted_check(points: list[dict], hardware, trace: Path, write_chip: Path |
         firsts = ", ".join(str(k) for k in g["first_step_prompts"])
         print(f"c={g['concurrency']} isl={g['isl']} ingest: front end (send -> engine thread) median "
               f"{g['front_end_ms']:.1f} ms; a wave's first request went into a step of {firsts} prompts")
+        f = g["first_wave"]
+        print(f"  first wave: {f['admitted']} of {f['size']} in the first step, which started {f['pickup_ms']:.2f} ms "
+              f"after the first hand-over; hand-overs before it "
+              + (f"{f['spacing_ms']:.2f} ms apart (1 + 5 ms / spacing = {f['predicted']:.1f})"
+                 if f["spacing_ms"] is not None else "none but the first"))
         for r in g["by_position"]:
             print(f"  position {r['position']:>2} ({r['requests']}): send->handler {r['http_ms']:.1f}, tokenise "
                   f"{r['tokenise_ms']:.1f}, hand-over {r['handover_ms']:.2f}, to waiting queue {r['to_queue_ms']:.1f}"

@@ -14,6 +14,7 @@ from jalapeno.errors import ConfigError
 from jalapeno.server.ingest import (
     LATE_S,
     by_position,
+    first_wave,
     first_wave_release,
     front_end_latency_s,
     line_up,
@@ -57,6 +58,25 @@ def test_a_made_up_wave_lines_up_by_hand() -> None:
     free = line_up(sent, recs, [_step(9.0, 9.999)])
     assert [r.wave for r in free] == [0, 0, 0, 0]  # one step only: everything after it is its wave
     assert service_time(free) == pytest.approx(0.002)  # hand-overs 2.0, 2.0 ms and 1.9935 s apart
+
+
+def test_how_an_idle_engine_took_the_first_wave_by_hand() -> None:
+    """Three handed over at 1.000 / 1.001 / 1.002 s to an idle engine; its thread drained the first two at 1.0025 and
+    started a step at 1.003 (3 ms after the first hand-over); the third went into the next step. Hand-overs 1 ms
+    apart: 1 + 5 ms / 1 ms = 6 predicted by the GIL hypothesis (here, made up, 2 admitted)."""
+    steps = [_step(1.003, 2.0, pre=1024, dec=2), _step(2.001, 3.0, pre=512, dec=3)]
+    recs = [RequestRecord(0.995, 0.999, 1.0 + i * 1e-3, 1.0025 if i < 2 else 2.0005, 512) for i in range(3)]
+    rows = line_up([0.99, 0.991, 0.992], recs, steps)
+    fw = first_wave(rows, steps)
+    assert (fw.size, fw.admitted) == (3, 2)
+    assert fw.pickup_s == pytest.approx(0.003) and fw.spacing_s == pytest.approx(0.001)
+    assert fw.predicted == pytest.approx(6.0)
+    sent, recs, steps = _made_up()
+    fw = first_wave(line_up(sent, recs, steps), steps)  # the made-up wave: the first alone, 1 ms after its hand-over
+    assert (fw.size, fw.admitted, fw.spacing_s, fw.predicted) == (3, 1, None, None)
+    assert fw.pickup_s == pytest.approx(0.001)
+    with pytest.raises(ConfigError, match="no requests"):
+        first_wave([], steps)
 
 
 def test_the_first_wave_is_released_as_the_engine_admitted_it() -> None:

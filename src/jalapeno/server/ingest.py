@@ -151,3 +151,36 @@ def first_wave_release(steps: Sequence[StepRecord], t0: float, concurrency: int,
         k = first.prefill_tokens // prompt_len
     k = max(1, min(c, k))
     return np.concatenate([np.zeros(k), np.full(c - k, LATE_S)])
+
+
+@dataclass(frozen=True)
+class FirstWave:
+    """How an idle engine took a closed loop's first wave (seconds): ``admitted`` of its ``size`` requests were in
+    the waiting queue when the first step started, ``pickup_s`` after the first hand-over; before that step the
+    hand-overs came ``spacing_s`` apart (median; None with fewer than two). ``predicted`` = 1 + the interpreter's
+    switch interval / spacing: the engine thread, woken by the first hand-over, waits for the GIL while the event
+    loop keeps handing requests over back to back (CPython forces a switch after ``sys.getswitchinterval()``, 5 ms),
+    so it takes those handed over meanwhile — the hypothesis the quiet served run is to check (docs/fidelity.md)."""
+
+    size: int
+    admitted: int
+    pickup_s: float
+    spacing_s: float | None
+    predicted: float | None
+
+
+def first_wave(rows: Sequence[IngestRow], steps: Sequence[StepRecord], switch_interval_s: float = 0.005) -> FirstWave:
+    """:class:`FirstWave` of the first wave in ``rows`` (those of the earliest wave); a :class:`ConfigError` when
+    none of them reached a step of the trace."""
+    if not rows:
+        raise ConfigError("no requests: line a traced run up first (line_up)")
+    w = min(r.wave for r in rows)
+    wave = sorted((r for r in rows if r.wave == w), key=lambda r: r.submit)
+    first = min((r.first_step for r in wave if r.first_step >= 0), default=-1)
+    if first < 0:
+        raise ConfigError("the first wave reached no step of the trace: trace the whole run")
+    start = steps[first].t_start
+    before = [r.submit for r in wave if r.submit <= start]
+    spacing = float(np.median(np.diff(before))) if len(before) > 1 else None
+    return FirstWave(len(wave), sum(1 for r in wave if r.first_step == first), start - wave[0].submit, spacing,
+                     1 + switch_interval_s / spacing if spacing else None)

@@ -74,6 +74,37 @@ def test_released_as_admitted_the_simulated_waves_take_the_served_shapes(latency
     assert m["median_ttft_ms"] / measured["TTFT"]["measured"] - 1 == pytest.approx(want, abs=0.01)
 
 
+def test_with_a_front_end_the_c8_waves_take_the_served_shapes_too() -> None:
+    """c = 8 (the same run): served, each wave's first prompt alone, the other 7 beside its decode row, and the 7's
+    last decode step alone (the first's replacement not yet there). Simulated with any front-end latency: the same;
+    with none the replacement joins that step (the simulated TPOT then 137 ms, not the 118 ms the right shapes give:
+    the ≈ 13 % left is the served steps' level over the probe's, as at c = 16's TTFT)."""
+    from jalapeno.bench.compare import first_wave_arrivals
+    from jalapeno.hardware.catalog import load_spec_file
+    from jalapeno.server.ingest import first_wave_release
+    from jalapeno.server.step_trace import load_trace
+    from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
+    from jalapeno.workload import Workload
+
+    _, steps = load_trace(TRACE)
+    p = json.loads(RESULT.read_text().splitlines()[1])
+    t0, t1 = p["client"]["t_start_monotonic"], p["client"]["t_end_monotonic"]
+    served = [(s.prefill_tokens, s.seqs - s.prefill_tokens // 512) for s in steps
+              if t0 <= s.t_start < t1 and (s.prefill_tokens or s.seqs != 8)]
+    assert served == [(512, 0), (3584, 1), (0, 7)] * 3
+    chip = load_spec_file(CHIP)
+    chip = chip.model_copy(update={"efficiency": chip.efficiency.model_copy(update={"request_overhead_ms": 5.0})})
+    engine = build_sim_engine(cost_model_for("smollm2-135m", chip, precision="fp32", kv="fp32"), in_flight=8)
+    engine.backend.trace = []
+    rel = first_wave_release(steps, t0, 8, 512)
+    wl = Workload(np.full(24, 512), np.full(24, 64), max_concurrency=8,
+                  arrival_s=first_wave_arrivals(np.concatenate([rel, np.full(16, rel[-1])]), 8))
+    m = run_workload(engine, wl).metrics(num_chips=1)
+    assert [(t["prefill_tokens"], t["decode_seqs"]) for t in engine.backend.trace
+            if t["prefill_tokens"] or t["decode_seqs"] != 8] == served
+    assert m["median_tpot_ms"] / p["TPOT"]["measured"] - 1 == pytest.approx(-0.127, abs=0.01)
+
+
 def test_released_as_sent_the_first_step_takes_one_prompt() -> None:
     """The bench's as-sent release (the wave spread over ms): the simulated engine starts with the first prompt and
     the other 15 follow in one ~7,680-token step: the 1 + 15 pattern the 14:20 simulation had (TTFT +35 %)."""

@@ -262,9 +262,7 @@ def ingest_report(points: list[dict], trace: Path) -> list[dict]:
                     "front_end_ms": 1e3 * front_end_latency_s(rows), "by_position": by_position(rows),
                     "first_wave": {"size": fw.size, "admitted": fw.admitted, "pickup_ms": 1e3 * fw.pickup_s,
                                    "spacing_ms": None if fw.spacing_s is None else 1e3 * fw.spacing_s,
-                                   "predicted": fw.predicted},
-                    "first_step_prompts": [steps[r.first_step].prefill_tokens // int(p["isl"]) for r in rows
-                                           if r.position == 0 and r.first_step >= 0]})
+                                   "predicted": fw.predicted}})
     return out
 
 
@@ -522,9 +520,8 @@ def admitted_check(points: list[dict], hardware, trace: Path, write_chip: Path |
 
     ingest = ingest_report(points, trace)
     for g in ingest:
-        firsts = ", ".join(str(k) for k in g["first_step_prompts"])
-        print(f"c={g['concurrency']} isl={g['isl']} ingest: front end (send -> engine thread) median "
-              f"{g['front_end_ms']:.1f} ms; a wave's first request went into a step of {firsts} prompts")
+        print(f"c={g['concurrency']} isl={g['isl']} osl={g['osl']} ingest: front end (send -> engine thread) median "
+              f"{g['front_end_ms']:.1f} ms")
         f = g["first_wave"]
         print(f"  first wave: {f['admitted']} of {f['size']} in the first step, which started {f['pickup_ms']:.2f} ms "
               f"after the first hand-over; hand-overs before it "
@@ -558,6 +555,32 @@ def admitted_check(points: list[dict], hardware, trace: Path, write_chip: Path |
               f"{mid[name]['worst_pct']:.1f} %" + (f", and the measured front end {now[name]['median_pct']:.1f} / "
                                                    f"{now[name]['worst_pct']:.1f} %" if ingest else ""))
     return {"ingest": ingest, "admitted": admitted, "points": after, "summary": now}
+
+
+def run_resimulate(args: argparse.Namespace) -> None:
+    """``--resimulate``: an earlier run's points simulated again on ``--hardware`` (with ``--release-trace``: their
+    first waves as the served engine admitted them, and the front end as measured: :func:`admitted_check`)."""
+    if not args.resimulate.is_file():
+        raise ConfigError(f"--resimulate {args.resimulate}: no such file; give an earlier run's --out JSON")
+    try:
+        prior = (read_points(args.resimulate) if args.resimulate.suffix == ".jsonl"
+                 else json.loads(args.resimulate.read_text())["points"])
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ConfigError(f"--resimulate {args.resimulate}: not a sim_vs_engine result (no 'points'); give "
+                          "the JSON an earlier run wrote with --out") from None
+    if args.release_trace is not None:
+        if not args.release_trace.is_file():
+            raise ConfigError(f"--release-trace {args.release_trace}: no such file; give the step trace "
+                              "(served.jsonl) of the run --resimulate names")
+        admitted_check(prior, args.hardware, args.release_trace, args.write_chip)
+        return
+    again = resimulate(prior, args.hardware)
+    for p in again:
+        row = "  ".join(f"{m} {p[m]['measured'] or 0:.1f}/{p[m]['simulated'] or 0:.1f}" for m in METRICS)
+        print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} measured/sim on {args.hardware}: {row}")
+    for name, s in summarise(again).items():
+        print(f"{name:>10}: median |error| {s['median_pct']:.1f}%, worst {s['worst_pct']:.1f}% "
+              f"({len(again)} points)")
 
 
 def print_priced_steps(args: argparse.Namespace) -> None:
@@ -619,27 +642,7 @@ def _main() -> None:
         print_priced_steps(args)
         return
     if args.resimulate is not None:
-        if not args.resimulate.is_file():
-            raise ConfigError(f"--resimulate {args.resimulate}: no such file; give an earlier run's --out JSON")
-        try:
-            prior = (read_points(args.resimulate) if args.resimulate.suffix == ".jsonl"
-                     else json.loads(args.resimulate.read_text())["points"])
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise ConfigError(f"--resimulate {args.resimulate}: not a sim_vs_engine result (no 'points'); give "
-                              "the JSON an earlier run wrote with --out") from None
-        if args.release_trace is not None:
-            if not args.release_trace.is_file():
-                raise ConfigError(f"--release-trace {args.release_trace}: no such file; give the step trace "
-                                  "(served.jsonl) of the run --resimulate names")
-            admitted_check(prior, args.hardware, args.release_trace, args.write_chip)
-            return
-        again = resimulate(prior, args.hardware)
-        for p in again:
-            row = "  ".join(f"{m} {p[m]['measured'] or 0:.1f}/{p[m]['simulated'] or 0:.1f}" for m in METRICS)
-            print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} measured/sim on {args.hardware}: {row}")
-        for name, s in summarise(again).items():
-            print(f"{name:>10}: median |error| {s['median_pct']:.1f}%, worst {s['worst_pct']:.1f}% "
-                  f"({len(again)} points)")
+        run_resimulate(args)
         return
     if args.price_trace is not None:
         if not args.price_trace.is_file():

@@ -129,3 +129,27 @@ def test_a_served_run_records_each_request_in_order(tmp_path) -> None:
     rows = line_up(sends, recs, steps)
     assert [r.position for r in rows] == [0, 0] and all(r.first_step >= 0 for r in rows)
     assert all(steps[r.first_step].t_start >= r.queued and steps[r.first_step].prefill_tokens > 0 for r in rows)
+
+
+def test_the_recorded_loaded_runs_line_up() -> None:
+    """This session's served runs at load (c = 16, ISL 512; benchmarks/data/ingest_loaded_*): every measured request
+    lines up with a record, each delay part is non-negative, and every first wave was admitted 1 + 15 (docs/fidelity.md,
+    twelfth session)."""
+    import json
+    from pathlib import Path
+
+    from jalapeno.server.step_trace import load_trace_requests
+
+    data = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+    firsts = []
+    for name in ("ingest_loaded_c16_2026-12-02", "ingest_loaded_c16_waves_2026-12-02"):
+        _, steps, recs = load_trace_requests(data / f"{name}.trace.jsonl")
+        for p in json.loads((data / f"{name}.json").read_text())["points"]:
+            c = p["client"]
+            rows = line_up(c["sent_monotonic"], recs, steps, c["t_end_monotonic"])
+            assert len(rows) == p["prompts"]
+            assert all(r.sent <= r.recv <= r.tokenised <= r.submit <= r.queued for r in rows)
+            fw = first_wave(rows, steps)
+            firsts.append((fw.size, fw.admitted))
+            assert 0.05 < front_end_latency_s(rows) < 0.15  # 72-113 ms at load 4.4-7.5
+    assert firsts == [(16, 1)] * 5

@@ -8,6 +8,7 @@
     python benchmarks/fit_terms.py eval --chip mi355x --params /tmp/b200.json # ... e.g. B200's fit on MI355X rows
     python benchmarks/fit_terms.py fit --chip h200 --chip mi355x --frameworks --hold-decode  # pool the prefill side
     python benchmarks/fit_terms.py eval --chip b200 --params '{"fp8moe.trt-llm": 95}'     # a stack's FP8 MoE term
+    python benchmarks/fit_terms.py fit --chip b200 --fix ... --start '{"pdl_kernel_fraction": 0.3}'  # B200's PDL share (step 8b)
     python benchmarks/fit_terms.py fit --chip mi355x --frameworks --reruns latest \
         --start '{"fp8moe.sglang": 30}'   # MI355X's shipped fit: newest reruns, SGLang's FP8 MoE path held (step 6)
 

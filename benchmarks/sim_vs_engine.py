@@ -73,13 +73,16 @@ def start_server(device: str, port: int, max_num_seqs: int, trace: Path | None =
     raise RuntimeError("server did not answer within 5 minutes")
 
 
-def bench_point(port: int, conc: int, isl: int, osl: int, prompts: int, hardware: str) -> dict:
-    """One ``jalapeno bench --compare-sim`` run; returns the measured and simulated metrics."""
+def bench_point(port: int, conc: int, isl: int, osl: int, prompts: int, hardware: str,
+                range_ratio: float = 1.0) -> dict:
+    """One ``jalapeno bench --compare-sim`` run; returns the measured and simulated metrics. ``range_ratio`` is the
+    bench's ``--random-range-ratio``: 1.0 (the default) gives every request exactly ``isl`` / ``osl`` tokens, so a
+    closed loop's waves stay in lockstep; InferenceX's 0.8 draws lengths in [0.8, 1] x those."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         cmd = [sys.executable, "-m", "jalapeno.cli", "bench", "--base-url", f"http://127.0.0.1:{port}",
                "--dataset", "random", "--input-len", str(isl), "--output-len", str(osl),
-               "--random-range-ratio", "1.0", "--concurrency", str(conc), "--num-prompts", str(prompts),
+               "--random-range-ratio", str(range_ratio), "--concurrency", str(conc), "--num-prompts", str(prompts),
                "--ignore-eos", "--no-power", "--compare-sim", "--hardware", hardware,
                "--sim-model", "smollm2-135m", "--sim-precision", "fp32", "--save-detailed", "-o", str(out)]
         # fp32: `jalapeno serve` runs the torch backend in float32 (weights, KV, activations), on CPU and CUDA
@@ -491,12 +494,13 @@ def run_points(args: argparse.Namespace, grid: dict[str, list[int]], todo: list[
             n = num_prompts(conc, args.prompts_per_slot, args.min_prompts)
             t0 = time.perf_counter()
             try:
-                p = bench_point(port, conc, isl, osl, n, args.hardware)
+                p = bench_point(port, conc, isl, osl, n, args.hardware, args.random_range_ratio)
             except subprocess.CalledProcessError as exc:
                 print(f"c={conc} isl={isl} osl={osl}: bench failed (exit {exc.returncode}); left for the next run",
                       flush=True)
                 continue
-            p.update(concurrency=conc, isl=isl, osl=osl, prompts=n, hardware=args.hardware, device=args.device,
+            p.update(concurrency=conc, isl=isl, osl=osl, prompts=n, range_ratio=args.random_range_ratio,
+                     hardware=args.hardware, device=args.device,
                      load_before=load0, load_after=os.getloadavg()[0], wall_s=time.perf_counter() - t0,
                      finished_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
             points.append(p)
@@ -611,6 +615,9 @@ def _main() -> None:
     ap.add_argument("--hardware", default="local", help="the simulated chip (default: the probed local chip)")
     ap.add_argument("--prompts-per-slot", type=int, default=3, help="requests = this x concurrency")
     ap.add_argument("--min-prompts", type=int, default=4, help="fewest requests of a point")
+    ap.add_argument("--random-range-ratio", type=float, default=1.0,
+                    help="lengths drawn in [r, 1] x ISL/OSL (1.0: equal lengths, waves in lockstep; InferenceX: 0.8)."
+                         " Give a run with another ratio its own --out")
     ap.add_argument("--estimate-only", action="store_true", help="print the estimated duration and stop")
     ap.add_argument("--concurrency", default=None, help="comma list overriding the grid's concurrencies")
     ap.add_argument("--isl", default=None, help="comma list overriding the grid's input lengths")
@@ -663,6 +670,8 @@ def _main() -> None:
     todo = grid_points(grid)
     if args.prompts_per_slot < 1 or args.min_prompts < 1:
         ap.error("--prompts-per-slot and --min-prompts must be >= 1")
+    if not 0.0 < args.random_range_ratio <= 1.0:
+        ap.error("--random-range-ratio must be in (0, 1]")
     if args.offline and args.step_trace is None:
         ap.error("--offline needs --step-trace DIR (where its traces go)")
     sink = points_path(args.out) if args.out else None

@@ -174,6 +174,17 @@ class DecodeGroup:
                 idx.add(seq, _COMP.__get__(seq), self.steps)
         return idx.sums(len(self.members), self.steps, shift)
 
+    def window_sums_pair(self, window: int, shift: int = 1) -> tuple[int, int, int, int]:
+        """:meth:`window_sums` at ``shift`` and at ``shift + 1`` (this step's decode and the next one's, for a
+        multi-step batch), in one call: the same four integers as two calls."""
+        idx = self._window
+        if idx is None or idx.window != window:
+            idx = self._window = _WindowIndex(window)
+            for seq in self.members:
+                idx.add(seq, _COMP.__get__(seq), self.steps)
+        n = len(self.members)
+        return idx.sums(n, self.steps, shift) + idx.sums(n, self.steps, shift + 1)
+
     def steps_left(self) -> int:
         """Fewest steps any member can take before it finishes (finishing at that step is allowed)."""
         return self._ends.first(self._finish) - self.steps

@@ -65,6 +65,9 @@ PARAMS = {
     "request_overhead_us_per_token": (3.0, 0.0, 50.0),
     "request_overhead_ms": (20.0, 0.0, 200.0),  # the front end of frameworks without a profile (e.g. AMD's ATOM)
 }
+#: terms fitted only when asked (``fit --dequant``): the SMs' dequantization of weight-only-quantized weights
+#: (MXFP4 experts on a chip without FP4 tensor cores), picoseconds per stored weight byte (issue #13 step 8)
+OPTIONAL_PARAMS = {"weight_dequant_ps_per_byte": (0.3, 0.0, 5.0)}
 #: dense decoder layers under CUDA/HIP graphs: about ten kernels per layer with ~2 us of launch gap each. Not
 #: identifiable from the InferenceX rows (GPT-OSS has only MoE layers, DeepSeek-R1 3 dense of 61), so it is a
 #: stated prior, checked by the Llama-3.1-8B batch-1 decode target, not fitted.
@@ -74,7 +77,7 @@ DENSE_LAYER_US = 20.0
 MAX_FIT_REQUESTS = 400
 #: the decode-side terms (every step's fixed cost): ``fit --hold-decode`` leaves each chip's own catalogue values
 DECODE_TERMS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us",
-                "seq_overhead_us", "expert_overhead_us")
+                "seq_overhead_us", "expert_overhead_us", "weight_dequant_ps_per_byte")
 #: frameworks whose request latency is a global profile (jalapeno.perf.frameworks), fitted on the Hopper set only
 FRAMEWORK_PARAMS = {"fw.vllm": (20.0, 0.0, 200.0), "fw.sglang": (40.0, 0.0, 200.0), "fw.trt-llm": (40.0, 0.0, 200.0)}
 
@@ -231,7 +234,7 @@ def fit(items: list[tuple[Point, SimSpec]], names: list[str], start: dict[str, f
     every fit point once; stops when no parameter moves by 1%. Returns (values, median |ln| at them, log)."""
     from jalapeno.calibration.gauss_newton import Spec, gauss_newton
 
-    spec_all = {**PARAMS, **FRAMEWORK_PARAMS}
+    spec_all = {**PARAMS, **FRAMEWORK_PARAMS, **OPTIONAL_PARAMS}
     lib = [_lib_name(n) for n in names]
     fixed = {k: v for k, v in start.items() if k not in names}
     x0 = {ln: float(np.clip(start.get(n, spec_all[n][0]), spec_all[n][1], spec_all[n][2])) for n, ln in zip(names, lib)}
@@ -276,7 +279,7 @@ def _star(fa):
 OVERHEAD_KEYS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us", "expert_overhead_us",
                  "seq_overhead_us",
                  "prefill_layer_overhead_us", "prefill_kernel_overhead_us", "prefill_expert_overhead_us", "prefill_token_overhead_ns", "prefill_collective_overlap",
-                 "request_overhead_ms", "request_overhead_us_per_token")
+                 "request_overhead_ms", "request_overhead_us_per_token", "weight_dequant_ps_per_byte")
 
 
 def _q(text: str) -> str:
@@ -348,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold-decode", action="store_true",
                     help="fit: leave every chip's own decode terms (DECODE_TERMS) as in its catalogue file and fit only "
                          "the prefill-side terms and front ends (a pooled fit whose decode side stays per chip)")
+    ap.add_argument("--dequant", action="store_true",
+                    help="fit: also fit weight_dequant_ps_per_byte (the SMs' dequantization of MXFP4 / INT4 weights "
+                         "a chip has no native rate for; a decode-side term)")
     ap.add_argument("--reruns", choices=("median", "latest"), default="median",
                     help="fit: a configuration's measured value is the median over all its reruns in the fit split, "
                          "or over those of its latest date only (the newest serving-stack release the fit half has)")
@@ -401,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
             dropped = ("moe_layer_overhead_us",) if a.terms == "kernel" else ("kernel_overhead_us",)
             names = [n for n in names if n not in dropped]
             names = [n for n in names if n not in (a.fix or [])]
+            if a.dequant and "weight_dequant_ps_per_byte" not in (a.fix or []):
+                names.append("weight_dequant_ps_per_byte")
             if a.frameworks:
                 names += [n for n in FRAMEWORK_PARAMS if any(framework_profile(s) == n[3:] for _, s in train)
                           and n not in (a.fix or [])]

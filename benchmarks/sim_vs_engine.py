@@ -73,22 +73,37 @@ def start_server(device: str, port: int, max_num_seqs: int, trace: Path | None =
     raise RuntimeError("server did not answer within 5 minutes")
 
 
-def bench_point(port: int, conc: int, isl: int, osl: int, prompts: int, hardware: str) -> dict:
-    """One ``jalapeno bench --compare-sim`` run; returns the measured and simulated metrics."""
+def bench_point(port: int, conc: int, isl: int, osl: int, prompts: int, hardware: str,
+                range_ratio: float = 1.0) -> dict:
+    """One ``jalapeno bench --compare-sim`` run; returns the measured and simulated metrics. ``range_ratio`` is the
+    bench's ``--random-range-ratio``: 1.0 (the default) gives every request exactly ``isl`` / ``osl`` tokens, so a
+    closed loop's waves stay in lockstep; InferenceX's 0.8 draws lengths in [0.8, 1] x those."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         cmd = [sys.executable, "-m", "jalapeno.cli", "bench", "--base-url", f"http://127.0.0.1:{port}",
                "--dataset", "random", "--input-len", str(isl), "--output-len", str(osl),
-               "--random-range-ratio", "1.0", "--concurrency", str(conc), "--num-prompts", str(prompts),
+               "--random-range-ratio", str(range_ratio), "--concurrency", str(conc), "--num-prompts", str(prompts),
                "--ignore-eos", "--no-power", "--compare-sim", "--hardware", hardware,
-               "--sim-model", "smollm2-135m", "--sim-precision", "fp32", "-o", str(out)]
+               "--sim-model", "smollm2-135m", "--sim-precision", "fp32", "--save-detailed", "-o", str(out)]
         # fp32: `jalapeno serve` runs the torch backend in float32 (weights, KV, activations), on CPU and CUDA
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         res = json.loads(out.read_text())
     sim = res.get("simulated", {})
     out = {name: {"measured": res.get(key), "simulated": sim.get(key)} for name, key in METRICS.items()}
     out["client"] = {k: res.get(k) for k in ("client_cpu_s", "t_start_monotonic", "t_end_monotonic", "duration")}
+    out["client"].update(request_times(res))
     return out
+
+
+def request_times(res: dict) -> dict:
+    """Each measured request's send and last-token times on the system-wide monotonic clock (``sent_monotonic``,
+    ``done_monotonic``, in the order sent), from a ``jalapeno bench --save-detailed`` result: what the server's
+    request records (``serve --step-trace``) are lined up against (``jalapeno.server.ingest``)."""
+    t0, reqs = res.get("t_start_monotonic"), res.get("requests")
+    if t0 is None or not reqs:
+        return {}
+    rows = sorted((r["start_s"], r["start_s"] + (r["e2el_s"] or 0.0)) for r in reqs if r.get("success"))
+    return {"sent_monotonic": [t0 + a for a, _ in rows], "done_monotonic": [t0 + b for _, b in rows]}
 
 
 def num_prompts(conc: int, per_slot: int, minimum: int) -> int:
@@ -179,24 +194,96 @@ def offline_points(device: str, todo: list[tuple[int, int, int]], per_slot: int,
     return out
 
 
-def resimulate(points: list[dict], hardware: str) -> list[dict]:
+def resimulate(points: list[dict], hardware, trace: Path | None = None) -> list[dict]:
     """The recorded ``points`` (their measured side kept) with the simulated side run again on ``hardware``: each
-    point's closed loop of its requests at its lengths (first wave released together, as ``--sim-release together``;
-    at a few ms of spread the sent release gives the same result, docs/fidelity.md), so a new chip can be checked
-    against an earlier run's measurements without serving again."""
+    point's closed loop of its requests at its lengths, so a new chip can be checked against an earlier run's
+    measurements without serving again. Without ``trace`` the first wave is released together (as
+    ``--sim-release together``; at a few ms of spread the sent release gives the same result, docs/fidelity.md);
+    with the served run's step ``trace`` it is released as the served engine admitted it
+    (:func:`jalapeno.server.ingest.first_wave_release`: which of the first wave made the first step), the initial
+    condition every later wave of an equal-length closed loop repeats."""
     from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
     from jalapeno.workload import Workload
 
+    from jalapeno.bench.compare import first_wave_arrivals
+
+    steps: list = []
+    records: list = []
+    if trace is not None:
+        from jalapeno.server.step_trace import load_trace_requests
+
+        _, steps, records = load_trace_requests(trace)
     cm = cost_model_for("smollm2-135m", chip_arg(hardware), precision="fp32", kv="fp32")
     out = []
     for p in points:
-        n, conc = int(p["prompts"]), int(p["concurrency"])
-        wl = Workload(np.full(n, int(p["isl"]), dtype=np.int64), np.full(n, int(p["osl"]), dtype=np.int64),
-                      concurrency=conc)
+        n, conc, isl = int(p["prompts"]), int(p["concurrency"]), int(p["isl"])
+        lens = np.full(n, isl, dtype=np.int64), np.full(n, int(p["osl"]), dtype=np.int64)
+        if trace is None:
+            wl = Workload(*lens, concurrency=conc)
+        else:
+            rel = admitted_release(p, steps, records)
+            wl = Workload(*lens, arrival_s=first_wave_arrivals(np.concatenate([rel, np.full(n - rel.size, rel[-1])]),
+                                                               conc), max_concurrency=conc)
         got = run_workload(build_sim_engine(cm, in_flight=conc), wl).metrics(num_chips=1)
-        out.append({**p, "hardware": hardware,
+        out.append({**p, "hardware": str(hardware) if not isinstance(hardware, str) else hardware,
                     **{m: {"measured": p[m]["measured"], "simulated": got[k]} for m, k in METRICS.items()}})
     return out
+
+
+def admitted_release(p: dict, steps: list, records: list) -> np.ndarray:
+    """Offsets (s) at which point ``p``'s first wave reached the served engine's waiting queue (its bench window's
+    start, ``client.t_start_monotonic``, placed in the step trace)."""
+    from jalapeno.server.ingest import first_wave_release
+
+    t0 = (p.get("client") or {}).get("t_start_monotonic")
+    if t0 is None:
+        raise ConfigError(f"point c={p['concurrency']} isl={p['isl']} osl={p['osl']} has no bench window "
+                          "(client.t_start_monotonic): re-run it with this script's --step-trace")
+    return first_wave_release(steps, t0, int(p["concurrency"]), int(p["isl"]), records)
+
+
+def ingest_report(points: list[dict], trace: Path) -> list[dict]:
+    """For each point with its requests' send times and a trace with request records: the ingest by position in a
+    wave (:func:`jalapeno.server.ingest.by_position`) and the front end's latency (ms); points without either are
+    left out."""
+    from jalapeno.server.ingest import by_position, first_wave, front_end_latency_s, line_up
+    from jalapeno.server.step_trace import load_trace_requests
+
+    _, steps, records = load_trace_requests(trace)
+    out = []
+    for p in points:
+        c = p.get("client") or {}
+        if not records or not c.get("sent_monotonic"):
+            continue
+        try:
+            rows = line_up(c["sent_monotonic"], records, steps, c.get("t_end_monotonic"))
+        except ConfigError as exc:  # e.g. a failed request: its send is not kept; the others still tell
+            print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']}: ingest not lined up ({exc})", flush=True)
+            continue
+        fw = first_wave(rows, steps)
+        out.append({"concurrency": p["concurrency"], "isl": p["isl"], "osl": p["osl"],
+                    "front_end_ms": 1e3 * front_end_latency_s(rows), "by_position": by_position(rows),
+                    "first_wave": {"size": fw.size, "admitted": fw.admitted, "pickup_ms": 1e3 * fw.pickup_s,
+                                   "spacing_ms": None if fw.spacing_s is None else 1e3 * fw.spacing_s,
+                                   "predicted": fw.predicted}})
+    return out
+
+
+def chip_with_front_end(hardware, latency_ms: float, source: str):
+    """``hardware`` (a chip) with ``efficiency.request_overhead_ms`` = the measured front-end latency, its Fact
+    (status ``measured``) in ``efficiency.fitted``."""
+    from jalapeno.hardware.catalog import get_chip
+    from jalapeno.hardware.schema import Fact
+
+    spec = chip_arg(hardware)
+    spec = get_chip(spec) if isinstance(spec, str) else spec
+    eff = spec.efficiency
+    fact = Fact(value=round(latency_ms, 2), status="measured", source=source,
+                note="median of send -> hand-over to the engine thread (HTTP, tokenisation) over every request of "
+                     "the traced points (jalapeno.server.ingest.front_end_latency_s)")
+    eff = eff.model_copy(update={"request_overhead_ms": round(latency_ms, 2),
+                                 "fitted": {**eff.fitted, "request_overhead_ms": fact}})
+    return spec.model_copy(update={"efficiency": eff})
 
 
 def single_stream_contexts(steps: list) -> list[tuple[int, float]]:
@@ -407,12 +494,13 @@ def run_points(args: argparse.Namespace, grid: dict[str, list[int]], todo: list[
             n = num_prompts(conc, args.prompts_per_slot, args.min_prompts)
             t0 = time.perf_counter()
             try:
-                p = bench_point(port, conc, isl, osl, n, args.hardware)
+                p = bench_point(port, conc, isl, osl, n, args.hardware, args.random_range_ratio)
             except subprocess.CalledProcessError as exc:
                 print(f"c={conc} isl={isl} osl={osl}: bench failed (exit {exc.returncode}); left for the next run",
                       flush=True)
                 continue
-            p.update(concurrency=conc, isl=isl, osl=osl, prompts=n, hardware=args.hardware, device=args.device,
+            p.update(concurrency=conc, isl=isl, osl=osl, prompts=n, range_ratio=args.random_range_ratio,
+                     hardware=args.hardware, device=args.device,
                      load_before=load0, load_after=os.getloadavg()[0], wall_s=time.perf_counter() - t0,
                      finished_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
             points.append(p)
@@ -425,6 +513,78 @@ def run_points(args: argparse.Namespace, grid: dict[str, list[int]], todo: list[
         server.terminate()
         server.wait(timeout=30)
     return points
+
+
+def admitted_check(points: list[dict], hardware, trace: Path, write_chip: Path | None = None) -> dict:
+    """The traced points simulated again with their first wave released as the served engine admitted it, on
+    ``hardware`` with the front-end latency measured from the trace's request records (when it has them and the
+    points their send times; else the chip's own): prints the ingest by position, each point before (as the
+    points recorded it) / after, and both summaries; ``write_chip``: the chip with the measured latency, as YAML."""
+    import yaml
+
+    ingest = ingest_report(points, trace)
+    for g in ingest:
+        print(f"c={g['concurrency']} isl={g['isl']} osl={g['osl']} ingest: front end (send -> engine thread) median "
+              f"{g['front_end_ms']:.1f} ms")
+        f = g["first_wave"]
+        print(f"  first wave: {f['admitted']} of {f['size']} in the first step, which started {f['pickup_ms']:.2f} ms "
+              f"after the first hand-over; hand-overs before it "
+              + (f"{f['spacing_ms']:.2f} ms apart (1 + 5 ms / spacing = {f['predicted']:.1f})"
+                 if f["spacing_ms"] is not None else "none but the first"))
+        for r in g["by_position"]:
+            print(f"  position {r['position']:>2} ({r['requests']}): send->handler {r['http_ms']:.1f}, tokenise "
+                  f"{r['tokenise_ms']:.1f}, hand-over {r['handover_ms']:.2f}, to waiting queue {r['to_queue_ms']:.1f}"
+                  f", total {r['delay_ms']:.1f} ms; during a step {r['step_at_submit']:.0%}")
+    chip = hardware
+    if ingest:
+        ms = float(np.median([g["front_end_ms"] for g in ingest]))
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(trace.stat().st_mtime))
+        chip = chip_with_front_end(hardware, ms, f"benchmarks/sim_vs_engine.py --step-trace ({trace.name}, {when}, "
+                                                 f"load {os.getloadavg()[0]:.1f} when read)")
+        print(f"front-end latency measured: {ms:.1f} ms per request (efficiency.request_overhead_ms)")
+        if write_chip is not None:
+            write_chip.write_text(yaml.safe_dump(chip.model_dump(mode="json"), sort_keys=False))
+            print(f"chip with the measured front end written to {write_chip}")
+    admitted = resimulate(points, hardware, trace)
+    after = resimulate(points, chip, trace) if ingest else admitted
+    cols = "measured/before/admitted/+front end" if ingest else "measured/before/admitted"
+    for p, a, f in zip(points, admitted, after):
+        row = "  ".join(f"{m} {p[m]['measured'] or 0:.1f}/{p[m]['simulated'] or 0:.1f}/{a[m]['simulated'] or 0:.1f}"
+                        + (f"/{f[m]['simulated'] or 0:.1f}" if ingest else "") for m in METRICS)
+        print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} {cols}: {row}")
+    before, mid, now = summarise(points), summarise(admitted), summarise(after)
+    for name in METRICS:
+        print(f"{name:>10}: median / worst |error| before {before[name]['median_pct']:.1f} / "
+              f"{before[name]['worst_pct']:.1f} %, first wave as admitted {mid[name]['median_pct']:.1f} / "
+              f"{mid[name]['worst_pct']:.1f} %" + (f", and the measured front end {now[name]['median_pct']:.1f} / "
+                                                   f"{now[name]['worst_pct']:.1f} %" if ingest else ""))
+    return {"ingest": ingest, "admitted": admitted, "points": after, "summary": now}
+
+
+def run_resimulate(args: argparse.Namespace) -> None:
+    """``--resimulate``: an earlier run's points simulated again on ``--hardware`` (with ``--release-trace``: their
+    first waves as the served engine admitted them, and the front end as measured: :func:`admitted_check`)."""
+    if not args.resimulate.is_file():
+        raise ConfigError(f"--resimulate {args.resimulate}: no such file; give an earlier run's --out JSON")
+    try:
+        prior = (read_points(args.resimulate) if args.resimulate.suffix == ".jsonl"
+                 else json.loads(args.resimulate.read_text())["points"])
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ConfigError(f"--resimulate {args.resimulate}: not a sim_vs_engine result (no 'points'); give "
+                          "the JSON an earlier run wrote with --out") from None
+    if args.release_trace is not None:
+        if not args.release_trace.is_file():
+            raise ConfigError(f"--release-trace {args.release_trace}: no such file; give the step trace "
+                              "(served.jsonl) of the run --resimulate names")
+        admitted_check(prior, args.hardware, args.release_trace, args.write_chip)
+        return
+    again = resimulate(prior, args.hardware)
+    for p in again:
+        row = "  ".join(f"{m} {p[m]['measured'] or 0:.1f}/{p[m]['simulated'] or 0:.1f}" for m in METRICS)
+        print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} measured/sim on {args.hardware}: {row}")
+    for name, s in summarise(again).items():
+        print(f"{name:>10}: median |error| {s['median_pct']:.1f}%, worst {s['worst_pct']:.1f}% "
+              f"({len(again)} points)")
 
 
 def print_priced_steps(args: argparse.Namespace) -> None:
@@ -455,6 +615,9 @@ def _main() -> None:
     ap.add_argument("--hardware", default="local", help="the simulated chip (default: the probed local chip)")
     ap.add_argument("--prompts-per-slot", type=int, default=3, help="requests = this x concurrency")
     ap.add_argument("--min-prompts", type=int, default=4, help="fewest requests of a point")
+    ap.add_argument("--random-range-ratio", type=float, default=1.0,
+                    help="lengths drawn in [r, 1] x ISL/OSL (1.0: equal lengths, waves in lockstep; InferenceX: 0.8)."
+                         " Give a run with another ratio its own --out")
     ap.add_argument("--estimate-only", action="store_true", help="print the estimated duration and stop")
     ap.add_argument("--concurrency", default=None, help="comma list overriding the grid's concurrencies")
     ap.add_argument("--isl", default=None, help="comma list overriding the grid's input lengths")
@@ -471,6 +634,12 @@ def _main() -> None:
     ap.add_argument("--resimulate", type=Path, default=None, metavar="RESULT",
                     help="only simulate again, on --hardware, the points of an earlier run's --out JSON (or its "
                          ".points.jsonl) and summarise against their measured side (no engine, no server)")
+    ap.add_argument("--release-trace", type=Path, default=None, metavar="TRACE",
+                    help="with --resimulate: the served run's step trace; release each point's first wave as the "
+                         "served engine admitted it and price the front end as measured (request records), and "
+                         "print before / after")
+    ap.add_argument("--write-chip", type=Path, default=None, metavar="OUT.yaml",
+                    help="with --release-trace or --step-trace: write the chip with the measured front-end latency")
     ap.add_argument("--price-steps", type=Path, default=None, metavar="TRACE",
                     help="only price every step of a recorded step trace whose requests all have one --isl and one "
                          "--osl, grouped by the path each step takes (decode / fresh prompts / mixed or later chunks), "
@@ -480,21 +649,7 @@ def _main() -> None:
         print_priced_steps(args)
         return
     if args.resimulate is not None:
-        if not args.resimulate.is_file():
-            raise ConfigError(f"--resimulate {args.resimulate}: no such file; give an earlier run's --out JSON")
-        try:
-            prior = (read_points(args.resimulate) if args.resimulate.suffix == ".jsonl"
-                     else json.loads(args.resimulate.read_text())["points"])
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise ConfigError(f"--resimulate {args.resimulate}: not a sim_vs_engine result (no 'points'); give "
-                              "the JSON an earlier run wrote with --out") from None
-        again = resimulate(prior, args.hardware)
-        for p in again:
-            row = "  ".join(f"{m} {p[m]['measured'] or 0:.1f}/{p[m]['simulated'] or 0:.1f}" for m in METRICS)
-            print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} measured/sim on {args.hardware}: {row}")
-        for name, s in summarise(again).items():
-            print(f"{name:>10}: median |error| {s['median_pct']:.1f}%, worst {s['worst_pct']:.1f}% "
-                  f"({len(again)} points)")
+        run_resimulate(args)
         return
     if args.price_trace is not None:
         if not args.price_trace.is_file():
@@ -515,6 +670,8 @@ def _main() -> None:
     todo = grid_points(grid)
     if args.prompts_per_slot < 1 or args.min_prompts < 1:
         ap.error("--prompts-per-slot and --min-prompts must be >= 1")
+    if not 0.0 < args.random_range_ratio <= 1.0:
+        ap.error("--random-range-ratio must be in (0, 1]")
     if args.offline and args.step_trace is None:
         ap.error("--offline needs --step-trace DIR (where its traces go)")
     sink = points_path(args.out) if args.out else None
@@ -548,10 +705,11 @@ def _main() -> None:
     for name, s in summary.items():
         print(f"{name:>10}: median |error| {s['median_pct']:.1f}%, worst {s['worst_pct']:.1f}% "
               f"({len(everything)} points)")
+    admitted = admitted_check(points, args.hardware, trace, args.write_chip) if trace is not None and points else None
     if args.out:
         args.out.write_text(json.dumps({"device": args.device, "hardware": args.hardware, "points": everything,
                                         "summary": summary, "cpus": os.cpu_count(), "offline_decode_step_ms": offline,
-                                        "threads": args.threads}, indent=2) + "\n")
+                                        "threads": args.threads, "admitted": admitted}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

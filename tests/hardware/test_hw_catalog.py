@@ -167,8 +167,10 @@ def test_efficiency_defaults_follow_measurements(cat):
     assert cat["h200"].efficiency.memory["hbm"] == pytest.approx(4.3 / 4.8, abs=0.02)
     for key, spec in cat.items():
         assert spec.efficiency.source and spec.efficiency.source != "defaults", key
-        # a fixed cost under every step: per step, or per kernel (kernels counted from the architecture)
-        assert spec.efficiency.step_overhead_us > 0 or spec.efficiency.kernel_overhead_us > 0, key
+        # a fixed cost under every step: per step, per kernel (kernels counted from the architecture) or per layer
+        # (every model has layers; Hopper's step-8 fit puts its per-step cost at 0 beside 20 us per layer)
+        e = spec.efficiency
+        assert e.step_overhead_us > 0 or e.kernel_overhead_us > 0 or e.layer_overhead_us > 0, key
     amd = [cat[k].efficiency.compute["bf16"] for k in ("mi300x", "mi325x", "mi355x")]
     assert all(0.5 <= x <= 0.7 for x in amd)
 

@@ -204,6 +204,12 @@ class Efficiency(_Strict):
     #: above its KV bytes' time, and grows with the context; measured by ``jalapeno hardware probe`` (decode
     #: steps at two contexts) and fitted as what the roofline leaves unpriced. 0 (every catalogue chip): none
     decode_attention_ns: float = Field(default=0.0, ge=0)
+    #: picoseconds per stored byte of weight-only-quantized weights (MXFP4 on a chip without FP4 tensor cores,
+    #: INT4: W4A16) a GEMM dequantizes to its 16-bit compute dtype: the SMs' dequantization, a compute-side time
+    #: floor of that GEMM (the roofline's max with its memory time, so a chip whose HBM is faster than its
+    #: dequantization runs those weights at the dequantization rate: 1 / this = TB/s). Fitted on serving points
+    #: (issue #13 step 8: GPT-OSS-120B's MXFP4 experts on Hopper). 0 (default): not priced
+    weight_dequant_ps_per_byte: float = Field(default=0.0, ge=0)
     #: seconds (ns) per (query head, query, key, attention layer) of the ``[chunk, context]`` rectangle a prefill
     #: chunk computes when it takes the CPU torch backend's PyTorch attention path (the context gathered through the
     #: block table, then SDPA under an explicit mask: no causal block skipped) instead of the flash kernel that fresh

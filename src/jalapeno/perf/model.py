@@ -151,6 +151,18 @@ _OVERHEAD_FIELDS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead
                     "prefill_token_overhead_ns", "fp8_moe_layer_overhead_us", "prefill_kernel_overhead_us")
 
 
+#: the weight class (``perf.dtypes.LINEAR_CLASSES``) whose storage dtype a weight GEMM operator reads
+WEIGHT_CLASS_OF_OP = {"moe_experts": "experts", "moe_shared": "shared", "mlp": "mlp", "qkv_proj": "attn",
+                      "qkv_a_proj": "attn", "q_b_proj": "attn", "kv_b_proj": "attn", "o_proj": "attn"}
+
+
+def dequantizing_classes(storage: dict[str, str], compute: dict[str, str]) -> frozenset[str]:
+    """Weight classes stored weight-only quantized (MXFP4, INT4) whose GEMMs run at a 16-bit compute dtype
+    (the chip has no native rate for the storage format): their kernels dequantize every weight they read."""
+    return frozenset(c for c, d in storage.items()
+                     if d in ("mxfp4", "int4") and compute.get(c) in ("bf16", "fp16", "fp32"))
+
+
 def decode_attention_s_per_key(m: ModelArch, d: Dims, ns: float) -> float:
     """Seconds ``efficiency.decode_attention_ns`` adds per context key of a decode query row: ``ns`` for each
     query head on the chip in each attention layer (linear-attention layers hold no keys)."""
@@ -256,6 +268,7 @@ class CostModel:
         cdt["attn_math"] = dt.compute_dtype(chip, "fp32") if full else dt.attention_dtype(chip)
         cdt["bf16"] = dt.compute_dtype(chip, "fp32" if full else "bf16")
         self.compute_dtypes = cdt
+        self._dequant_classes = dequantizing_classes(self.weight_dtypes, cdt)
         self.kv_bytes_per_element = dt.kv_bytes_per_element(precision.kv)
         self.act_bytes = 4.0 if full else 2.0
         wbytes["head"] = 4.0 if full else 2.0  # embedding, LM head and final norm
@@ -542,7 +555,8 @@ class CostModel:
         work = [o for o in ops if o.kind == "work"]
         net = [o for o in ops if o.kind == "network"]
         self._work, self._net = work, net
-        tc = np.array([(o.flops if o.time_flops is None else o.time_flops) / self._rate(o.dtype) for o in work])
+        tc = np.array([(o.flops if o.time_flops is None else o.time_flops) / self._rate(o.dtype)
+                       + self._dequant_time(o) for o in work])
         tm = np.array([sum((c / self._bw(s) for s, c in (o.bytes if o.time_bytes is None else o.time_bytes).items()),
                            np.zeros(NF)) for o in work])
         self._net_time = [self._overlapped(o) for o in net]
@@ -590,6 +604,16 @@ class CostModel:
         self.idle_w = idle if idle is not None else FALLBACK_IDLE_FRACTION * tdp
         self.tdp_w = tdp if tdp > 0 else math.inf  # the cap; unknown TDP = no cap
         self._pj_net = pj_net
+
+    def _dequant_time(self, o: OpSpec) -> np.ndarray | float:
+        """Compute-side seconds (coefficients over the features) of dequantizing ``o``'s weights: its weight bytes
+        read (the busiest rank's under expert parallelism) x ``efficiency.weight_dequant_ps_per_byte``, when its
+        weight class is stored weight-only quantized (:func:`dequantizing_classes`); else 0."""
+        ps = self.eff.weight_dequant_ps_per_byte
+        if not ps or WEIGHT_CLASS_OF_OP.get(o.name) not in self._dequant_classes:
+            return 0.0
+        w = (o.bytes if o.time_bytes is None else o.time_bytes).get("W")
+        return 0.0 if w is None else w * ps * 1e-12
 
     def _sram_tier_columns(self, work: list[OpSpec], ops: list[OpSpec]) -> np.ndarray:
         """Coefficients of the two SRAM-tier features (``Cs``: decode context tokens whose KV sits in SRAM,

@@ -103,8 +103,11 @@ class _Generation:
         sampling: SamplingParams,
         stops: list[str] | None,
         stop_ids: frozenset[int],
+        marks: tuple[float, float] | None = None,
     ) -> None:
         self.s = app_state
+        #: (received, tokenised) on the monotonic clock, for the step trace's request records
+        self.marks = marks
         self.prompt = prompt
         self.sampling = sampling
         self.stopper = StopStrings(stops)
@@ -131,7 +134,7 @@ class _Generation:
         """Deltas in batches: everything the engine has delivered by the time the consumer asks (one delta per
         engine step, so a stream still carries one event per step; a slow consumer gets them in one write)."""
         s = self.s
-        sid, q = s.engine.submit(self.prompt.ids, self.prompt.length, self.sampling)
+        sid, q = s.engine.submit(self.prompt.ids, self.prompt.length, self.sampling, self.marks)
         self._q = q
         detok = s.codec.detokenizer(self.prompt.ids)
         self._done = False
@@ -286,20 +289,22 @@ def _add_routes(app: FastAPI, state: _State) -> None:
 
     @app.post("/v1/completions")
     async def completions(request: Request):
+        t_recv = time.monotonic()
         _check_auth(request, state)
         req: CompletionRequest = await _parse(request, CompletionRequest, cfg)
         prompt = await asyncio.to_thread(_make_prompt, req.prompt, cfg, codec)  # type: ignore[arg-type]
         sp, stop_ids = _sampling_for(req, prompt, req.max_tokens, state)
-        gen = _Generation(state, prompt, sp, req.stop, stop_ids)  # type: ignore[arg-type]
+        gen = _Generation(state, prompt, sp, req.stop, stop_ids, (t_recv, time.monotonic()))  # type: ignore[arg-type]
         return await _respond(request, gen, req.stream, req.include_usage, cfg, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
+        t_recv = time.monotonic()
         _check_auth(request, state)
         req: ChatCompletionRequest = await _parse(request, ChatCompletionRequest, cfg)
         prompt = await asyncio.to_thread(_chat_prompt, req, cfg, codec)
         sp, stop_ids = _sampling_for(req, prompt, req.effective_max_tokens, state)
-        gen = _Generation(state, prompt, sp, req.stop, stop_ids)  # type: ignore[arg-type]
+        gen = _Generation(state, prompt, sp, req.stop, stop_ids, (t_recv, time.monotonic()))  # type: ignore[arg-type]
         return await _respond(request, gen, req.stream, req.include_usage, cfg, chat=True)
 
     @app.get("/v1/models")

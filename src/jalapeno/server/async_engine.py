@@ -103,13 +103,17 @@ class AsyncEngine:
 
     # --- asyncio side --------------------------------------------------------------------------------
     def submit(
-        self, prompt_ids: list[int] | None, prompt_len: int, sampling: SamplingParams
+        self, prompt_ids: list[int] | None, prompt_len: int, sampling: SamplingParams,
+        marks: tuple[float, float] | None = None,
     ) -> tuple[int | str, asyncio.Queue]:
-        """Queue a request; returns (request id, queue of RequestOutput | EngineError)."""
+        """Queue a request; returns (request id, queue of RequestOutput | EngineError). ``marks``: when the server
+        received and tokenised it (monotonic s), kept in the step trace's request record when one is written."""
         seq = Sequence(prompt_ids, sampling, prompt_len=None if prompt_ids is not None else prompt_len)
         h = _Handle(asyncio.get_running_loop())
         with self._lock:
             self._handles[seq.seq_id] = h
+        if self.tracer is not None:
+            self.tracer.submitted(seq.seq_id, marks, prompt_len)
         self._cmds.put(("add", seq, None))
         return seq.seq_id, h.queue
 
@@ -145,6 +149,8 @@ class AsyncEngine:
                 wanted = arg.seq_id in self._handles
             if not wanted:  # aborted before it reached the engine
                 return
+            if self.tracer is not None:
+                self.tracer.queued(arg.seq_id)
             try:
                 arg.arrival_s = self.engine.clock.now()
                 self.engine.add_sequence(arg)

@@ -9,7 +9,10 @@ server's threads ran and how long they sat runnable on a run queue, waiting for 
 * ``loop``: the asyncio event loop thread (HTTP, detokenisation, SSE encoding, socket writes);
 * ``other``: every other thread of the process (torch's intra-op workers, tokeniser worker threads).
 
-One JSON object per line: a header (``"kind": "header"``), then one per step (``"kind": "step"``). Times are
+One JSON object per line: a header (``"kind": "header"``), then one per step (``"kind": "step"``) and one per
+request as the engine thread takes it into its waiting queue (``"kind": "request"``, :class:`RequestRecord`: when
+the HTTP handler started, when the prompt was tokenised, when the handler queued it for the engine thread, when the
+engine thread added it to the scheduler's waiting queue — always between two steps — and its prompt tokens). Times are
 ``time.monotonic()`` seconds (system-wide on Linux, so a bench client on the same machine can window them),
 CPU and wait times are seconds over the step ``[t_start, t_done]``.
 
@@ -33,6 +36,17 @@ from typing import IO, Any
 from jalapeno.errors import ConfigError
 
 GROUPS = ("engine", "loop", "other")
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request's way into the engine (monotonic seconds): the serving layer's ingest."""
+
+    t_recv: float  # the HTTP handler started (headers parsed; the body not yet read)
+    t_tokenised: float  # the body parsed and the prompt tokenised (a worker thread)
+    t_submit: float  # handed to the engine thread's command queue
+    t_queued: float  # the engine thread added it to the scheduler's waiting queue (between two steps)
+    prompt_tokens: int
 
 
 @dataclass(frozen=True)
@@ -123,6 +137,7 @@ class StepTracer:
         self._pending: dict[str, Any] | None = None
         self._idle = True  # nothing ran before the first step
         self._lock = threading.Lock()
+        self._submitted: dict[Any, tuple[float, float, float, int]] = {}  # request id -> (recv, tokenised, submit, len)
         self._write({"kind": "header", "pid": self.pid, "cpus": os.cpu_count(), "clock": "monotonic",
                      "groups": list(GROUPS), **(header or {})})
 
@@ -147,6 +162,22 @@ class StepTracer:
     def idle(self) -> None:
         """The engine had nothing to run (the next step's ``idle_before``)."""
         self._idle = True
+
+    def submitted(self, seq_id: Any, marks: tuple[float, float] | None, prompt_tokens: int) -> None:
+        """A request handed to the engine thread (event loop; ``marks``: received and tokenised, monotonic s)."""
+        t = time.monotonic()
+        recv, tok = marks if marks is not None else (t, t)
+        with self._lock:
+            self._submitted[seq_id] = (recv, tok, t, int(prompt_tokens))
+
+    def queued(self, seq_id: Any) -> None:
+        """The engine thread added the request to the waiting queue: write its :class:`RequestRecord`."""
+        t = time.monotonic()
+        with self._lock:
+            got = self._submitted.pop(seq_id, None)
+        if got is not None:
+            rec = RequestRecord(got[0], got[1], got[2], t, got[3])
+            self._write({"kind": "request", **asdict(rec)})
 
     def begin(self, engine: Any) -> None:
         if self._engine_tid is None:
@@ -185,6 +216,13 @@ class StepTracer:
 
 def load_trace(path: Path | str) -> tuple[dict, list[StepRecord]]:
     """(header, steps) of a trace; a missing, empty or malformed file is a :class:`ConfigError` naming the line."""
+    header, steps, _ = load_trace_requests(path)
+    return header, steps
+
+
+def load_trace_requests(path: Path | str) -> tuple[dict, list[StepRecord], list[RequestRecord]]:
+    """(header, steps, requests) of a trace (requests in the order the engine thread queued them; none in a trace
+    written before they were recorded); a malformed file is a :class:`ConfigError` naming the line."""
     path = Path(path)
     try:
         lines = path.read_text().splitlines()
@@ -194,6 +232,7 @@ def load_trace(path: Path | str) -> tuple[dict, list[StepRecord]]:
         raise ConfigError(f"step trace {path} is empty: write one with `jalapeno serve --step-trace PATH`")
     header: dict | None = None
     steps: list[StepRecord] = []
+    requests: list[RequestRecord] = []
     for i, line in enumerate(lines, 1):
         try:
             obj = json.loads(line)
@@ -203,13 +242,15 @@ def load_trace(path: Path | str) -> tuple[dict, list[StepRecord]]:
             elif kind == "step":
                 obj["run_s"], obj["wait_s"] = tuple(obj["run_s"]), tuple(obj["wait_s"])
                 steps.append(StepRecord(**obj))
+            elif kind == "request":
+                requests.append(RequestRecord(**obj))
             else:
                 raise ValueError(f"unknown kind {kind!r}")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ConfigError(f"step trace {path} line {i} is not a step-trace record ({exc})") from None
     if header is None:
         raise ConfigError(f"step trace {path} has no header line: was it written by `jalapeno serve --step-trace`?")
-    return header, steps
+    return header, steps, requests
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@
     python benchmarks/fit_terms.py eval --chip mi355x --params /tmp/b200.json # ... e.g. B200's fit on MI355X rows
     python benchmarks/fit_terms.py fit --chip h200 --chip mi355x --frameworks --hold-decode  # pool the prefill side
     python benchmarks/fit_terms.py eval --chip b200 --params '{"fp8moe.trt-llm": 95}'     # a stack's FP8 MoE term
+    python benchmarks/fit_terms.py fit --chip b200 --fix ... --start '{"pdl_kernel_fraction": 0.3}'  # B200's PDL share (step 8b)
     python benchmarks/fit_terms.py fit --chip mi355x --frameworks --reruns latest \
         --start '{"fp8moe.sglang": 30}'   # MI355X's shipped fit: newest reruns, SGLang's FP8 MoE path held (step 6)
 
@@ -64,6 +65,7 @@ PARAMS = {
     "prefill_collective_overlap": (0.2, 0.0, 0.9),
     "request_overhead_us_per_token": (3.0, 0.0, 50.0),
     "request_overhead_ms": (20.0, 0.0, 200.0),  # the front end of frameworks without a profile (e.g. AMD's ATOM)
+    "pdl_kernel_fraction": (0.2, 0.0, 0.9),  # per-kernel share hidden by PDL: fitted only where a run launches with it
 }
 #: terms fitted only when asked (``fit --dequant``): the SMs' dequantization of weight-only-quantized weights
 #: (MXFP4 experts on a chip without FP4 tensor cores), picoseconds per stored weight byte (issue #13 step 8)
@@ -279,6 +281,7 @@ def _star(fa):
 OVERHEAD_KEYS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us", "expert_overhead_us",
                  "seq_overhead_us",
                  "prefill_layer_overhead_us", "prefill_kernel_overhead_us", "prefill_expert_overhead_us", "prefill_token_overhead_ns", "prefill_collective_overlap",
+                 "pdl_kernel_fraction",
                  "request_overhead_ms", "request_overhead_us_per_token", "weight_dequant_ps_per_byte")
 
 
@@ -403,7 +406,10 @@ def main(argv: list[str] | None = None) -> int:
             train = dedupe([(p, s) for p, s in items if split_of(p, s) == "fit"], a.reruns)
             random.Random(0).shuffle(train)
             train = train[: a.max_points]
+            from jalapeno.calibration.launch import launches_with_pdl
+
             names = [n for n in PARAMS if n != "request_overhead_ms" or any(framework_profile(s) is None for _, s in train)]
+            names = [n for n in names if n != "pdl_kernel_fraction" or any(launches_with_pdl(s) for _, s in train)]
             dropped = ("moe_layer_overhead_us",) if a.terms == "kernel" else ("kernel_overhead_us",)
             names = [n for n in names if n not in dropped]
             names = [n for n in names if n not in (a.fix or [])]

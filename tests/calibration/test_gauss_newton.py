@@ -54,3 +54,34 @@ def test_gauss_newton_recovers_four_terms_and_converges(tmp_path):
         assert rep.fitted[k] == pytest.approx(v, rel=0.02), k
     assert rep.iterations[-1]["median_abs_log"] < 0.002 < rep.iterations[0]["median_abs_log"]
     assert rep.tables["after fit"]["median_tpot"].median_abs < 0.5
+
+
+def test_gauss_newton_recovers_the_pdl_share_beside_the_per_kernel_cost(tmp_path):
+    """Points generated with a per-kernel cost and a PDL share, half under TensorRT-LLM (its GPT-OSS script launches
+    with PDL) and half under vLLM (no PDL): the fit separates the two from a start far from both."""
+    import dataclasses
+
+    from test_fit import CONFIGS
+
+    from jalapeno.calibration.fit import Job, run_job
+    from jalapeno.calibration.points import METRICS
+
+    true = {"kernel_overhead_us": 5.0, "pdl_kernel_fraction": 0.35}
+    eff = apply_params(efficiency_of("h100"), true)
+    rows, i = [], 0
+    for fw in ("trt", "vllm"):
+        for model, isl, osl, conc in [c for c in CONFIGS if c[0] == "gpt-oss-20b"]:
+            probe = dataclasses.replace(to_sim_spec(group_points([_row(0, model, isl, osl, conc, "median_tpot", 1.0, "s")])[0]),
+                                        framework=fw)
+            pred = run_job(Job(probe, eff, 2))
+            assert "error" not in pred, pred
+            for metric in ("median_tpot", "output_tput_per_gpu"):
+                i += 1
+                rows.append({**_row(i, model, isl, osl, conc, metric, pred[metric], METRICS[metric][1]),
+                             "framework": fw})
+    items = dedupe(prepare(read_measurements(write_csv(tmp_path / "pdl.csv", rows))).items)
+    assert {s.framework for _, s in items} == {"trt", "vllm"}
+    start = apply_params(efficiency_of("h100"), {"kernel_overhead_us": 2.0, "pdl_kernel_fraction": 0.05})
+    rep = fit(items, [], "h100", list(true), base=start, workers=1, search_prompts=2, final_prompts=2)
+    for k, v in true.items():
+        assert rep.fitted[k] == pytest.approx(v, rel=0.03), (k, rep.fitted)

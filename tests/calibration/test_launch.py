@@ -66,3 +66,24 @@ def test_trt_llm_attention_dp_points_balance_their_context_requests():
     sglang_dpa = SimSpec("deepseek-r1", "b200", Layout(tp=8, ep=8, dp_attention=True), "fp4", "fp8", 1024, 1024, 64,
                          0.8, framework="sglang")
     assert launch_policy(sglang_dpa).balance_ranks == 1  # SGLang has no such wait
+
+
+def test_only_the_gpt_oss_tensorrt_llm_script_launches_with_pdl():
+    """gptoss_fp4_b200_trt.sh exports TRTLLM_ENABLE_PDL=1; dsr1_fp{4,8}_b200_trt.sh and the vLLM / SGLang scripts do
+    not: only GPT-OSS under TensorRT-LLM runs with ``launch_pdl`` (and only where the chip has a PDL share)."""
+    from jalapeno.calibration.launch import launch_efficiency, launches_with_pdl
+    from jalapeno.calibration.predict import cost_model, efficiency_of
+
+    gpt_trt = spec("b200", "trt", model="gpt-oss-120b", tp=2, conc=4)
+    assert launches_with_pdl(gpt_trt)
+    for other in (spec("b200", "trt"), spec("b200", "vllm", model="gpt-oss-120b"), spec("b200", "sglang")):
+        assert not launches_with_pdl(other)
+    eff = efficiency_of("b200")
+    on = launch_efficiency(gpt_trt, eff)
+    assert on.launch_pdl and not launch_efficiency(spec("b200", "vllm", model="gpt-oss-120b"), eff).launch_pdl
+    # the B200 decode step of GPT-OSS at TP2 (507 kernels) is cheaper by exactly kernels x cost x share
+    from jalapeno.perf import StepShape
+
+    shape = StepShape.from_lists(decode_ctx=[1500] * 4)
+    dt = cost_model(gpt_trt, eff).step(shape).time_s - cost_model(gpt_trt, on).step(shape).time_s
+    assert dt == pytest.approx(507 * eff.kernel_overhead_us * eff.pdl_kernel_fraction * 1e-6, rel=1e-9)

@@ -26,6 +26,10 @@ def test_only_fitted_fields_and_front_ends_move():
     mi_eff = efficiency_of("mi355x")
     assert mi["request_overhead_ms"] == mi_eff.request_overhead_ms and "request_overhead_ms" in mi_eff.fitted
     assert mi["fw.sglang"] == mi_eff.framework_overhead_ms["sglang"] and "framework_overhead_ms@sglang" in mi_eff.fitted
+    # the PDL share moves with the per-kernel cost: B200's fitted one, and MI355X's 0 (no PDL-launched rows), so
+    # B200's own share never stays behind under MI355X's per-kernel cost
+    assert got["pdl_kernel_fraction"] == b200.pdl_kernel_fraction > 0 and "pdl_kernel_fraction" in b200.fitted
+    assert mi["pdl_kernel_fraction"] == 0.0
 
 
 def test_transferred_values_keep_the_target_chips_launch_gap():

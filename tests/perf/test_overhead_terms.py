@@ -264,3 +264,20 @@ def test_a_calibrated_fp8_moe_value_prices_tensorrt_llms_fp8_moe_path_per_moe_la
     shipped = b200.efficiency
     assert t("native", "trt-llm", shipped) == t("native", "sglang", shipped)
     assert not shipped.framework_fp8_moe_layer_us  # the catalogue ships no value (held-out rows overshoot)
+
+
+def test_pdl_hides_its_share_of_each_kernels_cost_only_in_a_run_launched_with_pdl():
+    # hand count: GPT-OSS-120B at TP1 runs 36 x 12 + 3 = 435 kernels a step; the chip's launch gap 0.6 us + the
+    # stack's 4.0 us per kernel, 25% of it hidden by Programmatic Dependent Launch: 435 x 4.6 x 0.75 = 1500.75 us
+    terms = {**H200_EFF, "kernel_overhead_us": 4.0, "pdl_kernel_fraction": 0.25}
+    none = CostModel(GPT_OSS_120B, H200, Parallelism(), Precision("native"), efficiency=Efficiency(**H200_EFF))
+    off = CostModel(GPT_OSS_120B, _with_launch(0.6), Parallelism(), Precision("native"), efficiency=Efficiency(**terms))
+    on = CostModel(GPT_OSS_120B, _with_launch(0.6), Parallelism(), Precision("native"),
+                   efficiency=Efficiency(**terms, launch_pdl=True))
+    for shape in (DECODE, PREFILL, MIXED):
+        assert _dt(none, off, shape) == pytest.approx(435 * 4.6e-6, rel=1e-9)  # not launched with PDL: the whole cost
+        assert _dt(none, on, shape) == pytest.approx(435 * 4.6 * 0.75e-6, rel=1e-9)
+    # the fit's gradients: d/d(kernel_overhead_us) = kernels x (1 - share); d/d(share) = -kernels x the full cost
+    assert on.fixed_time_gradient("kernel_overhead_us") @ on.features(DECODE) == pytest.approx(435 * 0.75e-6, rel=1e-12)
+    assert on.fixed_time_gradient("pdl_kernel_fraction") @ on.features(DECODE) == pytest.approx(-435 * 4.6e-6, rel=1e-12)
+    assert not off.fixed_time_gradient("pdl_kernel_fraction").any()

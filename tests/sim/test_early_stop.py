@@ -68,9 +68,10 @@ def test_study_grid_orders_differ_from_exact_only_on_near_ties():
 
     exact, fast = rows(), rows(early_stop=0.2)
     assert all(r["status"] == "ok" for r in exact + fast)
-    # the fast mode really stopped early (B200 TP1 at 128 and 512; H200 TP2 at 128 stopped too until Hopper's
-    # step-8 refit of issue #13, after which its rounds' TTFT drift keeps it running)
-    assert sum(bool(r["early_stop_stopped_early"]) for r in fast) >= 2
+    # the fast mode really stopped early: B200 TP1 at 512 (B200 TP1 at 128 stopped too until B200's per-kernel cost
+    # went 4.72 -> 5.09 us in issue #13 step 8b, H200 TP2 at 128 until Hopper's step-8 refit: which points settle
+    # within the tolerance follows the catalogue's values, the ordering checks below do not depend on it)
+    assert sum(bool(r["early_stop_stopped_early"]) for r in fast) >= 1
 
     def key(r):
         return (r["hardware"], r["tp"], r["concurrency"])

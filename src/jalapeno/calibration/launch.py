@@ -21,16 +21,25 @@ versions that produced the rows of ``benchmarks/data``; their ``sglang.launch_se
 
 Other stacks (vLLM, TensorRT-LLM without attention DP, ATOM) keep their profile's policy: their scripts set token
 budgets at or near the simulator's 8192 default.
+
+* TensorRT-LLM, GPT-OSS-120B (``gptoss_fp4_b200_trt.sh``): ``export TRTLLM_ENABLE_PDL=1``, kernels launched with
+  Programmatic Dependent Launch (each kernel's launch and prologue overlap its predecessor's tail; Hopper and
+  later). The DeepSeek-R1 TensorRT-LLM scripts (``dsr1_fp{4,8}_b200_trt.sh``) do not set it, nor do the vLLM and
+  SGLang scripts. Not a scheduling flag: a cost-model one (:func:`launch_efficiency`, the chip family's
+  ``efficiency.pdl_kernel_fraction``).
 """
 
 from __future__ import annotations
 
 from jalapeno.calibration.points import SimSpec
+from jalapeno.hardware.schema import Efficiency
 from jalapeno.perf.frameworks import SchedulingPolicy, get_framework, scheduling_policy
 
 SCRIPTS = "InferenceX benchmark scripts (github.com/SemiAnalysisAI/InferenceX benchmarks/dsr1_*.sh, sglang.launch_server flags)"
 TRT_SCRIPTS = ("InferenceX benchmark scripts (github.com/SemiAnalysisAI/InferenceX benchmarks/dsr1_*_trt.sh: "
                "attention_dp_config enable_balance true, timeout_iters 60, batching_wait_iters 0 with DP_ATTENTION)")
+PDL_SCRIPTS = ("InferenceX benchmark scripts (github.com/SemiAnalysisAI/InferenceX benchmarks/gptoss_fp4_b200_trt.sh: "
+               "export TRTLLM_ENABLE_PDL=1; benchmarks/dsr1_*_trt.sh do not set it)")
 #: TensorRT-LLM ``attention_dp_config.timeout_iters`` in every InferenceX TRT-LLM script with attention DP
 TRT_BALANCE_TIMEOUT_ITERS = 60
 
@@ -74,4 +83,17 @@ def launch_policy(spec: SimSpec) -> SchedulingPolicy | None:
     return policy
 
 
-__all__ = ["launch_policy", "SCRIPTS", "TRT_SCRIPTS", "TRT_BALANCE_TIMEOUT_ITERS"]
+def launches_with_pdl(spec: SimSpec) -> bool:
+    """Whether the InferenceX script of this aggregated point launches its kernels with Programmatic Dependent
+    Launch (:data:`PDL_SCRIPTS`: TensorRT-LLM serving GPT-OSS)."""
+    return (spec.kind == "ix" and getattr(spec, "disagg", None) is None and spec.model.startswith("gpt-oss")
+            and (spec.framework or "").split(" ")[0] in ("trt", "trt-llm", "trtllm"))
+
+
+def launch_efficiency(spec: SimSpec, eff: Efficiency) -> Efficiency:
+    """``eff`` with this point's cost-model launch flags set (``launch_pdl``: :func:`launches_with_pdl`)."""
+    return eff.model_copy(update={"launch_pdl": True}) if launches_with_pdl(spec) else eff
+
+
+__all__ = ["launch_policy", "launch_efficiency", "launches_with_pdl", "SCRIPTS", "TRT_SCRIPTS", "PDL_SCRIPTS",
+           "TRT_BALANCE_TIMEOUT_ITERS"]

@@ -56,9 +56,11 @@ def efficiency_of(chip: str) -> Efficiency:
 TRANSFER_FIELDS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead_us", "kernel_overhead_us",
                    "seq_overhead_us", "expert_overhead_us", "prefill_layer_overhead_us", "prefill_kernel_overhead_us", "prefill_expert_overhead_us",
                    "prefill_token_overhead_ns", "prefill_collective_overlap", "request_overhead_ms",
-                   "request_overhead_us_per_token")
-#: always moved: a per-kernel fit sets them to 0, and left at the target's values they would count twice
-_STRUCTURAL = ("layer_overhead_us", "moe_layer_overhead_us")
+                   "request_overhead_us_per_token", "pdl_kernel_fraction")
+#: always moved: a per-kernel fit sets the per-layer pair to 0, and left at the target's values they would count
+#: twice; the PDL share is fitted together with the per-kernel cost it hides a share of (a source chip without
+#: PDL-launched rows moves 0: the target's own share would be a value fitted on the target)
+_STRUCTURAL = ("layer_overhead_us", "moe_layer_overhead_us", "pdl_kernel_fraction")
 
 
 def transfer_params(chip: str) -> dict[str, float]:
@@ -158,6 +160,9 @@ def run_point(spec: SimSpec, efficiency: Efficiency | None = None, *, seed: int 
         eff = apply_framework(eff, framework_profile(spec))
     if request_overhead_ms is not None:
         eff = eff.model_copy(update={"request_overhead_ms": float(request_overhead_ms)})
+    from jalapeno.calibration.launch import launch_efficiency
+
+    eff = launch_efficiency(spec, eff)  # the benchmark script's cost-model launch flags (PDL)
     cm = cost_model(spec, eff)
     spec_dec = None
     if spec.spec_tokens:

@@ -188,6 +188,13 @@ class Efficiency(_Strict):
     #: to 1x128 groups, scale re-layout for the chip's tensor cores, the small-M latency floor of block-scaled FP8
     #: GEMM kernels), microseconds. Usually set per stack by ``framework_fp8_moe_layer_us`` (``--framework``)
     fp8_moe_layer_overhead_us: float = Field(default=0.0, ge=0)
+    #: share of each decode kernel's fixed cost (``kernel_launch_us`` + ``kernel_overhead_us``) hidden when the
+    #: serving stack launches its kernels with Programmatic Dependent Launch (NVIDIA Hopper and later: a kernel's
+    #: launch and prologue run under its predecessor's tail), in [0, 1). It applies only to a run launched with
+    #: PDL (``launch_pdl``: e.g. InferenceX's GPT-OSS TensorRT-LLM scripts, ``TRTLLM_ENABLE_PDL=1``); 0: none
+    pdl_kernel_fraction: float = Field(default=0.0, ge=0, lt=1)
+    #: this run launches its kernels with PDL (a launch flag, set per run: ``calibration.launch.launch_efficiency``)
+    launch_pdl: bool = False
     #: per serving framework (``jalapeno.perf.frameworks`` key -> us): this chip family's
     #: ``fp8_moe_layer_overhead_us`` under that stack (B200: TensorRT-LLM's FP8 block-scale MoE; docs/cost-model.md)
     framework_fp8_moe_layer_us: dict[str, float] = Field(default_factory=dict)

@@ -180,6 +180,27 @@ def _per_request_itls(ok: Sequence[RequestOutcome]) -> tuple[np.ndarray, np.ndar
     return itl, (np.concatenate(itl_w) if (weighted and itl_w) else None)
 
 
+def _tpot_s(ttft_s: np.ndarray, e2el_s: np.ndarray, output_tokens: np.ndarray, more: np.ndarray) -> np.ndarray:
+    """:attr:`RequestOutcome.tpot_s` of every request at once (``more``: ``output_tokens > 1``), NaN where it is
+    None: the same float operations, element by element."""
+    out = np.full(ttft_s.shape, np.nan)
+    out[more] = (e2el_s[more] - ttft_s[more]) / (output_tokens[more] - 1)
+    return out
+
+
+def _count_met(slo: SLO, ttft_s: np.ndarray, tpot_s: np.ndarray, e2el_s: np.ndarray) -> int:
+    """How many successful requests :meth:`SLO.met` accepts, from their columns (``tpot_s`` NaN: none; a NaN
+    compares false, as ``None`` skips the check): the same comparisons, element by element."""
+    bad = np.zeros(ttft_s.shape, dtype=bool)
+    if slo.ttft_ms is not None:
+        bad |= ttft_s * 1000 > slo.ttft_ms
+    if slo.tpot_ms is not None:
+        bad |= tpot_s * 1000 > slo.tpot_ms
+    if slo.e2el_ms is not None:
+        bad |= e2el_s * 1000 > slo.e2el_ms
+    return int(ttft_s.size - np.count_nonzero(bad))
+
+
 def compute_metrics(
     outcomes: Sequence[RequestOutcome],
     duration_s: float,
@@ -205,9 +226,13 @@ def compute_metrics(
     total_in = int(sum(r.prompt_tokens for r in ok))
     total_out = int(sum(r.output_tokens for r in ok))
     dur = float(duration_s) if duration_s > 0 else float("nan")
-    ttft = np.array([r.ttft_s for r in ok], dtype=np.float64) * 1000
-    e2el = np.array([r.e2el_s for r in ok], dtype=np.float64) * 1000
-    tpot = np.array([t for r in ok if (t := r.tpot_s) is not None], dtype=np.float64) * 1000
+    ttft_s = np.array([r.ttft_s for r in ok], dtype=np.float64)
+    e2el_s = np.array([r.e2el_s for r in ok], dtype=np.float64)
+    ttft, e2el = ttft_s * 1000, e2el_s * 1000
+    out_tokens = np.array([r.output_tokens for r in ok], dtype=np.int64)
+    more = out_tokens > 1  # the requests with a TPOT
+    tpot_s = _tpot_s(ttft_s, e2el_s, out_tokens, more)
+    tpot = tpot_s[more] * 1000
 
     if itl_values is None:
         itl, itl_weights = _per_request_itls(ok)
@@ -250,7 +275,7 @@ def compute_metrics(
         m["power_measured"] = False
         m["power_source"] = None
     if slo is not None and not slo.empty:
-        good = sum(1 for r in ok if slo.met(r))
+        good = _count_met(slo, ttft_s, tpot_s, e2el_s)
         m["request_goodput"] = good / dur
         m["slo_attainment"] = good / len(outcomes) if outcomes else 0.0
     return m

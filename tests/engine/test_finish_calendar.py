@@ -30,7 +30,7 @@ def test_finish_calendar_equals_a_sorted_recount_after_random_operations():
                 first = cal.first(finish)
                 assert first == min(finish.values())
                 now = rng.randint(now, first)
-            got = [(e, s) for e, s in cal.take_until(now) if finish.get(s) == e]
+            got = [(e, s) for e, seqs in cal.take_until(now) for s in seqs if finish.get(s) == e]
             want = [(e, s) for e, _, s in sorted(joined, key=lambda x: x[:2]) if e <= now and finish.get(s) == e]
             joined = [x for x in joined if x[0] > now]
             assert got == want

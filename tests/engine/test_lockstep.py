@@ -274,6 +274,10 @@ def test_window_sums_follow_joins_steps_and_releases():
         for w, shift in ((150, 1), (150, 2)) if step < 299 else ((260, 1), (260, 2)):  # then a rebuilt index
             ctx = [s.num_computed_tokens + shift for s in live]
             assert g.window_sums(w, shift) == (sum(min(c, w) for c in ctx), sum(c < w for c in ctx))
+        w = 150 if step < 299 else 260
+        ctx1, ctx2 = ([s.num_computed_tokens + k for s in live] for k in (1, 2))
+        assert g.window_sums_pair(w, 1) == (sum(min(c, w) for c in ctx1), sum(c < w for c in ctx1),
+                                           sum(min(c, w) for c in ctx2), sum(c < w for c in ctx2))
 
 
 def test_chunk_list_equals_the_members_through_joins_leaves_and_lending():

@@ -174,6 +174,17 @@ class DecodeGroup:
                 idx.add(seq, _COMP.__get__(seq), self.steps)
         return idx.sums(len(self.members), self.steps, shift)
 
+    def window_sums_pair(self, window: int, shift: int = 1) -> tuple[int, int, int, int]:
+        """:meth:`window_sums` at ``shift`` and at ``shift + 1`` (this step's decode and the next one's, for a
+        multi-step batch), in one call: the same four integers as two calls."""
+        idx = self._window
+        if idx is None or idx.window != window:
+            idx = self._window = _WindowIndex(window)
+            for seq in self.members:
+                idx.add(seq, _COMP.__get__(seq), self.steps)
+        n = len(self.members)
+        return idx.sums(n, self.steps, shift) + idx.sums(n, self.steps, shift + 1)
+
     def steps_left(self) -> int:
         """Fewest steps any member can take before it finishes (finishing at that step is allowed)."""
         return self._ends.first(self._finish) - self.steps
@@ -260,14 +271,16 @@ class DecodeGroup:
         done: list[Sequence] = []
         self.left_at = left = []
         fin, now = self._finish, self.steps
-        if not self._ends.due(now):
+        due = self._ends.queue  # ``_ends.due(now)``, inline: asked once per event
+        if not (due and due[0] <= now):
             return done
-        for end, seq in self._ends.take_until(now):
-            if fin.get(seq) == end:
-                assert end == now, "a member ran past its last token"
-                left.append(self._list.lent_index(self._jn[seq]))
-                self.release(seq)
-                done.append(seq)
+        for end, seqs in self._ends.take_until(now):
+            for seq in seqs:
+                if fin.get(seq) == end:
+                    assert end == now, "a member ran past its last token"
+                    left.append(self._list.lent_index(self._jn[seq]))
+                    self.release(seq)
+                    done.append(seq)
         return done
 
 
@@ -279,34 +292,35 @@ class _FinishCalendar:
 
     def __init__(self) -> None:
         self._at: dict[int, list[Sequence]] = {}
-        self._steps: list[int] = []  # heap of the keys of ``_at``
+        #: heap of the keys of ``_at`` (read-only outside: its head is the next finishing step)
+        self.queue: list[int] = []
 
     def add(self, end: int, seq: Sequence) -> None:
         members = self._at.get(end)
         if members is None:
             self._at[end] = [seq]
-            heapq.heappush(self._steps, end)
+            heapq.heappush(self.queue, end)
         else:
             members.append(seq)
 
     def due(self, now: int) -> bool:
         """Whether any entry's step is <= ``now`` (:meth:`take_until` would return something)."""
-        steps = self._steps
+        steps = self.queue
         return bool(steps) and steps[0] <= now
 
-    def take_until(self, now: int) -> list[tuple[int, Sequence]]:
-        """Remove and return the entries of every step <= ``now``: by step, then join order."""
-        steps, at = self._steps, self._at
-        out: list[tuple[int, Sequence]] = []
+    def take_until(self, now: int) -> list[tuple[int, list[Sequence]]]:
+        """Remove and return the entries of every step <= ``now``: (step, its members in join order), by step."""
+        steps, at = self.queue, self._at
+        out: list[tuple[int, list[Sequence]]] = []
         while steps and steps[0] <= now:
             end = heapq.heappop(steps)
-            out.extend((end, seq) for seq in at.pop(end))
+            out.append((end, at.pop(end)))
         return out
 
     def first(self, finish: dict[Sequence, int]) -> int:
         """The earliest step at which a member still in the group (``finish``: member → its step) finishes;
         steps whose entries all left are dropped."""
-        steps, at = self._steps, self._at
+        steps, at = self.queue, self._at
         while True:
             end = steps[0]
             for seq in at[end]:

@@ -196,20 +196,22 @@ class Scheduler:
         # steps any scheduled sequence can take before finishing (the multi-step bound)
         chunks, preempted, grouped, k_left = self._schedule_group(max_steps)
         partial: list[Sequence] = []  # running sequences still prefilling, for step 2
-        decodes_preempted, k_left = self._schedule_decodes(chunks, grouped, per, k_left, max_len, partial)
-        preempted = preempted or decodes_preempted
+        if grouped < len(self.running):  # (none behind the group: nothing to walk, no call)
+            decodes_preempted, k_left = self._schedule_decodes(chunks, grouped, per, k_left, max_len, partial)
+            preempted = preempted or decodes_preempted
         budget = cfg.max_num_batched_tokens - per * len(chunks)
         # 2. running prefills (chunked), oldest first
-        prefills_preempted, budget = self._schedule_prefills(partial, chunks, budget)
-        preempted = preempted or prefills_preempted
+        if partial:
+            prefills_preempted, budget = self._schedule_prefills(partial, chunks, budget)
+            preempted = preempted or prefills_preempted
         if preempted:  # victims' chunks were dropped: recount (decodes first, then prefill chunks)
             nd = self._num_decodes
             budget = cfg.max_num_batched_tokens - per * nd - sum(c.num_tokens for c in chunks[nd:])
         # 3. admissions, first come first served (none in a step that had to preempt)
         if preempted:
             admission_may_change = self._could_admit_next(per)
-        elif hold:
-            admission_may_change = False  # the batch ends at the release step (``_balance`` bounded it)
+        elif hold or not self.waiting:  # hold: the batch ends at the release step (``_balance`` bounded it)
+            admission_may_change = False
         else:
             admission_may_change = self._admit(chunks, budget)
         if not chunks:
@@ -569,7 +571,8 @@ class Scheduler:
     def _reserve_ahead(self, chunks: list[SeqChunk], group_slacks: list[tuple[int, int]] | None, extra: int) -> None:
         """Blocks for ``extra`` more tokens for every chunk's sequence and every group member (known to fit).
         ``group_slacks``: the group's (slack, members) pairs, None to count them here."""
-        self.bm.reserve_chunks(chunks, extra, known_to_fit=True)
+        if chunks:
+            self.bm.reserve_chunks(chunks, extra, known_to_fit=True)
         group = self.group
         if group is not None and group.members:
             self.bm.take(group.blocks_for(extra, group_slacks))

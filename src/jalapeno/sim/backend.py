@@ -243,11 +243,13 @@ class SimBackend(Backend):
         elif window and batch.group is not None:  # the lockstep group's members: their sums without a walk
             g = batch.num_grouped
             decode_seqs, decode_tokens = g, g * per
-            decode_ctx = batch.group.start_sum() + decode_tokens
-            decode_ctx_window, decode_below = batch.group.window_sums(window, per)
+            starts = batch.decode_start_sum  # the scheduler's sum covers the members alone when nd == g
+            decode_ctx = (starts if nd == g and starts is not None else batch.group.start_sum()) + decode_tokens
             if multi:
                 next_ctx = decode_ctx + g
-                next_ctx_window, next_below = batch.group.window_sums(window, per + 1)
+                decode_ctx_window, decode_below, next_ctx_window, next_below = batch.group.window_sums_pair(window, per)
+            else:
+                decode_ctx_window, decode_below = batch.group.window_sums(window, per)
             chunks = chunks[g:]
         for c in chunks:
             seq = c.seq

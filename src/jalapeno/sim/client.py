@@ -19,7 +19,7 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -228,9 +228,10 @@ class EngineTarget:
         #: the workload chains calls: each call's prompt extends the previous one's (prefix reuse by chain)
         self.chains = chains
         self._params: dict[int, SamplingParams] = {}  # max_tokens -> the (frozen, shared) sampling parameters
-
-    def now(self) -> float:
-        return self.engine.clock.now()
+        # ``now()`` and ``busy()`` (the Target protocol's), asked once or twice per engine event: bound to what
+        # answers them (the engine's clock and scheduler, fixed for its life), without a forwarding call between
+        self.now: Callable[[], float] = engine.clock.now
+        self.busy: Callable[[], bool] = engine.scheduler.has_unfinished
 
     def request_latency_s(self) -> float:
         """Per-request serving latency the backend models (simulated backends; 0 for real ones, whose latency is
@@ -240,9 +241,6 @@ class EngineTarget:
     def request_latency_per_token_s(self) -> float:
         """The part of the serving latency that grows with the prompt, per prompt token (simulated backends)."""
         return float(getattr(self.engine.backend, "request_latency_per_token_s", 0.0))
-
-    def busy(self) -> bool:
-        return self.engine.has_unfinished()
 
     def wait_until(self, t: float) -> None:
         """Idle until ``t``; a simulated backend's chips draw idle power meanwhile."""

@@ -149,7 +149,7 @@ def _mtp_split(usable: list[Item]) -> tuple[list[Item], list[Item]]:
 
 def mtp_tables(items: list[Item], workers: int, prompts: int = 4) -> dict:
     """Error tables of ``items`` (MTP points) before (the default acceptance) and after (the fitted one in
-    mtp_acceptance.yaml)."""
+    mtp_acceptance.yaml), over all of them and by chip (``"after b200"``, ...)."""
     from dataclasses import replace
 
     from jalapeno.calibration.fit import error_table
@@ -164,10 +164,16 @@ def mtp_tables(items: list[Item], workers: int, prompts: int = 4) -> dict:
                                                     if use_fit else DEFAULT_ACCEPTANCE,) * s.spec_tokens),
                         efficiency_of(s.chip), prompts) for _, s in items]
             preds = pred.run(jobs, f"MTP tables {name}")
-            out[name] = {m: {"n": e.n, "median_abs_pct": round(e.median_abs, 1), "p90_abs_pct": round(e.p90_abs, 1),
-                             "median_signed_pct": round(e.median_signed, 1)}
-                         for m, e in error_table(items, preds).items()}
+            out[name] = _summary(error_table(items, preds))
+            for chip in sorted({s.chip for _, s in items}):  # and by chip
+                sel = [i for i, (_, s) in enumerate(items) if s.chip == chip]
+                out[f"{name} {chip}"] = _summary(error_table([items[i] for i in sel], [preds[i] for i in sel]))
     return out
+
+
+def _summary(table: dict) -> dict:
+    return {m: {"n": e.n, "median_abs_pct": round(e.median_abs, 1), "p90_abs_pct": round(e.p90_abs, 1),
+                "median_signed_pct": round(e.median_signed, 1)} for m, e in table.items()}
 
 
 def run_fit_mtp(usable: list[Item], workers: int, max_nfev: int = 5, per_group: int = 10, prompts: int = 4) -> dict:

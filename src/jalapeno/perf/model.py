@@ -93,19 +93,23 @@ OVERLAPPABLE = frozenset({"embed_allreduce", "attn_allreduce", "mlp_allreduce", 
 #: write, MLA attention, absorbed W_UV, output GEMM (one fewer without a q LoRA); linear attention = in-projections,
 #: conv, delta-rule recurrence, gated norm, output GEMM; dense MLP = gate/up GEMM, activation, down GEMM; MoE =
 #: router GEMM, top-k, two grouped GEMMs, activation, combine (+ a dense MLP's three per shared-expert group);
-#: one collective after attention and one after the MLP when the layer is split over chips
-KERNELS = {"norms": 2, "gqa": 4, "mla": 9, "linear": 5, "dense_mlp": 3, "moe": 6, "shared": 3, "collective": 1}
+#: one collective after attention and one after the MLP when the layer is split over chips; an MTP module's input
+#: (``mtp_input``): the enorm and hnorm RMSNorms and the eh_proj GEMM (+ its all-reduce when split over chips)
+KERNELS = {"norms": 2, "gqa": 4, "mla": 9, "linear": 5, "dense_mlp": 3, "moe": 6, "shared": 3, "collective": 1,
+           "mtp_input": 3}
 #: once per step: embedding, final norm, LM head
 KERNELS_PER_STEP = 3
 
 
-def kernel_count(m: ModelArch, tp: int = 1, ep: int = 1) -> int:
+def kernel_count(m: ModelArch, tp: int = 1, ep: int = 1, mtp_draft: bool = False) -> int:
     """GPU kernels one decode step of ``m`` runs per chip (see :data:`KERNELS`): what ``kernel_overhead_us``
     multiplies. Counted from the architecture, so the per-kernel cost is a chip/stack value that holds across
-    models (DeepSeek-R1: 1,327 at TP8; GPT-OSS-120B: 435 at TP1, 507 at TP2; Llama-3.1-8B: 291)."""
+    models (DeepSeek-R1: 1,327 at TP8; GPT-OSS-120B: 435 at TP1, 507 at TP2; Llama-3.1-8B: 291).
+    ``mtp_draft``: ``m`` is an MTP module's block (:func:`jalapeno.perf.mtp.mtp_block_arch`): its input's
+    kernels are added (one MTP draft pass of DeepSeek-R1 at TP8: 3 + 22 + 4 = 29)."""
     k = KERNELS
     coll = k["collective"] if tp > 1 or ep > 1 else 0
-    total = KERNELS_PER_STEP
+    total = KERNELS_PER_STEP + (k["mtp_input"] + coll if mtp_draft else 0)
     for i in range(m.num_layers):
         n = k["norms"] + 2 * coll
         if m.is_linear_layer(i):
@@ -253,8 +257,11 @@ class CostModel:
         kv_sram_gb: float = 0.0,
         kv_offload: KVTier | None = None,
         chip_features: bool = True,
+        mtp_draft: bool = False,
     ) -> None:
         self.model, self.chip, self.parallel, self.precision = model, chip, parallel, precision
+        #: this prices a multi-token-prediction draft pass (``model`` is the MTP block: jalapeno.perf.mtp)
+        self.mtp_draft = mtp_draft
         if kv_sram_gb < 0:
             raise ConfigError(f"--kv-sram-gb must be >= 0 GB per chip (got {kv_sram_gb})")
         #: KV bytes per chip placed in on-chip SRAM (the fastest KV tier; 0 = the KV cache lives in main memory)
@@ -293,7 +300,7 @@ class CostModel:
         ops = build_ops(
             model, tp=p.tp, ep=p.ep, dp_attention=p.dp_attention, wbytes=wbytes, wdtype=cdt,
             expert_slots=p.expert_slots(model.num_experts),
-            kvb=self.kv_bytes_per_element, actb=self.act_bytes, coll=coll,
+            kvb=self.kv_bytes_per_element, actb=self.act_bytes, coll=coll, mtp_draft=mtp_draft,
         )
         ops += self._pipeline_ops()
         self._dims = attention_dims(model, p.tp, p.dp_attention)
@@ -569,7 +576,7 @@ class CostModel:
                            np.zeros(NF)) for o in work])
         self._net_time = [self._overlapped(o) for o in net]
         m = self.model
-        self.kernels = kernel_count(m, self.parallel.tp, self.parallel.ep)
+        self.kernels = kernel_count(m, self.parallel.tp, self.parallel.ep, self.mtp_draft)
         self._overhead = overhead_vector(eff, m.num_layers, self._moe_layers(),
                                          m.num_experts / self.parallel.ep if m.num_experts else 0.0, self.kernels,
                                          self.chip.launch_us, self._fp8_moe_layers(), pdl_share(eff))

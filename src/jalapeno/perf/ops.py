@@ -287,6 +287,7 @@ def build_ops(
     actb: float,
     coll: dict[str, tuple[float, float, float]],  # collective name -> (latency_s, s_per_byte, sent_per_byte)
     expert_slots: int | None = None,  # experts stored over the ep ranks (> num_experts: redundant copies)
+    mtp_draft: bool = False,  # ``m`` is an MTP module's block: add its input projection (:func:`_mtp_input_ops`)
 ) -> list[OpSpec]:
     """All operators of one step for model ``m`` with the given sharding (see module doc for conventions)."""
     b = _Ops(tp, coll)
@@ -300,6 +301,8 @@ def build_ops(
                         stored=emb_stored, stage="first"))
     if not dp_attention:
         b.net("embed_allreduce", 1, "tp_allreduce", vec(T=h * a))
+    if mtp_draft:
+        _mtp_input_ops(b, m, d, wdtype, a, hb, dp_attention)
     # ---------------- attention ----------------
     lin_ids = tuple(i for i in range(m.num_layers) if m.is_linear_layer(i))
     if lin_ids:
@@ -472,3 +475,21 @@ def _norms_and_head(b: _Ops, m: ModelArch, wdtype: dict[str, str], a: float, sp:
     b.net("logits_gather", 1, "tp_allgather", vec(S=m.vocab_size * 4))
     b.ops.append(OpSpec("sampling", "work", 0, "", 1, vec(S=5 * m.vocab_size), {"A": vec(S=2 * m.vocab_size * 4)},
                         stage="last"))
+
+
+def _mtp_input_ops(b: _Ops, m: ModelArch, d: Dims, wdtype: dict[str, str], a: float, hb: float,
+                   dp_attention: bool) -> None:
+    """The input of a multi-token-prediction module (DeepSeek-V3 ``num_nextn_predict_layers``): RMSNorm of the
+    next token's embedding (``enorm``) and of the target's last hidden state (``hnorm``), concatenated and
+    projected 2h -> h by ``eh_proj`` (16-bit weights, like the LM head: the checkpoint does not quantize it).
+    TensorRT-LLM's ``DeepseekV3MTP`` splits ``eh_proj`` row-parallel over the tensor-parallel ranks with an
+    all-reduce of its output, and replicates it under attention data parallelism; priced that way."""
+    h, sp, sh = m.hidden_size, d.att_split, d.att_shard
+    tok = vec(T=1.0 / sp)
+    b.ops.append(OpSpec("mtp_norms", "work", 0, "", b.tp, vec(T=2 * 4 * h / sp), {"W": vec(one=2 * h * hb),
+                        "A": tok * 4 * h * a}, stored=2 * h * hb, stage="last"))
+    p_eh = 2 * h * h / sh
+    b.ops.append(OpSpec("mtp_eh_proj", "work", 0, wdtype["bf16"], b.tp, 2 * p_eh * tok,
+                        {"W": vec(one=p_eh * hb), "A": tok * (2 * h / sh + h) * a}, stored=p_eh * hb, stage="last"))
+    if not dp_attention:
+        b.net("mtp_eh_allreduce", 1, "tp_allreduce", vec(T=h * a))

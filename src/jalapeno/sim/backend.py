@@ -9,8 +9,10 @@ exactly as the engine's virtual clock sums them. Tokens are placeholders: only t
 Speculative decoding (``Speculation``): every decode sequence verifies ``1 + k`` tokens per step and gains the
 expected accepted length ``E = 1 + Σ_{i≤k} Π_{j≤i} a_j`` tokens per step on average — deterministically, via
 an integer accumulator per sequence (after ``s`` steps it has gained ``floor(s·E)`` tokens). The proposer's
-cost is added: a draft model's ``k`` decode steps (a second cost model), ``k`` MTP-layer passes (≈ ``k / L``
-of a one-token target decode step), or nothing for n-gram lookup.
+cost is added: a draft model's ``k`` decode steps (a second cost model), ``k`` MTP draft passes (each the MTP
+module's one block + input projection + the full LM head, priced by :func:`jalapeno.perf.mtp.mtp_draft_cost_model`;
+``k / L`` of a one-token target decode step for a cost model that is not a :class:`CostModel`), or nothing for
+n-gram lookup.
 
 With a measured acceptance (``Speculation.policy`` set: ``simulate --acceptance FILE``) the simulator runs the
 engine's own adaptive-k policy instead (:class:`jalapeno.speculative.AdaptiveK`, the object the torch backend
@@ -169,6 +171,12 @@ class SimBackend(Backend):
         window = getattr(model, "attention_window", None) or getattr(model, "sliding_window", None)
         self.window: int | None = window or None
         self.num_layers: int = max(1, int(getattr(cost_model.model, "num_layers", 1)))
+        #: the cost model of one MTP draft pass (None: no MTP, or a cost model that is not a CostModel)
+        self.mtp_cm: CostModel | None = None
+        if speculation is not None and speculation.method == "mtp" and isinstance(cost_model, CostModel):
+            from jalapeno.perf.mtp import mtp_draft_cost_model
+
+            self.mtp_cm = mtp_draft_cost_model(cost_model)
         self._plan = None
         self.trace: list[dict] | None = [] if keep_trace else None
 
@@ -318,8 +326,8 @@ class SimBackend(Backend):
         )
         t = np.zeros(steps)
         e = np.zeros(steps)
-        if spec.method == "draft":
-            cm = spec.draft_cost_model
+        if spec.method == "draft" or self.mtp_cm is not None:  # k passes of a second cost model
+            cm = spec.draft_cost_model if spec.method == "draft" else self.mtp_cm
             assert cm is not None
             if one_tok.decode_seqs:
                 dt, de = cm.decode_steps(one_tok, steps * k)
@@ -329,7 +337,7 @@ class SimBackend(Backend):
                 c = cm.step(pre)
                 t[0] += c.time_s
                 e[0] += c.energy_j
-        else:  # mtp: k passes of one extra layer ≈ k/L of the target's step
+        else:  # mtp on a cost model that is not a CostModel (a test's fake): k/L of the target's step
             f = k / self.num_layers
             if one_tok.decode_seqs:
                 dt, de = self.cm.decode_steps(one_tok, steps)

@@ -117,6 +117,19 @@ def test_to_sim_spec_inferencex_mtp_disagg_and_mlperf():
     assert config_key(to_sim_spec(q)) == config_key(s)
 
 
+def test_mtp_rows_run_the_draft_length_their_script_launched():
+    # InferenceX scripts: TensorRT-LLM num_nextn_predict_layers 3 (1 with attention DP), SGLang EAGLE 2 steps
+    mtp = "spec_decoding=mtp; disagg=False"
+    cases = [("trt", "TP8 EP8 DPattn=False", 3), ("trt", "TP8 EP8 DPattn=True", 1), ("sglang", "TP8 EP1 DPattn=False", 2),
+             ("atom", "TP8 EP1 DPattn=False", 1)]
+    for i, (fw, par, k) in enumerate(cases):
+        (m,) = group_points(rows_of((f"IXAPI-{10 + i}", "median_tpot", 0.02, "s"), notes=mtp, framework=fw,
+                                    parallelism=par))
+        s = to_sim_spec(m)
+        assert (s.framework, s.spec_tokens, len(s.spec_acceptance)) == (fw, k, k)
+        assert len(set(s.spec_acceptance)) == 1  # one fitted acceptance, the same at every draft position
+
+
 def test_repo_csv_points_and_exclusions():
     pts = load_points(REPO_CSV)
     rows = read_rows(REPO_CSV)

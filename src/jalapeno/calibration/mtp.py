@@ -1,7 +1,8 @@
 """MTP (multi-token prediction) acceptance rates: not published by InferenceX, so fitted per (model, framework).
 
 ``mtp_acceptance.yaml`` (next to this module) holds one fitted acceptance probability per catalogue model and
-serving-framework family, written by :func:`jalapeno.calibration.fit.fit_mtp_acceptance` (``jalapeno calibrate
+serving-framework family (the conditional acceptance of each draft token, the same at every draft position; the
+draft length is the one the InferenceX script launched: :func:`jalapeno.calibration.points.mtp_draft_tokens`), written by :func:`jalapeno.calibration.fit.fit_mtp_acceptance` (``jalapeno calibrate
 --fit-mtp``) from the ``spec_decoding=mtp`` rows of the fit split. Pairs without a fitted value use
 :data:`DEFAULT_ACCEPTANCE` (an assumption: DeepSeek-V3 reports 0.85-0.9 on its own evals; InferenceX's random-token
 prompts are assumed a little lower).
@@ -53,7 +54,8 @@ def load_mtp_fits(path: Path = MTP_FILE) -> dict[tuple[str, str], MtpFit]:
 
 
 def mtp_acceptance(model: str, framework: str) -> tuple[float, ...]:
-    """Acceptance per draft position for ``model`` served by ``framework`` (one MTP draft token). A
+    """The acceptance of one draft position for ``model`` served by ``framework`` (a 1-tuple: repeat it per draft
+    token). A
     disaggregated stack (dynamo-sglang, ...) has no fit of its own and keeps the default: borrowing its engine's
     aggregated fit made the held-out disaggregated TPOT worse (27% -> 31% median |error|; docs/fidelity.md)."""
     fit = load_mtp_fits().get((model, framework))
@@ -68,7 +70,9 @@ def write_mtp_fits(fits: list[MtpFit], path: Path = MTP_FILE) -> None:
     doc = {
         "note": "MTP acceptance per draft token, FITTED (InferenceX does not publish it): the value that best "
                 "predicts output tok/s per GPU and median TPOT of a fit set of spec_decoding=mtp rows (each entry's "
-                "source), one draft token per step. Written by jalapeno.calibration.fit.fit_mtp_acceptance "
+                "source), the same at every draft position, each row run with the draft length its InferenceX "
+                "script launched (jalapeno.calibration.points.mtp_draft_tokens: TensorRT-LLM 3, 1 with attention "
+                "DP; SGLang 2; ATOM 1). Written by jalapeno.calibration.fit.fit_mtp_acceptance "
                 f"(python benchmarks/fidelity.py --fit-mtp); updated {_dt.date.today().isoformat()}.",
         "fitted": [{"model": f.model, "framework": f.framework, "acceptance": round(f.acceptance, 4),
                     "points": f.points, "status": "fitted", "source": f.source} for f in sorted(merged.values(),

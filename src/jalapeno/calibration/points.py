@@ -313,11 +313,28 @@ def parse_disagg_layout(text: str) -> DisaggLayout | None:
     return DisaggLayout(*pools)
 
 
-#: MTP settings used for InferenceX ``spec_decoding=mtp`` rows, which do not publish them: DeepSeek-R1 ships one
-#: MTP module (``num_nextn_predict_layers: 1``), so one draft token; acceptance 0.75 (DeepSeek-V3 reports
-#: 0.85-0.9 on its evals; InferenceX's random-token prompts are assumed a little lower) -> 1.75 tokens/step
+#: MTP settings used for InferenceX ``spec_decoding=mtp`` rows: DeepSeek-R1 ships one MTP module
+#: (``num_nextn_predict_layers: 1``), which a stack may run several times per step (one draft token per pass).
+#: Draft tokens per step as the InferenceX scripts launch them (github.com/SemiAnalysisAI/InferenceX benchmarks/):
+#: TensorRT-LLM ``dsr1_fp{4,8}_b200_trt_mtp.sh`` / ``dsr1_fp8_h200_trt_mtp.sh``: ``speculative_config: {decoding_type:
+#: MTP, num_nextn_predict_layers: $MTP}`` with ``MTP=1`` under attention DP, else 3; SGLang ``dsr1_fp8_b200_mtp.sh``:
+#: ``--speculative-algorithm EAGLE --speculative-num-steps 2 --speculative-num-draft-tokens 3
+#: --speculative-eagle-topk 1`` (2 draft tokens; no H200 SGLang MTP script was found: the same assumed); ATOM
+#: ``--method mtp`` and the disaggregated stacks: not stated, 1 (:data:`MTP_TOKENS`). The acceptance is not published
+#: (fitted: :mod:`jalapeno.calibration.mtp`); 0.75 by default (DeepSeek-V3 reports 0.85-0.9 for its one MTP token)
 MTP_TOKENS = 1
+MTP_SCRIPT_TOKENS = {"sglang": 2, "trt": 3}
 MTP_ACCEPTANCE = (0.75,)
+
+
+def mtp_draft_tokens(framework: str, layout: "Layout", disaggregated: bool = False) -> int:
+    """Draft tokens per step an InferenceX MTP run launched with (:data:`MTP_SCRIPT_TOKENS`): TensorRT-LLM 3, or 1
+    with attention data parallelism; SGLang 2; everything else (ATOM, disaggregated stacks) :data:`MTP_TOKENS`."""
+    if disaggregated or framework not in MTP_SCRIPT_TOKENS:
+        return MTP_TOKENS
+    if framework == "trt" and layout.dp_attention:
+        return 1
+    return MTP_SCRIPT_TOKENS[framework]
 
 
 def to_sim_spec(p: Point) -> SimSpec | Excluded:
@@ -351,10 +368,9 @@ def to_sim_spec(p: Point) -> SimSpec | Excluded:
             layout = parse_layout(p.col("parallelism"))
         if layout is None or conc is None:
             return Excluded("layout or concurrency not parsable")
-        mtp = "spec_decoding=mtp" in notes
+        k = mtp_draft_tokens(fam, layout, disagg is not None) if "spec_decoding=mtp" in notes else 0
         return SimSpec(model, chip, layout, weights, "bf16", isl, osl, conc, 0.8,
-                       spec_tokens=MTP_TOKENS if mtp else 0,
-                       spec_acceptance=mtp_acceptance(model, fam) if mtp else (),
+                       spec_tokens=k, spec_acceptance=mtp_acceptance(model, fam) * k,
                        kind="ix", framework=fam, disagg=disagg)
     # TRT-LLM and NIM serve NVIDIA's ModelOpt FP8 checkpoints (nvidia/<model>-FP8), whose quantization config
     # also stores the KV cache in FP8 (kv_cache_quant_algo FP8); native FP8/MXFP4 checkpoints keep a 16-bit KV
@@ -383,6 +399,8 @@ def to_sim_spec(p: Point) -> SimSpec | Excluded:
 
 def config_key(spec: SimSpec) -> tuple:
     """Points with the same key are the same configuration measured on different dates / framework versions
-    (InferenceX reruns): same model, chip, layout, precision, workload, framework family and spec decoding."""
+    (InferenceX reruns): same model, chip, layout, precision, workload, framework family and spec decoding (MTP on
+    or off: its draft length follows from the framework and layout, :func:`mtp_draft_tokens`; 1 keeps the keys, and so
+    the seeded random splits, what they were when every MTP row ran one draft token)."""
     return (spec.model, spec.chip, spec.layout, spec.weights, spec.kv, spec.isl, spec.osl, spec.concurrency,
-            spec.range_ratio, spec.kind, spec.framework, spec.spec_tokens, spec.disagg)
+            spec.range_ratio, spec.kind, spec.framework, min(spec.spec_tokens, 1), spec.disagg)

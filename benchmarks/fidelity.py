@@ -471,14 +471,16 @@ Framework `atom` (AMD) has no serving-framework profile: it runs with the chip's
 disaggregated stacks (dynamo-sglang, dynamo-trt, mori-sglang, sglang-disagg) take their engine's.
 """
 
-MTP_TEXT = """InferenceX does not publish MTP's draft length or acceptance. One draft token (DeepSeek-R1 ships one MTP
-module) and ONE acceptance probability per (model, serving framework) are FITTED, not published: on the fit half of
+MTP_TEXT = """InferenceX does not publish MTP's acceptance. Each row runs the draft length its benchmark script
+launched (`jalapeno.calibration.points.mtp_draft_tokens`: TensorRT-LLM 3, 1 with attention DP; SGLang 2; ATOM 1), each
+draft pass priced as the MTP block it runs (`jalapeno.perf.mtp`), and ONE acceptance probability per (model, serving
+framework), the same at every draft position, is FITTED, not published: on the fit half of
 a random configuration split (seed 0) of every InferenceX aggregated MTP row (H200, B200, MI355X; the other half is
 held out): `python benchmarks/fidelity.py --fit-mtp`, i.e. `jalapeno.calibration.fit.fit_mtp_acceptance`: a bounded
 search on the soft-L1 cost of ln(pred/meas) of output tok/s per GPU and median TPOT, the chips' catalogue
 efficiency held fixed. Each value is written to `mtp_acceptance.yaml` with status `fitted` and its source. A
-fitted value also absorbs what the simulator misprices in MTP (the draft pass's own overheads), so read it as an
-effective acceptance, not a measured one. Disaggregated stacks keep the default (their engine's value made
+fitted value also absorbs what the simulator still misprices in MTP, so read it as an effective acceptance, not a
+measured one. Disaggregated stacks keep the default (their engine's value made
 held-out disaggregated TPOT worse).
 """
 

@@ -49,7 +49,7 @@ def test_draft_pass_weight_and_kv_bytes_per_chip_by_hand():
             + 2 * H * 2 + 2 * H * H * 2 / 8  # enorm + hnorm, eh_proj (16-bit, row-parallel)
             + H * (QL + KVL + ROPE) * F8 + (QL + KVL) * 2  # fused q_a / kv_a (replicated) + the two LoRA norms
             + QL * HEADS * (NOPE + ROPE) * F8 + KVL * HEADS * (NOPE + VD) * F8 + HEADS * VD * H * F8  # q_b, kv_b, o
-            + H * E * 2 + u * E * 3 * H * IM * F8 / 8 + 3 * H * IM * F8 / 8  # router, routed experts, shared
+            + H * E * 2 + E * 2 + u * E * 3 * H * IM * F8 / 8 + 3 * H * IM * F8 / 8  # router (+ bias), experts, shared
             + 2 * H * 2 + H * 2  # the block's two norms, shared_head.norm
             + V * H * 2 / 8)  # the whole LM head, every pass
     assert w == pytest.approx(hand, rel=1e-12)

@@ -26,8 +26,9 @@ STEP_ONLY_TERMS = ("step_overhead_us", "seq_overhead_us", "prefill_token_overhea
 
 def mtp_block_arch(m: ModelArch) -> ModelArch:
     """The MTP module's transformer block as a one-layer model: the target's configuration with one layer of
-    full attention (DSA kept when the target has it), a MoE FFN when the target has experts (the MTP layer sits after
-    ``first_k_dense_replace``: TensorRT-LLM's ``DeepseekV3MTP`` builds it as a MoE layer), and the target's shared embedding and LM head."""
+    full attention (DSA kept when the target has it), a MoE FFN when the target has experts (the MTP layer sits
+    after ``first_k_dense_replace``: TensorRT-LLM's ``DeepseekV3MTP`` builds it as a MoE layer), and the target's
+    shared embedding and LM head."""
     return dataclasses.replace(
         m, name=f"{m.name}-mtp", num_layers=1, layer_types=(), first_dense_layers=0, moe_layer_freq=1,
         moe_layers=(True,) if m.num_experts else (), mtp_layers=0,

@@ -692,14 +692,21 @@ class CostModel:
         x = self._x(shape)
         y = self._M.dot(x)
         t = float(self._rows_times(x[None, :], y[None, :])[0])
-        if self._masked_s and shape.prefill_tokens:
-            t += self._masked_s * masked_prefill_pairs(shape, self._fused_max)
+        if self._verify_s or self._masked_s:
+            t = self._plus_step_extras(t, shape)
         n = self._n
-        if self._verify_s and shape.decode_tokens > shape.decode_seqs:
-            t += self._verify_s
         nc = self.chips_per_replica
         e = min(float(y[2 * n + 1]) + self.idle_w * t * nc, self.tdp_w * t * nc)
         return StepCost(t, e, float(y[2 * n + 2]), float(y[2 * n + 3]))
+
+    def _plus_step_extras(self, t: float, shape: StepShape) -> float:
+        """``t`` plus what a step adds outside the operator matrix: the speculative verify pass's host cost (a step
+        that verifies drafts) and the CPU PyTorch path's masked prefill attention (a step that prefills)."""
+        if self._verify_s and shape.decode_tokens > shape.decode_seqs:
+            t += self._verify_s
+        if self._masked_s and shape.prefill_tokens:
+            t += self._masked_s * masked_prefill_pairs(shape, self._fused_max)
+        return t
 
     def op_times(self, shape: StepShape) -> tuple[np.ndarray, np.ndarray, float]:
         """The parts a step's time is combined from: each work operator's compute time (s; a weight GEMM's at its
@@ -816,10 +823,8 @@ class CostModel:
         y = self._M.dot(self._x(shape)).tolist()
         n = self._n
         t = sum([c if c > m else m for c, m in zip(y[:n], y[n : 2 * n])]) + y[2 * n]
-        if self._verify_s and shape.decode_tokens > shape.decode_seqs:
-            t += self._verify_s
-        if self._masked_s and shape.prefill_tokens:
-            t += self._masked_s * masked_prefill_pairs(shape, self._fused_max)
+        if self._verify_s or self._masked_s:
+            t = self._plus_step_extras(t, shape)
         nc = self.chips_per_replica
         e = min(y[2 * n + 1] + self.idle_w * t * nc, self.tdp_w * t * nc)
         return StepCost.of(t, e, y[2 * n + 2], y[2 * n + 3])
@@ -1016,10 +1021,8 @@ class CostModel:
             nb, nt = float(o.net_bytes @ x[:NF]) * o.mult, float(v @ x[:NF])
             rows.append((o.name, 0.0, {}, nb, nt, "network", "", o.layers))
         ovh = float(self._overhead @ x[:NF])
-        if self._verify_s and shape.decode_tokens > shape.decode_seqs:
-            ovh += self._verify_s
-        if self._masked_s and shape.prefill_tokens:
-            ovh += self._masked_s * masked_prefill_pairs(shape, self._fused_max)
+        if self._verify_s or self._masked_s:
+            ovh = self._plus_step_extras(ovh, shape)
         if ovh:
             rows.append(("overhead", 0.0, {}, 0.0, ovh, "overhead", "", self.model.num_layers))
         rows = [r for r in rows if r[4] > 0 or r[1] > 0]

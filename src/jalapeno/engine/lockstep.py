@@ -271,7 +271,7 @@ class DecodeGroup:
         done: list[Sequence] = []
         self.left_at = left = []
         fin, now = self._finish, self.steps
-        due = self._ends.queue  # ``_ends.due(now)``, inline: asked once per event
+        due = self._ends.queue  # anything finishing by now? (the calendar's heap head; asked once per event)
         if not (due and due[0] <= now):
             return done
         for end, seqs in self._ends.take_until(now):
@@ -302,11 +302,6 @@ class _FinishCalendar:
             heapq.heappush(self.queue, end)
         else:
             members.append(seq)
-
-    def due(self, now: int) -> bool:
-        """Whether any entry's step is <= ``now`` (:meth:`take_until` would return something)."""
-        steps = self.queue
-        return bool(steps) and steps[0] <= now
 
     def take_until(self, now: int) -> list[tuple[int, list[Sequence]]]:
         """Remove and return the entries of every step <= ``now``: (step, its members in join order), by step."""

@@ -46,3 +46,27 @@ def test_transferred_values_keep_the_target_chips_launch_gap():
     b = CostModel(m, gap, Parallelism(), Precision("native"), efficiency=eff)
     assert isinstance(eff, Efficiency) and eff.kernel_overhead_us == src["kernel_overhead_us"]
     assert b.step(shape).time_s - a.step(shape).time_s == pytest.approx(a.kernels * 0.5e-6, rel=1e-9)
+
+
+def test_a_transfer_keeps_the_target_chips_pdl_saving():
+    """MI355X's values on B200 (a clean leave-one-vendor-out transfer) move a PDL share of 0 but leave B200's own
+    PDL saving, a sourced chip fact: a PDL-launched GPT-OSS step (TP2: 507 kernels) is cheaper than the same step
+    launched without PDL by exactly kernels x the fact, and by nothing on a chip that states none."""
+    from jalapeno.hardware.catalog import get_chip
+    from jalapeno.models.catalog import load_model
+
+    src = {k: v for k, v in transfer_params("mi355x").items() if not k.startswith("fw.")}
+    assert src["pdl_kernel_fraction"] == 0.0 and "pdl_kernel_saving_us" not in src
+    target = get_chip("b200")
+    assert target.pdl_kernel_saving_us.status != "fitted" and target.pdl_saving_us > 0
+    eff = target.efficiency.model_copy(update=src)
+    m = load_model("gpt-oss-120b")
+    shape = StepShape.from_lists(decode_ctx=[1000] * 4)
+    plain = CostModel(m, target, Parallelism(tp=2), Precision("native"), efficiency=eff)
+    pdl = CostModel(m, target, Parallelism(tp=2), Precision("native"), efficiency=eff.model_copy(update={"launch_pdl": True}))
+    assert plain.kernels == 507
+    assert plain.step(shape).time_s - pdl.step(shape).time_s == pytest.approx(507 * target.pdl_saving_us * 1e-6, rel=1e-9)
+    none = target.model_copy(update={"pdl_kernel_saving_us": None})
+    a = CostModel(m, none, Parallelism(tp=2), Precision("native"), efficiency=eff)
+    b = CostModel(m, none, Parallelism(tp=2), Precision("native"), efficiency=eff.model_copy(update={"launch_pdl": True}))
+    assert a.step(shape).time_s == b.step(shape).time_s

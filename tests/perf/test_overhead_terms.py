@@ -211,6 +211,50 @@ def test_a_transferred_stack_term_keeps_the_target_chips_launch_gap():
     assert np.array_equal(a.fixed_time_gradient("kernel_overhead_us"), b.fixed_time_gradient("kernel_overhead_us"))
 
 
+def _with_pdl_saving(us: float, launch: float | None = None, status: str = "inferred"):
+    from jalapeno.hardware.schema import Fact
+
+    upd = {"pdl_kernel_saving_us": Fact(value=us, status=status, source="test")}
+    if launch is not None:
+        upd["kernel_launch_us"] = Fact(value=launch, status="inferred", source="test")
+    return H200.model_copy(update=upd)
+
+
+def test_a_chip_pdl_saving_comes_off_each_kernel_only_in_a_run_launched_with_pdl():
+    # hand count: GPT-OSS-120B at TP1 runs 435 kernels a step; launch gap 0.6 + stack 4.0 = 4.6 us per kernel;
+    # the chip's PDL saving 0.94 us per kernel (a chip fact): 435 x (4.6 - 0.94) = 1592.1 us in a PDL run
+    terms = {**H200_EFF, "kernel_overhead_us": 4.0}
+    none = CostModel(GPT_OSS_120B, H200, Parallelism(), Precision("native"), efficiency=Efficiency(**H200_EFF))
+    chip = _with_pdl_saving(0.94, launch=0.6)
+    off = CostModel(GPT_OSS_120B, chip, Parallelism(), Precision("native"), efficiency=Efficiency(**terms))
+    on = CostModel(GPT_OSS_120B, chip, Parallelism(), Precision("native"),
+                   efficiency=Efficiency(**terms, launch_pdl=True))
+    for shape in (DECODE, PREFILL, MIXED):
+        assert _dt(none, off, shape) == pytest.approx(435 * 4.6e-6, rel=1e-9)  # no PDL launch: the fact does nothing
+        assert _dt(none, on, shape) == pytest.approx(435 * (4.6 - 0.94) * 1e-6, rel=1e-9)
+    # with a fitted share as well (a user's own fit), the share comes off first: 435 x (4.6 x 0.75 - 0.94)
+    both = CostModel(GPT_OSS_120B, chip, Parallelism(), Precision("native"),
+                     efficiency=Efficiency(**terms, pdl_kernel_fraction=0.25, launch_pdl=True))
+    assert _dt(none, both, DECODE) == pytest.approx(435 * (4.6 * 0.75 - 0.94) * 1e-6, rel=1e-9)
+    # a kernel never costs less than nothing: a saving above the per-kernel cost leaves 0
+    tiny = CostModel(GPT_OSS_120B, _with_pdl_saving(9.0), Parallelism(), Precision("native"),
+                     efficiency=Efficiency(**terms, launch_pdl=True))
+    assert _dt(none, tiny, DECODE) == pytest.approx(0.0, abs=1e-15)
+    # the stack term's fit gradient is unchanged by the fact (not a fitted parameter): kernels x 1
+    assert on.fixed_time_gradient("kernel_overhead_us") @ on.features(DECODE) == pytest.approx(435e-6, rel=1e-12)
+
+
+def test_the_pdl_saving_is_a_chip_fact_never_a_fitted_value():
+    from pydantic import ValidationError
+
+    data = {**H200.model_dump(exclude_none=True), "pdl_kernel_saving_us": {"value": 0.9, "status": "fitted",
+                                                                          "source": "a fit"}}
+    with pytest.raises(ValidationError, match="chip fact"):
+        type(H200).model_validate(data)
+    data["pdl_kernel_saving_us"]["status"] = "inferred"  # a sourced value loads
+    assert type(H200).model_validate(data).pdl_saving_us == 0.9
+
+
 def test_fp8_moe_layer_overhead_counts_moe_layers_with_fp8_routed_experts_only():
     # DeepSeek-R1 native: FP8 128x128 block-scaled experts in 58 MoE layers (3 of 61 layers are dense)
     base, over = _pair(DEEPSEEK_R1, Parallelism(tp=8, ep=8), Precision("native"), fp8_moe_layer_overhead_us=80.0)

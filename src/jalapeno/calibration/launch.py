@@ -25,8 +25,15 @@ budgets at or near the simulator's 8192 default.
 * TensorRT-LLM, GPT-OSS-120B (``gptoss_fp4_b200_trt.sh``): ``export TRTLLM_ENABLE_PDL=1``, kernels launched with
   Programmatic Dependent Launch (each kernel's launch and prologue overlap its predecessor's tail; Hopper and
   later). The DeepSeek-R1 TensorRT-LLM scripts (``dsr1_fp{4,8}_b200_trt.sh``) do not set it, nor do the vLLM and
-  SGLang scripts. Not a scheduling flag: a cost-model one (:func:`launch_efficiency`, the chip family's
-  ``efficiency.pdl_kernel_fraction``).
+  SGLang scripts. Not a scheduling flag: a cost-model one (:func:`launch_efficiency`: the chip's sourced
+  ``pdl_kernel_saving_us`` and the chip family's fitted ``efficiency.pdl_kernel_fraction``).
+
+Prefill launch modes (issue #13 step 9, read from the same scripts; recorded, not modelled): vLLM on NVIDIA compiles
+the model and replays piecewise CUDA graphs up to ``max-cudagraph-capture-size`` (B200 GPT-OSS: 2048 tokens); the
+TensorRT-LLM PyTorch backend captures decode batches only (``cuda_graph_config``), so its prefill runs eagerly; the
+SGLang scripts (B200, H200, MI355X) set neither ``--enable-torch-compile`` nor a piecewise CUDA graph flag; ATOM runs
+its default compilation level 3 (an Inductor-compiled model) and replays graphs for decode only. The measured
+fixed cost of a prefilling step does not follow these modes across vendors (docs/fidelity.md "Step 9").
 """
 
 from __future__ import annotations

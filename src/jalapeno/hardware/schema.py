@@ -365,6 +365,13 @@ class ChipSpec(_Strict):
     #: cost model charges their sum per kernel, so a cross-vendor transfer of fitted values keeps the target
     #: chip's own launch gap. None (or status unknown): not split, the fitted term carries all of it
     kernel_launch_us: Fact | None = None
+    #: the time Programmatic Dependent Launch hides per GPU kernel of a graph-replayed step, microseconds, in a
+    #: run launched with PDL (``efficiency.launch_pdl``; NVIDIA Hopper and later): the next kernel's launch and
+    #: prologue run under its predecessor's tail. A chip-family fact from a published with/without-PDL
+    #: measurement (status measured or inferred, with its source), never fitted, so a cross-vendor transfer of
+    #: fitted values keeps it; it is subtracted from each kernel's cost after ``efficiency.pdl_kernel_fraction``
+    #: (a fitted share, for a user's own fit; 0 in the catalogue where this is set). None: no PDL saving
+    pdl_kernel_saving_us: Fact | None = None
     #: how ``efficiency``'s serving parameters were obtained (the confidence label of every answer)
     calibration: Calibration = Field(default_factory=Calibration)
     energy: Energy = Field(default_factory=Energy)
@@ -374,12 +381,13 @@ class ChipSpec(_Strict):
     execution: Execution | None = None
     notes: list[str] = Field(default_factory=list)
 
-    @field_validator("kernel_launch_us")
+    @field_validator("kernel_launch_us", "pdl_kernel_saving_us")
     @classmethod
     def _launch_is_a_chip_fact(cls, v: Fact | None) -> Fact | None:
         if v is not None and v.status == "fitted":
-            raise ValueError("a chip fact (a launch microbenchmark's per-kernel gap, with its source), not a fitted "
-                             "value: put a fitted per-kernel cost in efficiency.kernel_overhead_us")
+            raise ValueError("a chip fact (a launch measurement's per-kernel time, with its source), not a fitted "
+                             "value: put a fitted per-kernel cost in efficiency.kernel_overhead_us (a fitted PDL "
+                             "share in efficiency.pdl_kernel_fraction)")
         return v
 
     @property
@@ -387,6 +395,11 @@ class ChipSpec(_Strict):
         """The per-kernel launch gap the cost model charges on top of ``efficiency.kernel_overhead_us`` (0 when
         the chip does not state it)."""
         return float(self.kernel_launch_us) if self.kernel_launch_us is not None else 0.0
+
+    @property
+    def pdl_saving_us(self) -> float:
+        """Per-kernel time PDL hides in a run launched with it (``pdl_kernel_saving_us``; 0 when not stated)."""
+        return float(self.pdl_kernel_saving_us) if self.pdl_kernel_saving_us is not None else 0.0
 
     @field_validator("compute_tflops")
     @classmethod

@@ -128,7 +128,7 @@ def kernel_count(m: ModelArch, tp: int = 1, ep: int = 1, mtp_draft: bool = False
 
 def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_per_chip: float = 0.0,
                     kernels: int = 0, launch_us: float = 0.0, fp8_moe_layers: int = 0,
-                    pdl: float = 0.0) -> np.ndarray:
+                    pdl: float = 0.0, pdl_saving_us: float = 0.0) -> np.ndarray:
     """Time (s) the fixed costs add to a step, as coefficients over :data:`~jalapeno.perf.ops.FEATURES`:
     per step, per layer, per MoE layer, per kernel of a step (``kernels``: :func:`kernel_count`), per routed expert run in a MoE layer (``Ue`` x experts per chip x MoE
     layers), per sequence in the step (``N``), per layer and per kernel of a step that prefills (``Pf``), per routed expert run
@@ -136,12 +136,14 @@ def overhead_vector(eff: Efficiency, num_layers: int, moe_layers: int, experts_p
     Each kernel costs ``launch_us`` (the chip's graph-replay launch gap, ``ChipSpec.kernel_launch_us``: a chip
     fact) plus ``eff.kernel_overhead_us`` (the serving stack's fitted share). Each MoE layer whose routed experts
     are FP8 block-scaled (``fp8_moe_layers``) adds ``eff.fp8_moe_layer_overhead_us`` (the stack's FP8 MoE path).
-    ``pdl``: the share of each kernel's cost hidden by Programmatic Dependent Launch (:func:`pdl_share`)."""
+    ``pdl``: the share of each kernel's cost hidden by Programmatic Dependent Launch (:func:`pdl_share`);
+    ``pdl_saving_us``: the time PDL hides per kernel beyond that share (:func:`pdl_saving`, a chip fact; a
+    kernel's cost never goes below 0)."""
     us = 1e-6
     fixed = eff.step_overhead_us + num_layers * eff.layer_overhead_us + moe_layers * eff.moe_layer_overhead_us
     fixed += fp8_moe_layers * eff.fp8_moe_layer_overhead_us
     return vec(
-        one=(fixed + kernels * (launch_us + eff.kernel_overhead_us) * (1.0 - pdl)) * us,
+        one=(fixed + kernels * max(0.0, (launch_us + eff.kernel_overhead_us) * (1.0 - pdl) - pdl_saving_us)) * us,
         N=eff.seq_overhead_us * us,
         Pf=(num_layers * eff.prefill_layer_overhead_us + kernels * eff.prefill_kernel_overhead_us) * us,
         Ue=moe_layers * experts_per_chip * eff.expert_overhead_us * us,
@@ -154,6 +156,12 @@ def pdl_share(eff: Efficiency) -> float:
     """The share of each decode kernel's cost that Programmatic Dependent Launch hides in this run:
     ``eff.pdl_kernel_fraction`` when the run launches with PDL (``eff.launch_pdl``), else 0."""
     return float(eff.pdl_kernel_fraction) if eff.launch_pdl else 0.0
+
+
+def pdl_saving(chip, eff: Efficiency) -> float:
+    """The time PDL hides per kernel in this run, microseconds: the chip's ``pdl_kernel_saving_us`` (a sourced
+    chip fact) when the run launches with PDL (``eff.launch_pdl``), else 0."""
+    return chip.pdl_saving_us if eff.launch_pdl else 0.0
 
 
 #: the efficiency fields :func:`overhead_vector` reads (each enters the step time affinely)
@@ -579,7 +587,8 @@ class CostModel:
         self.kernels = kernel_count(m, self.parallel.tp, self.parallel.ep, self.mtp_draft)
         self._overhead = overhead_vector(eff, m.num_layers, self._moe_layers(),
                                          m.num_experts / self.parallel.ep if m.num_experts else 0.0, self.kernels,
-                                         self.chip.launch_us, self._fp8_moe_layers(), pdl_share(eff))
+                                         self.chip.launch_us, self._fp8_moe_layers(), pdl_share(eff),
+                                         pdl_saving(self.chip, eff))
         if self._paging_s_per_token:  # host paging: every context block of the step's block tables
             self._overhead = self._overhead + vec(C=self._paging_s_per_token, K=self._paging_s_per_token)
         if eff.decode_attention_ns:  # a CPU attention kernel's per (head, key, layer) cost of each decode row

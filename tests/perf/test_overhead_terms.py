@@ -244,15 +244,24 @@ def test_a_chip_pdl_saving_comes_off_each_kernel_only_in_a_run_launched_with_pdl
     assert on.fixed_time_gradient("kernel_overhead_us") @ on.features(DECODE) == pytest.approx(435e-6, rel=1e-12)
 
 
-def test_the_pdl_saving_is_a_chip_fact_never_a_fitted_value():
-    from pydantic import ValidationError
+def test_the_pdl_saving_is_a_chip_fact_never_a_fitted_value(tmp_path):
+    """A chip file stating the PDL saving as a fitted value is refused in one line naming the file and the field."""
+    import yaml
 
-    data = {**H200.model_dump(exclude_none=True), "pdl_kernel_saving_us": {"value": 0.9, "status": "fitted",
-                                                                          "source": "a fit"}}
-    with pytest.raises(ValidationError, match="chip fact"):
-        type(H200).model_validate(data)
+    from jalapeno.hardware.catalog import BUILTIN_DIR, SpecError, load_spec_file
+
+    data = yaml.safe_load((BUILTIN_DIR / "b200.yaml").read_text())
+    assert data["pdl_kernel_saving_us"]["status"] == "inferred"  # the shipped value is sourced
+    data["pdl_kernel_saving_us"] = {"value": 0.9, "status": "fitted", "source": "fit_terms.py"}
+    bad = tmp_path / "fitpdl.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError) as ei:
+        load_spec_file(bad)
+    msg = str(ei.value)
+    assert "fitpdl.yaml: pdl_kernel_saving_us" in msg and "pdl_kernel_fraction" in msg and "\n" not in msg.strip()
     data["pdl_kernel_saving_us"]["status"] = "inferred"  # a sourced value loads
-    assert type(H200).model_validate(data).pdl_saving_us == 0.9
+    bad.write_text(yaml.safe_dump(data))
+    assert load_spec_file(bad).pdl_saving_us == 0.9
 
 
 def test_fp8_moe_layer_overhead_counts_moe_layers_with_fp8_routed_experts_only():

@@ -370,7 +370,7 @@ class ChipSpec(_Strict):
     #: prologue run under its predecessor's tail. A chip-family fact from a published with/without-PDL
     #: measurement (status measured or inferred, with its source), never fitted, so a cross-vendor transfer of
     #: fitted values keeps it; it is subtracted from each kernel's cost after ``efficiency.pdl_kernel_fraction``
-    #: (a fitted share, for a user's own fit; 0 in the catalogue where this is set). None: no PDL saving
+    #: (a fitted share on top: B200's fit keeps 0.1674 of its per-kernel cost above 0.94 us). None: no PDL saving
     pdl_kernel_saving_us: Fact | None = None
     #: how ``efficiency``'s serving parameters were obtained (the confidence label of every answer)
     calibration: Calibration = Field(default_factory=Calibration)

@@ -159,8 +159,8 @@ def _extract(args: argparse.Namespace) -> int:
     for r in rows:
         lat = r["latency_ms"]
         w.writerow({**r, "latency_ms": f"{lat:.6g}"})
-    with gzip.GzipFile(out, "wb", mtime=0) as f:  # mtime 0: the same rows give the same bytes
-        f.write(buf.getvalue().encode())
+    with open(out, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as f:
+        f.write(buf.getvalue().encode())  # no name, mtime 0: the same rows give the same bytes anywhere
     print(f"{len(rows)} rows from {len(sources)} tables -> {out} ({out.stat().st_size / 1024:.0f} KiB)")
     return 0
 

@@ -22,6 +22,9 @@ Every row is priced by the project's own cost model on the same chip (catalogue 
   one-layer GQA model with the row's per-GPU query / KV heads and head dim;
 * MoE (tokens x hidden x inter, top-k of E, moe_tp x moe_ep): the ``moe_experts`` operator of a one-layer MoE
   model at ``Parallelism(tp = moe_tp x moe_ep, ep = moe_ep)`` (expected distinct experts, busiest EP rank);
+* DeepSeek's MLA attention block (TensorRT-LLM's "MLA module": q_a/kv_a, q_b, kv_b, latent attention, o_proj) at
+  128 / tp query heads per GPU, decode or prefill: those operators of ``CostModel.breakdown`` for DeepSeek-R1 at
+  that tp, per layer (bf16 weights, or the native FP8 block-scaled ones);
 * all-reduce (bf16, n GPUs, message elements): ``perf.network.collective(chip, efficiency, n, "allreduce")``.
 The roofline price of one kernel has no fixed cost; a graph-replayed decode step adds ``kernel_launch_us +
 kernel_overhead_us`` per kernel (``perf.model.kernel_count``), so the tables show ratios both without ("roofline")
@@ -127,6 +130,19 @@ def _extract(args: argparse.Namespace) -> int:
                                  kernel=r.kernel_source, batch=r.batch_size, ctx=ctx, heads=r.num_heads,
                                  kv_heads=r.num_key_value_heads, head_dim=r.head_dim, latency_ms=r.latency,
                                  source=s))
+        for op, name in (("mla_decode", "mla_generation_module_perf"), ("mla_context", "mla_context_module_perf")):
+            d, s = table(system, "mla", name)
+            if d is None:
+                continue
+            d = d[d.gemm_type.isin(["bfloat16", "fp8_block"]) & d.num_heads.isin([16, 128]) & (d.tp_size == 1)]
+            if op == "mla_decode":
+                d = d[d.batch_size.isin(gen_batch) & d.step.isin([128, 1024, 4096, 16384])]
+            else:
+                d = d[d.batch_size.isin([1, 4]) & d.isl.isin(ctx_isl)]
+            for r in d.itertuples():
+                rows.append(dict(system=system, op=op, dtype=r.gemm_type, kv_dtype=r.kv_cache_dtype,
+                                 kernel=r.kernel_source, batch=r.batch_size, ctx=r.isl + r.step, heads=r.num_heads,
+                                 latency_ms=r.latency, source=s))
         d, s = table(system, "moe", "moe_perf")
         d = d[(d.distribution == "balanced") & d.moe_dtype.isin(list(MOE_PRECISION))]
         d = d[[sh in moe_shapes for sh in zip(d.hidden_size, d.inter_size, d.topk, d.num_experts)]]
@@ -291,6 +307,31 @@ def price_moe(chip: str, tokens: int, hidden: int, inter: int, topk: int, expert
     return _op_time(cm, StepShape.from_lists(decode_ctx=[1] * tokens), "moe_experts")
 
 
+#: the operators of DeepSeek's MLA attention block (TensorRT-LLM's measured "MLA module": projections, latent
+#: attention, output projection), as the cost model names them
+MLA_OPS = ("qkv_a_proj", "q_b_proj", "kv_b_proj", "attention", "o_proj")
+
+
+@lru_cache(maxsize=64)
+def _mla_cm(chip: str, tp: int, weights: str, kv: str):
+    from jalapeno.perf import CostModel, Parallelism, Precision
+
+    m = replace(_base("deepseek-r1"), name="aic-mla", num_layers=1)  # one (dense, first_k_dense) layer: it fits
+    return CostModel(m, _chip(chip), Parallelism(tp=tp), Precision(weights=weights, kv=kv))
+
+
+def price_mla(chip: str, batch: int, ctx: int, heads: int, dtype: str, kv: str, prefill: bool) -> float:
+    """Seconds of one layer's MLA block of DeepSeek-R1 with ``heads`` query heads per GPU (tp = 128 / heads):
+    decode of ``batch`` sequences at context ``ctx``, or a prefill of ``batch`` prompts of ``ctx`` tokens."""
+    from jalapeno.perf import StepShape
+
+    cm = _mla_cm(chip, 128 // heads, "bf16" if dtype == "bfloat16" else "native", "fp8" if kv == "fp8" else "bf16")
+    shape = StepShape.from_lists(prefill=[(ctx, 0)] * batch) if prefill else StepShape.from_lists(
+        decode_ctx=[ctx] * batch)
+    ops = {o.name: o for o in cm.breakdown(shape).ops}
+    return sum(ops[n].time_s / ops[n].layers for n in MLA_OPS if n in ops)
+
+
 def price_allreduce(chip: str, gpus: int, nbytes: float) -> float:
     from jalapeno.perf.network import collective
 
@@ -317,6 +358,8 @@ def price(r: Row) -> float:
         return price_moe(r.chip, r.batch, r.hidden, r.inter, r.topk, r.experts, r.moe_tp, r.moe_ep, r.dtype)
     if r.op == "allreduce":
         return price_allreduce(r.chip, r.gpus, r.elems * 2.0)  # bf16 elements
+    if r.op in ("mla_decode", "mla_context"):
+        return price_mla(r.chip, r.batch, r.ctx, r.heads, r.dtype, r.kv_dtype, r.op == "mla_context")
     raise ValueError(f"unknown op {r.op!r}")
 
 
@@ -327,8 +370,11 @@ def band(r: Row) -> str:
     if r.op == "decode_attn":
         kv = r.batch * r.ctx
         return "b*ctx<64k" if kv < 65536 else "b*ctx<1M" if kv < 1 << 20 else "b*ctx>=1M"
-    if r.op == "context_attn":
-        return f"isl {r.ctx // 1024}k"
+    if r.op in ("context_attn", "mla_context"):
+        return f"isl {r.ctx // 1024}k" + (f" tp{128 // r.heads}" if r.op == "mla_context" else "")
+    if r.op == "mla_decode":
+        kv = r.batch * r.ctx
+        return ("b*ctx<64k" if kv < 65536 else "b*ctx<1M" if kv < 1 << 20 else "b*ctx>=1M") + f" tp{128 // r.heads}"
     if r.op == "moe":
         return "tok<=16" if r.batch <= 16 else "tok 32-512" if r.batch <= 512 else "tok>=1k"
     if r.op == "allreduce":
@@ -347,8 +393,12 @@ def quantiles(xs: list[float]) -> tuple[float, float, float]:
 
 def group_key(r: Row) -> tuple:
     kern = r.kernel if r.op in ("allreduce", "moe") else ""
-    return (r.chip, r.op, r.dtype + (f"/kv {r.kv_dtype}" if r.kv_dtype and r.op != "context_attn" else ""), kern,
+    return (r.chip, r.op, r.dtype + (f"/kv {r.kv_dtype}" if r.kv_dtype and r.op not in ("context_attn",) else ""), kern,
             band(r))
+
+
+#: kernels the cost model counts for one measured op, where not 1 (perf.model.KERNELS: an MLA layer's attention)
+KERNELS = {"mla_decode": 9, "mla_context": 9}
 
 
 def ratio_table(rows: list[Row], per_kernel: bool = True) -> list[tuple]:
@@ -357,10 +407,12 @@ def ratio_table(rows: list[Row], per_kernel: bool = True) -> list[tuple]:
     for r in rows:
         ours = price(r)
         meas = r.latency_ms * 1e-3
-        fixed = kernel_fixed_s(r.chip)  # an all-reduce is one of the kernels kernel_count counts too
+        # an all-reduce is one of the kernels kernel_count counts too; the MLA block is 9 (docs/cost-model.md)
+        fixed = kernel_fixed_s(r.chip) * KERNELS.get(r.op, 1)
         groups.setdefault(group_key(r), []).append((ours / meas, (ours + fixed) / meas))
     out = []
-    order = {op: i for i, op in enumerate(("gemm", "decode_attn", "context_attn", "moe", "allreduce"))}
+    order = {op: i for i, op in enumerate(("gemm", "decode_attn", "context_attn", "mla_decode", "mla_context", "moe",
+                                           "allreduce"))}
     for key in sorted(groups, key=lambda k: (list(CHIPS).index(k[0]), order[k[1]], k[2], k[3], k[4])):
         v = groups[key]
         lo, med, hi = quantiles([a for a, _ in v])
@@ -484,7 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--out", default=str(DATA))
     ap.add_argument("--data", default=str(DATA), help="the extract (default: %(default)s)")
     ap.add_argument("--chip", action="append", help="only these chips (repeatable): " + ", ".join(CHIPS))
-    ap.add_argument("--op", action="append", help="only these ops: gemm, decode_attn, context_attn, moe, allreduce")
+    ap.add_argument("--op", action="append",
+                    help="only these ops: gemm, decode_attn, context_attn, mla_decode, mla_context, moe, allreduce")
     ap.add_argument("--rows", action="store_true", help="print every row too")
     ap.add_argument("--pivot", action="store_true", help="one column per chip (median; / median with the kernel cost)")
     ap.add_argument("--paired", action="store_true",

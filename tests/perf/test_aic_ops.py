@@ -40,7 +40,7 @@ def test_the_extract_names_its_source_and_holds_every_chip_and_op(aic, extract):
     assert any("h200_sxm/gemm/trtllm/1.3.0rc20/gemm_perf.parquet sha256=" in h for h in header)
     seen = {(r.chip, r.op) for r in rows}
     for chip in ("h100", "h200", "b200", "b300", "gb200", "gb300"):
-        for op in ("gemm", "decode_attn", "context_attn", "moe", "allreduce"):
+        for op in ("gemm", "decode_attn", "context_attn", "mla_decode", "mla_context", "moe", "allreduce"):
             assert (chip, op) in seen, (chip, op)
     assert all(r.latency_ms > 0 for r in rows)
 
@@ -101,3 +101,17 @@ def test_bad_chip_is_one_line(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 2
     assert p.stderr.strip().count("\n") == 0 and "unknown chip 'tpu-v9'" in p.stderr
+
+
+def test_one_mla_layer_is_priced_like_a_layer_of_the_whole_model(aic):
+    """The MLA block is priced on a one-layer DeepSeek-R1 (so it fits on one chip); at TP8 the whole model fits too,
+    and its attention operators per layer must be the same seconds."""
+    from jalapeno.hardware.catalog import get_chip
+    from jalapeno.models import load_model
+    from jalapeno.perf import CostModel, Parallelism, Precision, StepShape
+
+    whole = CostModel(load_model("deepseek-r1"), get_chip("h200"), Parallelism(tp=8, ep=8), Precision(kv="bf16"))
+    ops = {o.name: o for o in whole.breakdown(StepShape.from_lists(decode_ctx=[4097] * 16)).ops}
+    per_layer = sum(ops[n].time_s / ops[n].layers for n in aic.MLA_OPS)
+    assert aic.price_mla("h200", 16, 4097, 16, "fp8_block", "bfloat16", prefill=False) == pytest.approx(per_layer)
+    assert per_layer > 0 and ops["attention"].layers == 61

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
-import hashlib
 import io
 import math
 import statistics

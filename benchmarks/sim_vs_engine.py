@@ -160,9 +160,11 @@ def chip_arg(hardware):
     return hardware
 
 
-def estimated_duration_s(points: list[tuple[int, int, int]], per_slot: int, minimum: int, hardware: str) -> float:
+def estimated_duration_s(points: list[tuple[int, int, int]], per_slot: int, minimum: int, hardware: str,
+                         range_ratio: float = 1.0) -> float:
     """Seconds the grid should take: each point's benchmark duration simulated on ``hardware`` (the chip the
-    points are compared against), plus the server start."""
+    points are compared against; its requests at the lengths the bench draws with ``range_ratio``), plus the
+    server start."""
     from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
     from jalapeno.workload import Workload
 
@@ -170,7 +172,8 @@ def estimated_duration_s(points: list[tuple[int, int, int]], per_slot: int, mini
     total = SERVER_START_S
     for conc, isl, osl in points:
         n = num_prompts(conc, per_slot, minimum)
-        wl = Workload(np.full(n, isl, dtype=np.int64), np.full(n, osl, dtype=np.int64), concurrency=conc)
+        wl = Workload(*point_lengths({"prompts": n, "isl": isl, "osl": osl, "range_ratio": range_ratio}),
+                      concurrency=conc)
         total += run_workload(build_sim_engine(cm, in_flight=conc), wl).metrics(num_chips=1)["duration"]
     return total
 
@@ -805,7 +808,8 @@ def _main() -> None:
     if done:
         print(f"{sink}: {len(prior)} of this grid's points already measured ({len(kept)} in the file); "
               f"{len(todo)} to run", flush=True)
-    est = estimated_duration_s(todo, args.prompts_per_slot, args.min_prompts, args.hardware) if todo else 0.0
+    est = (estimated_duration_s(todo, args.prompts_per_slot, args.min_prompts, args.hardware, args.random_range_ratio)
+           if todo else 0.0)
     print(f"{len(todo)} points, estimated {est / 60:.0f} min (simulated on {args.hardware}; a loaded machine "
           f"takes longer)", flush=True)
     if args.estimate_only:

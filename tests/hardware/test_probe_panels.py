@@ -7,7 +7,7 @@ from __future__ import annotations
 import jalapeno.hardware.probe as pr
 
 #: SmolLM2-135M (random weights, 30 layers) fused decode step at 480 keys, best of 3-6 interleaved rounds, ms, on the
-#: 2-core VM at load 1.45 (this session's `dots.py`, docs/fidelity.md): panels / dot tiles by batch
+#: 2-core VM at load 1.45 (`benchmarks/panel_switch.py`, docs/fidelity.md): panels / dot tiles by batch
 PANELS = {1: 44.3, 2: 50.6, 3: 56.3, 4: 58.1, 5: 69.9, 6: 83.8, 7: 95.2, 8: 108.0, 9: 90.4, 10: 97.1}
 DOT = {1: 37.5, 2: 33.8, 3: 50.0, 4: 51.3, 5: 80.1, 6: 104.6, 7: 122.3, 8: 99.7, 9: 104.0, 10: 121.9}
 

@@ -607,12 +607,13 @@ def admitted_check(points: list[dict], hardware, trace: Path, write_chip: Path |
     return {"ingest": ingest, "admitted": admitted, "points": after, "summary": now}
 
 
-def lined_up_point(p: dict, steps: list, records: list, cm, max_num_seqs: int) -> dict:
+def lined_up_point(p: dict, steps: list, records: list, cm, max_num_seqs: int, panel_min_rows: int | None = None) -> dict:
     """One traced point served and simulated side by side (:mod:`jalapeno.server.lineup`): the served steps rebuilt
     batch by batch from the trace, the same requests simulated (the first wave as the served engine admitted it,
     the chip's front end), and
     for each: the TTFT split by request (medians, s), the prefill groups (which requests prefilled together and
-    beside how many decode rows) and the served steps priced by kind."""
+    beside how many decode rows) and the served steps priced by kind (decode steps below ``panel_min_rows``, the
+    chip's measured switch, on the fused kernel's dot tiles)."""
     from jalapeno.server.lineup import (admitted_first_wave, prefill_groups, price_by_kind, replay_served,
                                         simulate_lined_up, steps_waited, ttft_parts)
 
@@ -633,7 +634,7 @@ def lined_up_point(p: dict, steps: list, records: list, cm, max_num_seqs: int) -
     waited = {k: np.bincount(steps_waited(x)[int(p["concurrency"]):]).tolist() for k, x in (("served", served),
                                                                                           ("simulated", sim))}
     return {"ttft_parts": med, "prefill_groups": {"served": gs, "simulated": gm, "same": same}, "waited": waited,
-            "priced": price_by_kind(served, cm), "served": served, "simulated": sim}
+            "priced": price_by_kind(served, cm, panel_min_rows), "served": served, "simulated": sim}
 
 
 def run_lineup(args: argparse.Namespace, prior: list[dict]) -> None:
@@ -650,10 +651,19 @@ def run_lineup(args: argparse.Namespace, prior: list[dict]) -> None:
                           "session by `serve --step-trace`)")
     from jalapeno.sim import cost_model_for
 
-    cm = cost_model_for("smollm2-135m", chip_arg(args.hardware), precision="fp32", kv="fp32")
+    from jalapeno.hardware.catalog import get_chip
+
+    spec = chip_arg(args.hardware)
+    spec = get_chip(spec) if isinstance(spec, str) else spec
+    cm = cost_model_for("smollm2-135m", spec, precision="fp32", kv="fp32")
+    ex = getattr(spec, "execution", None)
+    panel = int(ex.panel_min_rows.value) if ex is not None and ex.panel_min_rows is not None else None
     seqs = args.max_num_seqs or max(int(p["concurrency"]) for p in prior)
+    dump = []
     for p in prior:
-        got = lined_up_point(p, steps, records, cm, seqs)
+        got = lined_up_point(p, steps, records, cm, seqs, panel)
+        dump.append({"concurrency": p["concurrency"], "isl": p["isl"], "osl": p["osl"],
+                     "served": got["served"].to_json(), "simulated": got["simulated"].to_json()})
         t = got["ttft_parts"]
         print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} TTFT measured {p['TTFT']['measured']:.0f} ms; "
               "median s served / simulated: " + ", ".join(
@@ -671,6 +681,9 @@ def run_lineup(args: argparse.Namespace, prior: list[dict]) -> None:
         for r in got["priced"]:
             print(f"  {r['kind']}: {r['steps']} steps, measured {r['measured_s']:.2f} s, priced {r['priced_s']:.2f} s "
                   f"(measured / priced {r['measured_s'] / r['priced_s']:.3f}, median step {r['median_ratio']:.3f})")
+    if args.lineup_out is not None:
+        args.lineup_out.write_text(json.dumps(dump) + "\n")
+        print(f"every request and step, served and simulated, written to {args.lineup_out}")
 
 
 def run_resimulate(args: argparse.Namespace) -> None:
@@ -759,6 +772,9 @@ def _main() -> None:
     ap.add_argument("--lineup", type=Path, default=None, metavar="TRACE",
                     help="with --resimulate: the served run's step trace (with request records); line each point's "
                          "served steps up with its simulated ones request by request and print where TTFT goes")
+    ap.add_argument("--lineup-out", type=Path, default=None, metavar="OUT.json",
+                    help="with --lineup: write every request (send, arrival, queue, first step, prefill steps, first "
+                         "token) and every step (start, duration, chunks, decode rows), served and simulated")
     ap.add_argument("--max-num-seqs", type=int, default=None,
                     help="with --lineup: the server's --max-num-seqs (default: the points' largest concurrency, as "
                          "this script serves)")

@@ -143,12 +143,20 @@ def test_resimulated_with_the_points_lengths_the_bench_comparison_is_reproduced(
     assert errs[0] == pytest.approx(-0.12, abs=0.01) and errs[1] == pytest.approx(0.0, abs=0.01)
 
 
-def test_the_lineup_command_prints_the_split() -> None:
+def test_the_lineup_command_prints_the_split_and_writes_every_request(tmp_path) -> None:
+    out = tmp_path / "lineup.json"
     r = subprocess.run([sys.executable, str(SCRIPT), "--resimulate", str(POINTS), "--hardware", str(CHIP_FE),
-                        "--lineup", str(TRACE)], capture_output=True, text=True, timeout=120)
+                        "--lineup", str(TRACE), "--lineup-out", str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "c=16 isl=512 osl=64 TTFT measured 4665 ms" in r.stdout
-    assert "decode b=7 dot tiles" in r.stdout or "decode b=7" in r.stdout
+    assert "14 of 14 served / 14 simulated agree" in r.stdout and "20 of 20 served / 20 simulated agree" in r.stdout
+    assert "decode b=7 dot tiles: 7 steps" in r.stdout  # the chip's switch is 8: batch 7 on dot tiles
+    got = json.loads(out.read_text())
+    r14 = got[0]["served"]["requests"][14]
+    assert r14["prompt"] == 509 and r14["prefill_steps"] == [r14["first_step"]]
+    assert r14["queued"] - r14["arrived"] > 2.0  # handed over during the 2-prompt step, queued at its end
+    step = got[0]["served"]["steps"][r14["first_step"]]
+    assert [14, 509, 0] in step["prefill"] and step["t_start"] >= r14["queued"]
 
 
 def test_a_trace_of_another_run_is_one_line(tmp_path) -> None:

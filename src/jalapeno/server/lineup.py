@@ -72,6 +72,17 @@ class Lineup:
     def ttft_s(self) -> np.ndarray:
         return np.array([r.ttft(self.steps) for r in self.requests])
 
+    def to_json(self) -> dict:
+        """Per request (send order): lengths, send / arrival / waiting-queue times, first step, prefill steps, first
+        token step and TTFT; per step: start, duration, prefill chunks [request, tokens, prefix], decode rows
+        [request, context] (seconds from the run's start)."""
+        return {"requests": [{"prompt": r.prompt, "output": r.output, "sent": r.sent, "arrived": r.arrived,
+                              "queued": r.queued, "first_step": r.first_step, "prefill_steps": r.prefill_steps,
+                              "first_token_step": r.first_token_step, "ttft": r.ttft(self.steps)}
+                             for r in self.requests],
+                "steps": [{"t_start": s.t_start, "duration": s.duration, "prefill": [list(c) for c in s.prefill],
+                           "decode": [list(d) for d in s.decode]} for s in self.steps]}
+
 
 def _recorder(engine, steps: list[LinedStep], who, clock) -> None:
     """Make ``engine``'s backend append each batch it executes to ``steps`` (one step per batch: the engine must be

@@ -513,6 +513,9 @@ def probe_from_chip(chip: ChipSpec) -> ProbeResult:
     if masked:  # "masked prefill step ms by chunk/prefix/decode rows: 2048/0/1: 1234.5, 1024/1024/0: 678.9"
         res.masked_prefill_s = {tuple(int(x) for x in k.split("/")): float(v) / 1e3
                                 for k, v in re.findall(r"([0-9]+/[0-9]+/[0-9]+): ([0-9.]+)", masked.split(":", 1)[1])}
+    fe = next((n for k, n in notes.items() if k.startswith("serving front end ms per request")), None)
+    if fe:  # "serving front end ms per request (send -> engine thread, median; ...): 3.21"
+        res.front_end_ms = float(fe.rsplit(":", 1)[1])
     pre = notes.get("prefill step ms (GFLOP) by tokens")
     res.prefill_s = {t: (v[1] * 1e9, v[0] / 1e3) for t, v in _pairs(pre).items()} if pre else {}
     eff = chip.efficiency

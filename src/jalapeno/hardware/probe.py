@@ -174,6 +174,8 @@ class ProbeResult:
     rows_tflops: dict[int, float] = field(default_factory=dict)
     #: best (batch-1 decode step, prefill step) seconds per OpenMP thread policy label, each run in its own process
     thread_policy_s: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: the serving layer's latency per request, ms (send -> handed to the engine thread; :func:`measure_front_end`)
+    front_end_ms: float | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -326,6 +328,58 @@ def read_caches() -> dict[str, int]:
         kb = int(size.rstrip("KMG")) * {"K": 1, "M": 1024, "G": 1 << 20}.get(size[-1], 1)
         out["L1d" if level == "1" else f"L{level}"] = kb
     return out
+
+
+#: the front-end measurement's closed loop: requests in flight, requests in all, prompt tokens (token ids), tokens out
+FRONT_END_LOOP = (8, 32, 480, 2)
+
+
+def measure_front_end(res: ProbeResult, loop: tuple[int, int, int, int] = FRONT_END_LOOP) -> None:
+    """The serving layer's latency per request on this machine (``res.front_end_ms``): ``jalapeno serve``'s app in
+    this process over a simulated engine at time-scale 0 (its steps take no time, so what is timed is the server),
+    driven by ``jalapeno bench``'s closed-loop client at ``loop`` = (in flight, requests, prompt tokens sent as token
+    ids, output tokens), with a step trace's request records: the median of send -> handed to the engine thread
+    (HTTP, parsing, hand-over; :func:`jalapeno.server.ingest.front_end_latency_s`). What
+    ``efficiency.request_overhead_ms`` prices: a served closed loop's replacement arrives after the step that
+    started at its predecessor's completion (docs/fidelity.md, thirteenth session); 0 let it join that step. Here
+    no engine step competes for the cores, so it is the floor of a served run's value (``sim_vs_engine.py
+    --write-chip`` measures that one from a served trace). Any failure is a note, never a crash."""
+    import asyncio
+    import tempfile
+
+    import numpy as np
+
+    try:
+        from jalapeno.bench.client import BenchRequest, EndpointConfig
+        from jalapeno.bench.loadgen import run_requests
+        from jalapeno.server.app import build_app
+        from jalapeno.server.background import BackgroundServer
+        from jalapeno.server.build import build_sim
+        from jalapeno.server.step_trace import StepTracer, load_trace_requests
+
+        conc, n, prompt, out = loop
+        served = build_sim("h100", "llama-3.1-8b", time_scale=0.0)
+        rng = np.random.default_rng(0)
+        reqs = [BenchRequest(rng.integers(100, 10_000, prompt).tolist(), prompt, out) for _ in range(n)]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "front_end.jsonl"
+            tracer = StepTracer(path, {"probe": "front end"})
+            marks: dict = {}
+            with BackgroundServer(build_app(served.engine, served.codec, served.config, tracer=tracer)) as srv:
+                cfg = EndpointConfig(srv.url, served.config.model_name)
+                outcomes, _ = asyncio.run(run_requests(cfg, reqs, np.zeros(n), conc, num_warmups=1, marks=marks))
+            records = load_trace_requests(path)[2]
+        bad = [o for o in outcomes if not o.success]
+        if bad:
+            raise RuntimeError(f"{len(bad)} of {n} requests failed ({bad[0].error})")
+        sent = sorted(marks["mono0"] + o.start_s for o in outcomes)
+        got = sorted((r for r in records if r.t_recv >= sent[0] - 1e-3), key=lambda r: r.t_recv)
+        if len(got) != n:
+            raise RuntimeError(f"{len(got)} request records for {n} requests")
+        res.front_end_ms = float(np.median([r.t_submit - t for r, t in zip(got, sent)])) * 1e3
+        res.samples["front end s"] = [r.t_submit - t for r, t in zip(got, sent)]
+    except Exception as exc:  # noqa: BLE001 - a probe step that cannot run here is a note
+        res.notes.append(f"serving front end: not measured ({type(exc).__name__}: {exc})")
 
 
 def measure_power(res: ProbeResult, load: Callable[[], None]) -> None:
@@ -781,6 +835,11 @@ def chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
             f"memory_default = the fraction of the read bandwidth a batch-1 fused decode step achieved "
             f"({res.decode_bytes / 1e6:.0f} MB of weights in {res.fused_step_s[1] * 1e3:.2f} ms, less its layers' "
             f"overhead)" if mem_eff else "memory fraction 1 (no fused decode step measured)")}
+    if res.front_end_ms is not None:
+        eff["request_overhead_ms"] = round(res.front_end_ms, 2)
+        eff["fitted"] = {"request_overhead_ms": _fact(
+            round(res.front_end_ms, 2), source, "the serving layer's latency per request (send -> engine thread) "
+            "with an idle engine: the floor of a served run's (`sim_vs_engine.py --write-chip` measures that one)")}
     if res.step_overhead_us is not None:
         eff["step_overhead_us"] = round(res.step_overhead_us, 1)
         eff["layer_overhead_us"] = round(res.layer_overhead_us or 0.0, 1)
@@ -884,6 +943,10 @@ def _measurement_notes(res: ProbeResult) -> list[str]:
     if res.masked_prefill_s:
         lines.append("masked prefill step ms by chunk/prefix/decode rows: " + ", ".join(
             f"{c}/{p}/{d}: {v * 1e3:.2f}" for (c, p, d), v in sorted(res.masked_prefill_s.items())))
+    if res.front_end_ms is not None:
+        conc, n, prompt, out = FRONT_END_LOOP
+        lines.append(f"serving front end ms per request (send -> engine thread, median; {n} requests, {conc} in "
+                     f"flight, {prompt} prompt token ids, idle engine): {res.front_end_ms:.2f}")
     lines.append(f"load average at probe time: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cpus)")
     return lines
 
@@ -913,6 +976,8 @@ def run_probe(device: str = "cpu", quick: bool = False, log: Callable[[str], Non
         (f"decode steps of the served model's shape ({served_model}, random weights)",
          lambda: measure_served_context(res, quick, budget, served_model)),
         ("OpenMP thread policy (a process per candidate)", lambda: measure_thread_policy(res, quick)),
+        ("serving front end (jalapeno serve's app, an idle engine)",
+         lambda: None if quick else measure_front_end(res)),
         ("power", lambda: measure_power(res, lambda: measure_bandwidth(ProbeResult(device, name, 0), 64, 0.3))),
     ]
     for label, step in steps:

@@ -90,7 +90,8 @@ def bench_point(port: int, conc: int, isl: int, osl: int, prompts: int, hardware
         res = json.loads(out.read_text())
     sim = res.get("simulated", {})
     out = {name: {"measured": res.get(key), "simulated": sim.get(key)} for name, key in METRICS.items()}
-    out["client"] = {k: res.get(k) for k in ("client_cpu_s", "t_start_monotonic", "t_end_monotonic", "duration")}
+    out["client"] = {k: res.get(k) for k in ("client_cpu_s", "t_start_monotonic", "t_end_monotonic", "duration",
+                                             "served_kv_tokens")}
     out["client"].update(request_times(res))
     return out
 
@@ -229,7 +230,7 @@ def resimulate(points: list[dict], hardware, trace: Path | None = None, release:
     from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
     from jalapeno.workload import Workload
 
-    from jalapeno.bench.compare import first_wave_arrivals
+    from jalapeno.bench.compare import first_wave_arrivals, kv_capped
 
     steps: list = []
     records: list = []
@@ -256,7 +257,8 @@ def resimulate(points: list[dict], hardware, trace: Path | None = None, release:
             wl = Workload(*lens, arrival_s=first_wave_arrivals(np.asarray(sent) - sent[0], conc), max_concurrency=conc)
         else:
             wl = Workload(*lens, concurrency=conc)
-        got = run_workload(build_sim_engine(cm, in_flight=conc), wl).metrics(num_chips=1)
+        kv = kv_capped((p.get("client") or {}).get("served_kv_tokens"))  # the served engine's KV capacity
+        got = run_workload(build_sim_engine(cm, in_flight=conc, backend_cls=kv), wl).metrics(num_chips=1)
         out.append({**p, "hardware": str(hardware) if not isinstance(hardware, str) else hardware,
                     **{m: {"measured": p[m]["measured"], "simulated": got[k]} for m, k in METRICS.items()}})
     return out
@@ -623,10 +625,12 @@ def lined_up_point(p: dict, steps: list, records: list, cm, max_num_seqs: int, p
                           "with this script's --step-trace")
     prompts, outputs = point_lengths(p)
     sent = np.asarray(c["sent_monotonic"])
+    kv = c.get("served_kv_tokens")
     served = replay_served(steps, records, sent, prompts, outputs, c["t_start_monotonic"], c["t_end_monotonic"],
-                           cm, max_num_seqs=max_num_seqs)
+                           cm, max_num_seqs=max_num_seqs, kv_tokens=kv)
     first = admitted_first_wave(steps, records, sent, prompts, c["t_end_monotonic"], int(p["concurrency"]))
-    sim = simulate_lined_up(cm, sent - sent[0], prompts, outputs, int(p["concurrency"]), first_wave=first)
+    sim = simulate_lined_up(cm, sent - sent[0], prompts, outputs, int(p["concurrency"]), first_wave=first,
+                            kv_tokens=kv)
     med = {k: {w: float(np.median(v)) for w, v in ttft_parts(x).items()} for k, x in (("served", served),
                                                                                        ("simulated", sim))}
     gs, gm = prefill_groups(served), prefill_groups(sim)

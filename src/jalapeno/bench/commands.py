@@ -130,8 +130,12 @@ def bench(
         console.print(f"{failed} of {len(result.outcomes)} requests failed; first error: {first}", markup=False)
 
     if compare_sim:
+        from jalapeno.bench.compare import scrape_kv_tokens
+
+        kv = scrape_kv_tokens(base_url, key)  # the served engine's KV capacity caps the simulated one's
+        result.metadata["served_kv_tokens"] = kv
         _compare_with_sim(console, result, requests, load, chip, sim_model or model_name, tp, sim_precision, slo,
-                          sim_release == "sent", label=hardware)
+                          sim_release == "sent", label=hardware, kv_tokens=kv)
     _write(output, result, save_detailed, console)
 
 
@@ -149,7 +153,7 @@ def sim_chip(hardware: str | None):
 
 
 def _compare_with_sim(console, result, requests, load, hardware, model: str, tp: int, precision, slo,
-                      as_sent: bool = True, label: str | None = None) -> None:
+                      as_sent: bool = True, label: str | None = None, kv_tokens: int | None = None) -> None:
     """``--compare-sim``: simulate the same requests (the prompt lengths the server reported; in a closed loop with
     ``as_sent``, the first wave released when this run sent it) and print and keep the comparison in
     ``result.metadata["simulated"]``."""
@@ -168,6 +172,7 @@ def _compare_with_sim(console, result, requests, load, hardware, model: str, tp:
         slo=slo,
         prompt_lens=[o.prompt_tokens if o.success else r.prompt_len for o, r in zip(result.outcomes, requests)],
         sent_s=[o.start_s for o in result.outcomes] if as_sent and load.concurrency is not None else None,
+        kv_tokens=kv_tokens,
     )
     print_comparison(console, result.metrics, predicted, f"Measured vs simulated ({label or hardware}, TP{tp})")
     result.metadata["simulated"] = predicted

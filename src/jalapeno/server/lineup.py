@@ -142,10 +142,12 @@ def match_records(sent: Sequence[float], prompts: Sequence[int], records: Sequen
 
 def replay_served(steps: Sequence[StepRecord], records: Sequence[RequestRecord], sent: Sequence[float],
                   prompts: Sequence[int], outputs: Sequence[int], t0: float, t1: float, cost_model, *,
-                  max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, block_size: int = 16) -> Lineup:
+                  max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, block_size: int = 16,
+                  kv_tokens: int | None = None) -> Lineup:
     """The served run's steps in the window ``[t0, t1]`` (a bench run's monotonic window) rebuilt batch by batch.
     ``sent``: each request's send (monotonic s), ``prompts`` / ``outputs``: its lengths (the bench's), all in send
-    order; the engine limits are the server's (``jalapeno serve``'s defaults); ``cost_model``: any (the replay's
+    order; the engine limits are the server's (``jalapeno serve``'s defaults; ``kv_tokens``: its KV cache, as
+    ``/metrics`` gives it, so the replay preempts where it did); ``cost_model``: any (the replay's
     times are the trace's). Times in the result are seconds after ``t0``. Every rebuilt step's sequences with a
     token, prefill tokens and decoded tokens must equal the trace's (else a :class:`ConfigError` naming the step:
     another workload, another scheduler, or lost records)."""
@@ -153,7 +155,7 @@ def replay_served(steps: Sequence[StepRecord], records: Sequence[RequestRecord],
     from jalapeno.engine.engine import Engine
     from jalapeno.engine.sequence import SamplingParams
     from jalapeno.engine.sequence import Sequence as Seq
-    from jalapeno.sim.backend import SimBackend
+    from jalapeno.bench.compare import kv_capped
 
     n = len(sent)
     if not (len(prompts) == len(outputs) == n) or n == 0:
@@ -164,7 +166,8 @@ def replay_served(steps: Sequence[StepRecord], records: Sequence[RequestRecord],
     window = [s for s in steps if t0 <= s.t_start]
     cfg = EngineConfig(block_size=block_size, max_num_seqs=max_num_seqs,
                        max_num_batched_tokens=max_num_batched_tokens)
-    backend = SimBackend(cost_model, max_batch_tokens=cfg.max_num_batched_tokens, state_seqs=cfg.max_num_seqs)
+    backend = kv_capped(kv_tokens)(cost_model, max_batch_tokens=cfg.max_num_batched_tokens,
+                                   state_seqs=cfg.max_num_seqs)
     backend.max_multi_step = 1
     engine = Engine(backend, cfg)
     lined: list[LinedStep] = []
@@ -222,11 +225,11 @@ def admitted_first_wave(steps: Sequence[StepRecord], records: Sequence[RequestRe
 
 def simulate_lined_up(cost_model, sent: Sequence[float], prompts: Sequence[int], outputs: Sequence[int],
                       concurrency: int, *, as_sent: bool = True,
-                      first_wave: tuple[list[int], np.ndarray] | None = None) -> Lineup:
+                      first_wave: tuple[list[int], np.ndarray] | None = None, kv_tokens: int | None = None) -> Lineup:
     """The same requests through the simulator's closed loop of ``concurrency`` (the first wave released as the
     bench sent it, ``as_sent``, else together, or as ``first_wave`` says: its requests in that order at those
-    offsets, :func:`admitted_first_wave`; the chip's ``request_overhead_ms`` delays every arrival), one step per
-    engine step, lined up as :func:`replay_served` lines up the served run (times from the first send)."""
+    offsets, :func:`admitted_first_wave`; the chip's ``request_overhead_ms`` delays every arrival; ``kv_tokens``:
+    the served engine's KV capacity), one step per engine step, lined up as :func:`replay_served` lines up the served run (times from the first send)."""
     from jalapeno.bench.compare import first_wave_arrivals
     from jalapeno.sim import build_sim_engine, run_workload
     from jalapeno.workload import Workload
@@ -247,7 +250,9 @@ def simulate_lined_up(cost_model, sent: Sequence[float], prompts: Sequence[int],
         wl = Workload(isl, osl, arrival_s=first_wave_arrivals(sent, concurrency), max_concurrency=concurrency)
     else:
         wl = Workload(isl, osl, concurrency=concurrency)
-    engine = build_sim_engine(cost_model, in_flight=concurrency, single_step=True)
+    from jalapeno.bench.compare import kv_capped
+
+    engine = build_sim_engine(cost_model, in_flight=concurrency, single_step=True, backend_cls=kv_capped(kv_tokens))
     lined: list[LinedStep] = []
     seen: dict[int, object] = {}
 

@@ -284,8 +284,8 @@ def admitted_release(p: dict, steps: list, records: list) -> tuple[list[int], np
     if records and c.get("sent_monotonic") and c.get("t_end_monotonic"):
         try:
             return admitted_first_wave(steps, records, c["sent_monotonic"], prompts, c["t_end_monotonic"], conc)
-        except ConfigError:
-            pass  # records of another run (or not all of them): the step's tokens below
+        except ConfigError as exc:
+            raise ConfigError(f"point c={conc} isl={p['isl']} osl={p['osl']}: {exc}") from None
     rel = first_wave_release(steps, t0, conc, int(prompts[0]), records)
     return list(range(rel.size)), rel
 
@@ -701,6 +701,11 @@ def run_resimulate(args: argparse.Namespace) -> None:
     except (json.JSONDecodeError, KeyError, TypeError):
         raise ConfigError(f"--resimulate {args.resimulate}: not a sim_vs_engine result (no 'points'); give "
                           "the JSON an earlier run wrote with --out") from None
+    for i, p in enumerate(prior, 1):
+        missing = [k for k in ("concurrency", "isl", "osl", "prompts", *METRICS) if not isinstance(p, dict) or k not in p]
+        if missing:
+            raise ConfigError(f"--resimulate {args.resimulate}: point {i} has no {', '.join(missing)} (written by an "
+                              "older sim_vs_engine.py); re-run that grid to simulate it again")
     if args.lineup is not None:
         run_lineup(args, prior)
         return

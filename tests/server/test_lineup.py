@@ -184,3 +184,17 @@ def test_replay_refuses_other_lengths() -> None:
     with pytest.raises(ConfigError, match="served step"):  # other output lengths: the decode rows differ somewhere
         replay_served(steps, records, c["sent_monotonic"], prompts, outputs + 3, c["t_start_monotonic"],
                       c["t_end_monotonic"], _cm(CHIP), max_num_seqs=16)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    # another run's trace (equal lengths, 16:35) as the release trace: its records are not this run's
+    (["--resimulate", str(POINTS), "--hardware", str(CHIP), "--release-trace",
+      str(DATA / "sim_vs_engine_isl512_quiet_1635.trace.jsonl")], "0 request records in the step trace's window"),
+    # points of an old result without their request counts
+    (["--resimulate", str(DATA / "sim_vs_engine_quick.json"), "--hardware", str(DATA / "local_probe_quick.yaml")],
+     "point 1 has no prompts"),
+])
+def test_bad_resimulations_are_one_line(args, needle) -> None:
+    r = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

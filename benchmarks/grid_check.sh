@@ -6,7 +6,9 @@
 #     OUT=/some/dir bash benchmarks/grid_check.sh [--probe]
 #
 # --probe (or no probed chip yet in $JALAPENO_CACHE/hardware, default ~/.cache/jalapeno/hardware): first
-# `jalapeno hardware probe` and `jalapeno calibrate --probe` (about 3.5 min quiet). Then `sim_vs_engine.py` serves
+# `jalapeno hardware probe` and `jalapeno calibrate --probe` (about 3.5 min quiet; calibrate also times the serving
+# front end, so the chip as probed then carries request_overhead_ms, and the panel switch is measured at every batch
+# 1-8). Then `sim_vs_engine.py` serves
 # SmolLM2-135M once with `serve --step-trace` (steps and request records) and benches each point with
 # `--compare-sim` on the probed chip as it is (before: its request_overhead_ms, 0 until measured); then, from the
 # trace, it measures the front end's latency (send -> engine thread; written into $OUT/local_front_end.yaml) and

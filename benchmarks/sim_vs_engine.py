@@ -100,7 +100,7 @@ def request_times(res: dict) -> dict:
     """Each measured request's send and last-token times on the system-wide monotonic clock (``sent_monotonic``,
     ``done_monotonic``), its prompt and output tokens and its TTFT (s), in the order sent, from a ``jalapeno bench
     --save-detailed`` result: what the server's request records (``serve --step-trace``) are lined up against
-    (``jalapeno.server.ingest``, ``jalapeno.server.lineup``), and the lengths a re-simulation takes."""
+    (``jalapeno.server.ingest``, ``jalapeno.bench.lineup``), and the lengths a re-simulation takes."""
     t0, reqs = res.get("t_start_monotonic"), res.get("requests")
     if t0 is None or not reqs:
         return {}
@@ -267,12 +267,12 @@ def resimulate(points: list[dict], hardware, trace: Path | None = None, release:
 def admitted_release(p: dict, steps: list, records: list) -> tuple[list[int], np.ndarray]:
     """Point ``p``'s first wave as the served engine admitted it: its requests (indices in send order) in the order
     they reached the waiting queue, and the offsets (s) to release them at — from the trace's request records
-    (:func:`jalapeno.server.lineup.admitted_first_wave`: with unequal lengths the order decides which stream ends
+    (:func:`jalapeno.bench.lineup.admitted_first_wave`: with unequal lengths the order decides which stream ends
     first) when the trace and the point have them, else (an older trace) in send order from the first prefilling
     step's tokens (:func:`jalapeno.server.ingest.first_wave_release`; its bench window's start,
     ``client.t_start_monotonic``, placed in the step trace)."""
     from jalapeno.server.ingest import first_wave_release
-    from jalapeno.server.lineup import admitted_first_wave
+    from jalapeno.bench.lineup import admitted_first_wave
 
     c = p.get("client") or {}
     t0 = c.get("t_start_monotonic")
@@ -610,13 +610,13 @@ def admitted_check(points: list[dict], hardware, trace: Path, write_chip: Path |
 
 
 def lined_up_point(p: dict, steps: list, records: list, cm, max_num_seqs: int, panel_min_rows: int | None = None) -> dict:
-    """One traced point served and simulated side by side (:mod:`jalapeno.server.lineup`): the served steps rebuilt
+    """One traced point served and simulated side by side (:mod:`jalapeno.bench.lineup`): the served steps rebuilt
     batch by batch from the trace, the same requests simulated (the first wave as the served engine admitted it,
     the chip's front end), and
     for each: the TTFT split by request (medians, s), the prefill groups (which requests prefilled together and
     beside how many decode rows) and the served steps priced by kind (decode steps below ``panel_min_rows``, the
     chip's measured switch, on the fused kernel's dot tiles)."""
-    from jalapeno.server.lineup import (admitted_first_wave, prefill_groups, price_by_kind, replay_served,
+    from jalapeno.bench.lineup import (admitted_first_wave, prefill_groups, price_by_kind, replay_served,
                                         simulate_lined_up, steps_waited, ttft_parts)
 
     c = p.get("client") or {}

@@ -130,12 +130,8 @@ def bench(
         console.print(f"{failed} of {len(result.outcomes)} requests failed; first error: {first}", markup=False)
 
     if compare_sim:
-        from jalapeno.bench.compare import scrape_kv_tokens
-
-        kv = scrape_kv_tokens(base_url, key)  # the served engine's KV capacity caps the simulated one's
-        result.metadata["served_kv_tokens"] = kv
         _compare_with_sim(console, result, requests, load, chip, sim_model or model_name, tp, sim_precision, slo,
-                          sim_release == "sent", label=hardware, kv_tokens=kv)
+                          sim_release == "sent", label=hardware, served=(base_url, key))
     _write(output, result, save_detailed, console)
 
 
@@ -153,13 +149,18 @@ def sim_chip(hardware: str | None):
 
 
 def _compare_with_sim(console, result, requests, load, hardware, model: str, tp: int, precision, slo,
-                      as_sent: bool = True, label: str | None = None, kv_tokens: int | None = None) -> None:
+                      as_sent: bool = True, label: str | None = None,
+                      served: tuple[str, str | None] | None = None) -> None:
     """``--compare-sim``: simulate the same requests (the prompt lengths the server reported; in a closed loop with
     ``as_sent``, the first wave released when this run sent it) and print and keep the comparison in
     ``result.metadata["simulated"]``."""
-    from jalapeno.bench.compare import simulate_workload
+    from jalapeno.bench.compare import scrape_kv_tokens, simulate_workload
     from jalapeno.bench.loadgen import arrival_offsets
     from jalapeno.bench.summary import print_comparison
+
+    # ``served``: (base URL, API key) of the server measured: its KV capacity (/metrics) caps the simulated one's
+    kv_tokens = scrape_kv_tokens(*served) if served is not None else None
+    result.metadata["served_kv_tokens"] = kv_tokens
 
     predicted = simulate_workload(
         requests,

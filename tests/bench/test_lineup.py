@@ -1,5 +1,5 @@
 """Served and simulated steps lined up request by request with InferenceX's length spread (issue 16, thirteenth
-session; ``jalapeno.server.lineup``, ``benchmarks/sim_vs_engine.py --lineup``). The recorded run: the lead's quiet
+session; ``jalapeno.bench.lineup``, ``benchmarks/sim_vs_engine.py --lineup``). The recorded run: the lead's quiet
 c = 8 / 16, ISL 512, OSL 64, ``--random-range-ratio 0.8`` of 17:52 with step and request traces."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _cm(chip: Path):
 
 
 def _served(p: dict):
-    from jalapeno.server.lineup import replay_served
+    from jalapeno.bench.lineup import replay_served
     from jalapeno.server.step_trace import load_trace_requests
 
     _, steps, records = load_trace_requests(TRACE)
@@ -104,7 +104,7 @@ def test_with_the_measured_front_end_the_simulated_ingest_takes_the_served_shape
     the front end measured from the trace (10.16 ms): the same for every one of them, and every prefill group of the
     run is the served one (which requests prefilled together, beside how many decode rows). With none (the chip
     before): not one waits — each joins the step that starts at its predecessor's completion — and the groups part."""
-    from jalapeno.server.lineup import admitted_first_wave, prefill_groups, simulate_lined_up, steps_waited
+    from jalapeno.bench.lineup import admitted_first_wave, prefill_groups, simulate_lined_up, steps_waited
     from jalapeno.server.step_trace import load_trace_requests
 
     p = _points()[k]
@@ -171,7 +171,7 @@ def test_a_trace_of_another_run_is_one_line(tmp_path) -> None:
 
 
 def test_replay_refuses_other_lengths() -> None:
-    from jalapeno.server.lineup import replay_served
+    from jalapeno.bench.lineup import replay_served
     from jalapeno.server.step_trace import load_trace_requests
 
     p = _points()[0]

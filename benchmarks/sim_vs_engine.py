@@ -90,20 +90,40 @@ def bench_point(port: int, conc: int, isl: int, osl: int, prompts: int, hardware
         res = json.loads(out.read_text())
     sim = res.get("simulated", {})
     out = {name: {"measured": res.get(key), "simulated": sim.get(key)} for name, key in METRICS.items()}
-    out["client"] = {k: res.get(k) for k in ("client_cpu_s", "t_start_monotonic", "t_end_monotonic", "duration")}
+    out["client"] = {k: res.get(k) for k in ("client_cpu_s", "t_start_monotonic", "t_end_monotonic", "duration",
+                                             "served_kv_tokens")}
     out["client"].update(request_times(res))
     return out
 
 
 def request_times(res: dict) -> dict:
     """Each measured request's send and last-token times on the system-wide monotonic clock (``sent_monotonic``,
-    ``done_monotonic``, in the order sent), from a ``jalapeno bench --save-detailed`` result: what the server's
-    request records (``serve --step-trace``) are lined up against (``jalapeno.server.ingest``)."""
+    ``done_monotonic``), its prompt and output tokens and its TTFT (s), in the order sent, from a ``jalapeno bench
+    --save-detailed`` result: what the server's request records (``serve --step-trace``) are lined up against
+    (``jalapeno.server.ingest``, ``jalapeno.bench.lineup``), and the lengths a re-simulation takes."""
     t0, reqs = res.get("t_start_monotonic"), res.get("requests")
     if t0 is None or not reqs:
         return {}
-    rows = sorted((r["start_s"], r["start_s"] + (r["e2el_s"] or 0.0)) for r in reqs if r.get("success"))
-    return {"sent_monotonic": [t0 + a for a, _ in rows], "done_monotonic": [t0 + b for _, b in rows]}
+    rows = sorted((r["start_s"], r["start_s"] + (r["e2el_s"] or 0.0), r["prompt_tokens"], r["output_tokens"],
+                   r["ttft_s"]) for r in reqs if r.get("success"))
+    return {"sent_monotonic": [t0 + r[0] for r in rows], "done_monotonic": [t0 + r[1] for r in rows],
+            "prompt_tokens": [r[2] for r in rows], "output_tokens": [r[3] for r in rows],
+            "ttft_s": [r[4] for r in rows]}
+
+
+def point_lengths(p: dict) -> tuple[np.ndarray, np.ndarray]:
+    """A recorded point's (prompt, output) lengths, in the order sent: as the bench recorded them (points written
+    since the thirteenth session), else the bench's random dataset at its seed 0 (``sim_vs_engine.py`` passes no
+    ``--seed``) with the point's ``range_ratio`` (1.0, every request ``isl`` / ``osl``, when the point has none)."""
+    c = p.get("client") or {}
+    n = int(p["prompts"])
+    if c.get("prompt_tokens") and len(c["prompt_tokens"]) == n:
+        return np.asarray(c["prompt_tokens"], dtype=np.int64), np.asarray(c["output_tokens"], dtype=np.int64)
+    from jalapeno.bench.dataset import WorkloadSpec, workload_lengths
+
+    spec = WorkloadSpec(dataset="random", num_prompts=n, input_len=int(p["isl"]), output_len=int(p["osl"]),
+                        range_ratio=float(p.get("range_ratio", 1.0)), fixed_output_len=True, seed=0)
+    return workload_lengths(spec)
 
 
 def num_prompts(conc: int, per_slot: int, minimum: int) -> int:
@@ -141,9 +161,11 @@ def chip_arg(hardware):
     return hardware
 
 
-def estimated_duration_s(points: list[tuple[int, int, int]], per_slot: int, minimum: int, hardware: str) -> float:
+def estimated_duration_s(points: list[tuple[int, int, int]], per_slot: int, minimum: int, hardware: str,
+                         range_ratio: float = 1.0) -> float:
     """Seconds the grid should take: each point's benchmark duration simulated on ``hardware`` (the chip the
-    points are compared against), plus the server start."""
+    points are compared against; its requests at the lengths the bench draws with ``range_ratio``), plus the
+    server start."""
     from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
     from jalapeno.workload import Workload
 
@@ -151,7 +173,8 @@ def estimated_duration_s(points: list[tuple[int, int, int]], per_slot: int, mini
     total = SERVER_START_S
     for conc, isl, osl in points:
         n = num_prompts(conc, per_slot, minimum)
-        wl = Workload(np.full(n, isl, dtype=np.int64), np.full(n, osl, dtype=np.int64), concurrency=conc)
+        wl = Workload(*point_lengths({"prompts": n, "isl": isl, "osl": osl, "range_ratio": range_ratio}),
+                      concurrency=conc)
         total += run_workload(build_sim_engine(cm, in_flight=conc), wl).metrics(num_chips=1)["duration"]
     return total
 
@@ -194,18 +217,20 @@ def offline_points(device: str, todo: list[tuple[int, int, int]], per_slot: int,
     return out
 
 
-def resimulate(points: list[dict], hardware, trace: Path | None = None) -> list[dict]:
+def resimulate(points: list[dict], hardware, trace: Path | None = None, release: str = "together") -> list[dict]:
     """The recorded ``points`` (their measured side kept) with the simulated side run again on ``hardware``: each
-    point's closed loop of its requests at its lengths, so a new chip can be checked against an earlier run's
-    measurements without serving again. Without ``trace`` the first wave is released together (as
-    ``--sim-release together``; at a few ms of spread the sent release gives the same result, docs/fidelity.md);
+    point's closed loop of its requests at their lengths (:func:`point_lengths`: with ``--random-range-ratio`` < 1
+    every request its own), so a new chip can be checked against an earlier run's measurements without serving
+    again. Without ``trace`` the first wave is released together (``release="together"``, as ``--sim-release
+    together``; at a few ms of spread the sent release gives the same result with equal lengths, docs/fidelity.md)
+    or as the bench sent it (``"sent"``, as ``jalapeno bench --compare-sim`` does; needs the point's send times);
     with the served run's step ``trace`` it is released as the served engine admitted it
     (:func:`jalapeno.server.ingest.first_wave_release`: which of the first wave made the first step), the initial
     condition every later wave of an equal-length closed loop repeats."""
     from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
     from jalapeno.workload import Workload
 
-    from jalapeno.bench.compare import first_wave_arrivals
+    from jalapeno.bench.compare import first_wave_arrivals, kv_capped
 
     steps: list = []
     records: list = []
@@ -216,30 +241,53 @@ def resimulate(points: list[dict], hardware, trace: Path | None = None) -> list[
     cm = cost_model_for("smollm2-135m", chip_arg(hardware), precision="fp32", kv="fp32")
     out = []
     for p in points:
-        n, conc, isl = int(p["prompts"]), int(p["concurrency"]), int(p["isl"])
-        lens = np.full(n, isl, dtype=np.int64), np.full(n, int(p["osl"]), dtype=np.int64)
-        if trace is None:
-            wl = Workload(*lens, concurrency=conc)
+        n, conc = int(p["prompts"]), int(p["concurrency"])
+        lens = point_lengths(p)
+        if trace is not None:
+            order, rel = admitted_release(p, steps, records)
+            perm = np.concatenate([np.asarray(order, dtype=np.int64), np.arange(len(order), n)])
+            wl = Workload(lens[0][perm], lens[1][perm], max_concurrency=conc,
+                          arrival_s=first_wave_arrivals(np.concatenate([rel, np.full(n - rel.size, rel[-1])]), conc))
+        elif release == "sent":
+            sent = (p.get("client") or {}).get("sent_monotonic")
+            if not sent or len(sent) != n:
+                raise ConfigError(f"point c={conc} isl={p['isl']} osl={p['osl']} has no send times of its {n} "
+                                  "requests: --sim-release sent needs a point this script recorded since the twelfth "
+                                  "session; use together")
+            wl = Workload(*lens, arrival_s=first_wave_arrivals(np.asarray(sent) - sent[0], conc), max_concurrency=conc)
         else:
-            rel = admitted_release(p, steps, records)
-            wl = Workload(*lens, arrival_s=first_wave_arrivals(np.concatenate([rel, np.full(n - rel.size, rel[-1])]),
-                                                               conc), max_concurrency=conc)
-        got = run_workload(build_sim_engine(cm, in_flight=conc), wl).metrics(num_chips=1)
+            wl = Workload(*lens, concurrency=conc)
+        kv = kv_capped((p.get("client") or {}).get("served_kv_tokens"))  # the served engine's KV capacity
+        got = run_workload(build_sim_engine(cm, in_flight=conc, backend_cls=kv), wl).metrics(num_chips=1)
         out.append({**p, "hardware": str(hardware) if not isinstance(hardware, str) else hardware,
                     **{m: {"measured": p[m]["measured"], "simulated": got[k]} for m, k in METRICS.items()}})
     return out
 
 
-def admitted_release(p: dict, steps: list, records: list) -> np.ndarray:
-    """Offsets (s) at which point ``p``'s first wave reached the served engine's waiting queue (its bench window's
-    start, ``client.t_start_monotonic``, placed in the step trace)."""
+def admitted_release(p: dict, steps: list, records: list) -> tuple[list[int], np.ndarray]:
+    """Point ``p``'s first wave as the served engine admitted it: its requests (indices in send order) in the order
+    they reached the waiting queue, and the offsets (s) to release them at — from the trace's request records
+    (:func:`jalapeno.bench.lineup.admitted_first_wave`: with unequal lengths the order decides which stream ends
+    first) when the trace and the point have them, else (an older trace) in send order from the first prefilling
+    step's tokens (:func:`jalapeno.server.ingest.first_wave_release`; its bench window's start,
+    ``client.t_start_monotonic``, placed in the step trace)."""
     from jalapeno.server.ingest import first_wave_release
+    from jalapeno.bench.lineup import admitted_first_wave
 
-    t0 = (p.get("client") or {}).get("t_start_monotonic")
+    c = p.get("client") or {}
+    t0 = c.get("t_start_monotonic")
     if t0 is None:
         raise ConfigError(f"point c={p['concurrency']} isl={p['isl']} osl={p['osl']} has no bench window "
                           "(client.t_start_monotonic): re-run it with this script's --step-trace")
-    return first_wave_release(steps, t0, int(p["concurrency"]), int(p["isl"]), records)
+    conc = int(p["concurrency"])
+    prompts = point_lengths(p)[0]
+    if records and c.get("sent_monotonic") and c.get("t_end_monotonic"):
+        try:
+            return admitted_first_wave(steps, records, c["sent_monotonic"], prompts, c["t_end_monotonic"], conc)
+        except ConfigError as exc:
+            raise ConfigError(f"point c={conc} isl={p['isl']} osl={p['osl']}: {exc}") from None
+    rel = first_wave_release(steps, t0, conc, int(prompts[0]), records)
+    return list(range(rel.size)), rel
 
 
 def ingest_report(points: list[dict], trace: Path) -> list[dict]:
@@ -561,6 +609,87 @@ def admitted_check(points: list[dict], hardware, trace: Path, write_chip: Path |
     return {"ingest": ingest, "admitted": admitted, "points": after, "summary": now}
 
 
+def lined_up_point(p: dict, steps: list, records: list, cm, max_num_seqs: int, panel_min_rows: int | None = None) -> dict:
+    """One traced point served and simulated side by side (:mod:`jalapeno.bench.lineup`): the served steps rebuilt
+    batch by batch from the trace, the same requests simulated (the first wave as the served engine admitted it,
+    the chip's front end), and
+    for each: the TTFT split by request (medians, s), the prefill groups (which requests prefilled together and
+    beside how many decode rows) and the served steps priced by kind (decode steps below ``panel_min_rows``, the
+    chip's measured switch, on the fused kernel's dot tiles)."""
+    from jalapeno.bench.lineup import (admitted_first_wave, prefill_groups, price_by_kind, replay_served,
+                                        simulate_lined_up, steps_waited, ttft_parts)
+
+    c = p.get("client") or {}
+    if not c.get("sent_monotonic"):
+        raise ConfigError(f"point c={p['concurrency']} isl={p['isl']} osl={p['osl']} has no send times: re-run it "
+                          "with this script's --step-trace")
+    prompts, outputs = point_lengths(p)
+    sent = np.asarray(c["sent_monotonic"])
+    kv = c.get("served_kv_tokens")
+    served = replay_served(steps, records, sent, prompts, outputs, c["t_start_monotonic"], c["t_end_monotonic"],
+                           cm, max_num_seqs=max_num_seqs, kv_tokens=kv)
+    first = admitted_first_wave(steps, records, sent, prompts, c["t_end_monotonic"], int(p["concurrency"]))
+    sim = simulate_lined_up(cm, sent - sent[0], prompts, outputs, int(p["concurrency"]), first_wave=first,
+                            kv_tokens=kv)
+    med = {k: {w: float(np.median(v)) for w, v in ttft_parts(x).items()} for k, x in (("served", served),
+                                                                                       ("simulated", sim))}
+    gs, gm = prefill_groups(served), prefill_groups(sim)
+    same = sum(a == b for a, b in zip(gs, gm))
+    waited = {k: np.bincount(steps_waited(x)[int(p["concurrency"]):]).tolist() for k, x in (("served", served),
+                                                                                          ("simulated", sim))}
+    return {"ttft_parts": med, "prefill_groups": {"served": gs, "simulated": gm, "same": same}, "waited": waited,
+            "priced": price_by_kind(served, cm, panel_min_rows), "served": served, "simulated": sim}
+
+
+def run_lineup(args: argparse.Namespace, prior: list[dict]) -> None:
+    """``--lineup TRACE`` (with ``--resimulate R``): each point of R lined up served vs simulated on ``--hardware``:
+    the TTFT split (front end, wait for a step, prefill), how many prefill groups agree, the served steps priced by kind."""
+    from jalapeno.server.step_trace import load_trace_requests
+
+    if not args.lineup.is_file():
+        raise ConfigError(f"--lineup {args.lineup}: no such file; give the step trace (served.jsonl) of the run "
+                          "--resimulate names")
+    _, steps, records = load_trace_requests(args.lineup)
+    if not records:
+        raise ConfigError(f"--lineup {args.lineup}: the trace has no request records (written since the twelfth "
+                          "session by `serve --step-trace`)")
+    from jalapeno.sim import cost_model_for
+
+    from jalapeno.hardware.catalog import get_chip
+
+    spec = chip_arg(args.hardware)
+    spec = get_chip(spec) if isinstance(spec, str) else spec
+    cm = cost_model_for("smollm2-135m", spec, precision="fp32", kv="fp32")
+    ex = getattr(spec, "execution", None)
+    panel = int(ex.panel_min_rows.value) if ex is not None and ex.panel_min_rows is not None else None
+    seqs = args.max_num_seqs or max(int(p["concurrency"]) for p in prior)
+    dump = []
+    for p in prior:
+        got = lined_up_point(p, steps, records, cm, seqs, panel)
+        dump.append({"concurrency": p["concurrency"], "isl": p["isl"], "osl": p["osl"],
+                     "served": got["served"].to_json(), "simulated": got["simulated"].to_json()})
+        t = got["ttft_parts"]
+        print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} TTFT measured {p['TTFT']['measured']:.0f} ms; "
+              "median s served / simulated: " + ", ".join(
+                  f"{k} {t['served'][k]:.3f}/{t['simulated'][k]:.3f}" for k in ("front", "wait", "prefill", "ttft")))
+        g = got["prefill_groups"]
+        print(f"  prefill groups (requests prefilled together, decode rows beside them): {g['same']} of "
+              f"{len(g['served'])} served / {len(g['simulated'])} simulated agree in order")
+        w = got["waited"]
+        print(f"  requests after the first wave by steps waited out before their own (0, 1, ...): served {w['served']}, "
+              f"simulated {w['simulated']}")
+        for a, b in zip(g["served"], g["simulated"]):
+            if a != b:
+                print(f"  first that differs: served {a}, simulated {b}")
+                break
+        for r in got["priced"]:
+            print(f"  {r['kind']}: {r['steps']} steps, measured {r['measured_s']:.2f} s, priced {r['priced_s']:.2f} s "
+                  f"(measured / priced {r['measured_s'] / r['priced_s']:.3f}, median step {r['median_ratio']:.3f})")
+    if args.lineup_out is not None:
+        args.lineup_out.write_text(json.dumps(dump) + "\n")
+        print(f"every request and step, served and simulated, written to {args.lineup_out}")
+
+
 def run_resimulate(args: argparse.Namespace) -> None:
     """``--resimulate``: an earlier run's points simulated again on ``--hardware`` (with ``--release-trace``: their
     first waves as the served engine admitted them, and the front end as measured: :func:`admitted_check`)."""
@@ -572,13 +701,21 @@ def run_resimulate(args: argparse.Namespace) -> None:
     except (json.JSONDecodeError, KeyError, TypeError):
         raise ConfigError(f"--resimulate {args.resimulate}: not a sim_vs_engine result (no 'points'); give "
                           "the JSON an earlier run wrote with --out") from None
+    for i, p in enumerate(prior, 1):
+        missing = [k for k in ("concurrency", "isl", "osl", "prompts", *METRICS) if not isinstance(p, dict) or k not in p]
+        if missing:
+            raise ConfigError(f"--resimulate {args.resimulate}: point {i} has no {', '.join(missing)} (written by an "
+                              "older sim_vs_engine.py); re-run that grid to simulate it again")
+    if args.lineup is not None:
+        run_lineup(args, prior)
+        return
     if args.release_trace is not None:
         if not args.release_trace.is_file():
             raise ConfigError(f"--release-trace {args.release_trace}: no such file; give the step trace "
                               "(served.jsonl) of the run --resimulate names")
         admitted_check(prior, args.hardware, args.release_trace, args.write_chip)
         return
-    again = resimulate(prior, args.hardware)
+    again = resimulate(prior, args.hardware, release=args.sim_release)
     for p in again:
         row = "  ".join(f"{m} {p[m]['measured'] or 0:.1f}/{p[m]['simulated'] or 0:.1f}" for m in METRICS)
         print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} measured/sim on {args.hardware}: {row}")
@@ -638,6 +775,18 @@ def _main() -> None:
                     help="with --resimulate: the served run's step trace; release each point's first wave as the "
                          "served engine admitted it and price the front end as measured (request records), and "
                          "print before / after")
+    ap.add_argument("--sim-release", choices=["together", "sent"], default="together",
+                    help="with --resimulate (no --release-trace): release each point's first wave together (default) or "
+                         "as the bench sent it (as `jalapeno bench --compare-sim` does)")
+    ap.add_argument("--lineup", type=Path, default=None, metavar="TRACE",
+                    help="with --resimulate: the served run's step trace (with request records); line each point's "
+                         "served steps up with its simulated ones request by request and print where TTFT goes")
+    ap.add_argument("--lineup-out", type=Path, default=None, metavar="OUT.json",
+                    help="with --lineup: write every request (send, arrival, queue, first step, prefill steps, first "
+                         "token) and every step (start, duration, chunks, decode rows), served and simulated")
+    ap.add_argument("--max-num-seqs", type=int, default=None,
+                    help="with --lineup: the server's --max-num-seqs (default: the points' largest concurrency, as "
+                         "this script serves)")
     ap.add_argument("--write-chip", type=Path, default=None, metavar="OUT.yaml",
                     help="with --release-trace or --step-trace: write the chip with the measured front-end latency")
     ap.add_argument("--price-steps", type=Path, default=None, metavar="TRACE",
@@ -684,7 +833,8 @@ def _main() -> None:
     if done:
         print(f"{sink}: {len(prior)} of this grid's points already measured ({len(kept)} in the file); "
               f"{len(todo)} to run", flush=True)
-    est = estimated_duration_s(todo, args.prompts_per_slot, args.min_prompts, args.hardware) if todo else 0.0
+    est = (estimated_duration_s(todo, args.prompts_per_slot, args.min_prompts, args.hardware, args.random_range_ratio)
+           if todo else 0.0)
     print(f"{len(todo)} points, estimated {est / 60:.0f} min (simulated on {args.hardware}; a loaded machine "
           f"takes longer)", flush=True)
     if args.estimate_only:

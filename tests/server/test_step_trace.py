@@ -68,9 +68,12 @@ def test_a_served_run_is_traced_step_by_step(tmp_path):
     assert steps[0].idle_before  # the server sat idle before the first request
     import sys
 
-    if sys.platform == "linux":  # schedstat: the engine thread's CPU over its steps is there, and bounded by the
-        # wall it spans (each step's reads bracket it, so the reads' own time counts: the span, not the steps' sum)
-        assert 0 < sum(s.run_s[0] for s in steps) <= steps[-1].t_done - steps[0].t_start + 0.1
+    if sys.platform == "linux":  # schedstat: the engine thread's CPU over its steps is bounded by the wall it spans
+        # (each step's reads bracket it, so the reads' own time counts: the span, not the steps' sum). It may be 0:
+        # the kernel adds a running thread's time at a tick or a switch, and these simulated steps take microseconds
+        # with no tick inside them (at load this failed 2 runs in 3 with `0 <`, thirteenth session)
+        assert all(min(s.run_s) >= 0 and min(s.wait_s) >= 0 for s in steps)
+        assert sum(s.run_s[0] for s in steps) <= steps[-1].t_done - steps[0].t_start + 0.1
 
 
 @pytest.mark.parametrize(

@@ -82,6 +82,7 @@ def bench(
 
     console = Console()
     _check_options(endpoint, dataset, range_mode, num_chips, base_url, compare_sim, hardware)
+    chip = sim_chip(hardware) if compare_sim else None
     if sim_release not in ("sent", "together"):
         raise ConfigError(f"--sim-release must be 'sent' or 'together' (got '{sim_release}')")
     load = LoadSpec(concurrency, request_rate, max_concurrency, burstiness, num_warmups, seed)
@@ -129,19 +130,37 @@ def bench(
         console.print(f"{failed} of {len(result.outcomes)} requests failed; first error: {first}", markup=False)
 
     if compare_sim:
-        _compare_with_sim(console, result, requests, load, hardware, sim_model or model_name, tp, sim_precision, slo,
-                          sim_release == "sent")
+        _compare_with_sim(console, result, requests, load, chip, sim_model or model_name, tp, sim_precision, slo,
+                          sim_release == "sent", label=hardware, served=(base_url, key))
     _write(output, result, save_detailed, console)
 
 
+def sim_chip(hardware: str | None):
+    """``--hardware`` for ``--compare-sim``: a chip name, or the path of a chip YAML (a recorded probe, e.g. one with
+    the measured front end ``benchmarks/sim_vs_engine.py --write-chip`` wrote), loaded and validated before the run
+    (a missing or invalid file is one line)."""
+    if hardware is None or not hardware.endswith((".yaml", ".yml")):
+        return hardware
+    from jalapeno.hardware.catalog import load_spec_file
+
+    if not Path(hardware).is_file():
+        raise ConfigError(f"--hardware {hardware}: no such chip file; give a chip name or a chip YAML")
+    return load_spec_file(hardware)
+
+
 def _compare_with_sim(console, result, requests, load, hardware, model: str, tp: int, precision, slo,
-                      as_sent: bool = True) -> None:
+                      as_sent: bool = True, label: str | None = None,
+                      served: tuple[str, str | None] | None = None) -> None:
     """``--compare-sim``: simulate the same requests (the prompt lengths the server reported; in a closed loop with
     ``as_sent``, the first wave released when this run sent it) and print and keep the comparison in
     ``result.metadata["simulated"]``."""
-    from jalapeno.bench.compare import simulate_workload
+    from jalapeno.bench.compare import scrape_kv_tokens, simulate_workload
     from jalapeno.bench.loadgen import arrival_offsets
     from jalapeno.bench.summary import print_comparison
+
+    # ``served``: (base URL, API key) of the server measured: its KV capacity (/metrics) caps the simulated one's
+    kv_tokens = scrape_kv_tokens(*served) if served is not None else None
+    result.metadata["served_kv_tokens"] = kv_tokens
 
     predicted = simulate_workload(
         requests,
@@ -154,8 +173,9 @@ def _compare_with_sim(console, result, requests, load, hardware, model: str, tp:
         slo=slo,
         prompt_lens=[o.prompt_tokens if o.success else r.prompt_len for o, r in zip(result.outcomes, requests)],
         sent_s=[o.start_s for o in result.outcomes] if as_sent and load.concurrency is not None else None,
+        kv_tokens=kv_tokens,
     )
-    print_comparison(console, result.metrics, predicted, f"Measured vs simulated ({hardware}, TP{tp})")
+    print_comparison(console, result.metrics, predicted, f"Measured vs simulated ({label or hardware}, TP{tp})")
     result.metadata["simulated"] = predicted
 
 

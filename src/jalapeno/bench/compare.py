@@ -25,6 +25,7 @@ def simulate_workload(
     prompt_lens: Sequence[int] | None = None,
     limits=None,
     sent_s: Sequence[float] | None = None,
+    kv_tokens: int | None = None,
 ) -> dict:
     """Predicted metrics for ``requests`` on ``tp`` × ``hardware`` running catalogue ``model``.
 
@@ -33,6 +34,9 @@ def simulate_workload(
     (:class:`jalapeno.sim.SimLimits`): the engine's limits; default: the simulator's (as ``jalapeno simulate``).
     ``sent_s`` (closed loop only): when the client actually sent each request (the run's ``start_s``); the
     simulated first wave is then released at those times (:func:`first_wave_arrivals`) instead of all at t = 0.
+    ``kv_tokens``: the served engine's KV-cache capacity (:func:`scrape_kv_tokens`), which caps the simulated one
+    (a CPU server keeps 1 GiB; the chip's memory would hold far more, and the simulated engine would never preempt
+    where the served one does).
     """
     from jalapeno.sim import build_sim_engine, cost_model_for, run_workload
     from jalapeno.workload import Workload
@@ -48,8 +52,58 @@ def simulate_workload(
         wl = Workload(isl, osl, arrival_s=np.asarray(arrivals, dtype=float), max_concurrency=load.max_concurrency)
     kv = "fp32" if precision == "fp32" else "bf16"  # a float32 engine keeps its KV cache in float32 too
     cm = cost_model_for(model, hardware, tp=tp, precision=precision or "native", kv=kv)
-    engine = build_sim_engine(cm, limits=limits, in_flight=load.concurrency or load.max_concurrency)
+    engine = build_sim_engine(cm, limits=limits, in_flight=load.concurrency or load.max_concurrency,
+                              backend_cls=kv_capped(kv_tokens))
     return run_workload(engine, wl).metrics(num_chips=tp, slo=slo)
+
+
+def kv_capped(kv_tokens: int | None):
+    """The simulated backend class whose KV cache holds at most ``kv_tokens`` tokens (None: the plain
+    :class:`~jalapeno.sim.backend.SimBackend`, sized from the chip's memory)."""
+    from jalapeno.sim.backend import SimBackend
+
+    if not kv_tokens:
+        return SimBackend
+    cap = int(kv_tokens)
+
+    class KVCapped(SimBackend):
+        def num_kv_blocks(self, block_size: int) -> int:
+            return min(super().num_kv_blocks(block_size), cap // block_size)
+
+    return KVCapped
+
+
+def parse_kv_tokens(text: str) -> int | None:
+    """KV-cache tokens of a server from its Prometheus exposition ``text`` (Jalapeño's ``jalapeno_kv_blocks_total``
+    x ``jalapeno_kv_block_size``); None when it exposes either not."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    got = {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
+    blocks, size = got.get("jalapeno_kv_blocks_total"), got.get("jalapeno_kv_block_size")
+    return int(blocks * size) if blocks and size else None
+
+
+def scrape_kv_tokens(base_url: str, api_key: str | None = None) -> int | None:
+    """GET the server's ``/metrics`` (next to ``/v1``) and read its KV-cache capacity (:func:`parse_kv_tokens`);
+    None for a server without them (any other stack) or no ``/metrics``."""
+    try:
+        import httpx
+        import prometheus_client.parser  # noqa: F401 - the text parser
+    except ImportError:
+        return None
+    root = base_url.rstrip("/")
+    root = root[: -len("/v1")] if root.endswith("/v1") else root
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        r = httpx.get(root + "/metrics", headers=headers, timeout=10)
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200:
+        return None
+    try:
+        return parse_kv_tokens(r.text)
+    except ValueError:
+        return None
 
 
 def first_wave_arrivals(sent_s: Sequence[float], concurrency: int) -> np.ndarray:

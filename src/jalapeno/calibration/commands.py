@@ -95,7 +95,7 @@ def calibrate(
     max_nfev: Annotated[int, typer.Option("--max-nfev", help="Most objective evaluations of the MTP acceptance search (--fit-mtp).")] = 12,
     max_search_points: Annotated[int, typer.Option("--max-search-points", help="The search runs on at most this many configurations, evenly spread (0: all); the tables use all.")] = 150,
     as_json: Annotated[bool, typer.Option("--json", help="Print the fit report as JSON.")] = False,
-    probe: Annotated[Optional[Path], typer.Option("--probe", help="A `jalapeno hardware probe` chip YAML: fit its small-M terms (GEMM efficiency by rows, compute/memory overlap) from the measurements it records; writes the chip to --out (default: replaces it). No other option is used.")] = None,
+    probe: Annotated[Optional[Path], typer.Option("--probe", help="A `jalapeno hardware probe` chip YAML: fit its small-M terms (GEMM efficiency by rows, compute/memory overlap) from the measurements it records, and time the serving front end (request_overhead_ms) when it has none; writes the chip to --out (default: replaces it). No other option is used.")] = None,
 ) -> None:
     """Fit a chip's named efficiency parameters to measured serving points; print error tables, write an overlay."""
     from rich.console import Console
@@ -110,7 +110,8 @@ def calibrate(
 
         if not probe.is_file():
             raise CalibrationError(f"--probe {probe}: no such file (jalapeno hardware probe prints where it wrote)")
-        typer.echo(refit_probe_file(probe, out or probe.parent, f"jalapeno calibrate --probe {probe.name}")[1])
+        typer.echo(refit_probe_file(probe, out or probe.parent, f"jalapeno calibrate --probe {probe.name}",
+                                    front_end=True)[1])
         return
     if workers < 1 or search_prompts < 1 or max_nfev < 1 or max_iter < 1 or max_search_points < 0:
         raise CalibrationError("--workers, --search-prompts, --max-iter and --max-nfev must be >= 1, "

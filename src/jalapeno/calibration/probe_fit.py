@@ -513,6 +513,9 @@ def probe_from_chip(chip: ChipSpec) -> ProbeResult:
     if masked:  # "masked prefill step ms by chunk/prefix/decode rows: 2048/0/1: 1234.5, 1024/1024/0: 678.9"
         res.masked_prefill_s = {tuple(int(x) for x in k.split("/")): float(v) / 1e3
                                 for k, v in re.findall(r"([0-9]+/[0-9]+/[0-9]+): ([0-9.]+)", masked.split(":", 1)[1])}
+    fe = next((n for k, n in notes.items() if k.startswith("serving front end ms per request")), None)
+    if fe:  # "serving front end ms per request (send -> engine thread, median; ...): 3.21"
+        res.front_end_ms = float(fe.rsplit(":", 1)[1])
     pre = notes.get("prefill step ms (GFLOP) by tokens")
     res.prefill_s = {t: (v[1] * 1e9, v[0] / 1e3) for t, v in _pairs(pre).items()} if pre else {}
     eff = chip.efficiency
@@ -597,9 +600,11 @@ def fitted_chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
 
 
 
-def refit_probe_file(src: Path, out_dir: Path, command: str) -> tuple[Path, str]:
+def refit_probe_file(src: Path, out_dir: Path, command: str, front_end: bool = False) -> tuple[Path, str]:
     """Fit the small-M terms of the probe YAML ``src`` from the measurements its notes record and write the chip
-    to ``out_dir`` (``src``'s own directory replaces the file). Returns the path and a one-line summary."""
+    to ``out_dir`` (``src``'s own directory replaces the file). ``front_end``: when the chip records no serving
+    front end, time it now on this machine (:func:`jalapeno.calibration.front_end.measure_front_end`; its line
+    joins the notes). Returns the path and a one-line summary."""
     import datetime as _dt
 
     import yaml
@@ -611,9 +616,16 @@ def refit_probe_file(src: Path, out_dir: Path, command: str) -> tuple[Path, str]
     if not any("decode" in n for n in chip.notes):
         raise CalibrationError(f"{src}: not a `jalapeno hardware probe` chip (its notes record no decode steps "
                                "by batch); probe this machine first: jalapeno hardware probe")
-    data = fitted_chip_dict(probe_from_chip(chip), chip.key,
-                            f"{command} ({_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC)")
-    data["notes"] = [*chip.notes, f"small-M terms refitted from the notes above by {command}"]
+    res = probe_from_chip(chip)
+    timed: list[str] = []
+    if front_end and res.front_end_ms is None:
+        from jalapeno.calibration.front_end import measure_front_end
+        from jalapeno.hardware.probe import front_end_note
+
+        measure_front_end(res)
+        timed = [front_end_note(res.front_end_ms)] if res.front_end_ms is not None else res.notes[-1:]
+    data = fitted_chip_dict(res, chip.key, f"{command} ({_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC)")
+    data["notes"] = [*chip.notes, *timed, f"small-M terms refitted from the notes above by {command}"]
     data["description"] = chip.description
     if chip.execution is not None and chip.execution.thread_policy is not None:
         # a measurement the refit does not redo (its timings live in the fact's note, not in the notes): keep it
@@ -634,4 +646,6 @@ def refit_probe_file(src: Path, out_dir: Path, command: str) -> tuple[Path, str]
         line += "; " + att.note.split("each batch alone: ", 1)[1].split(" (rms", 1)[0]
     if eff.masked_prefill_attention_ns:
         line += f"; masked_prefill_attention_ns {eff.masked_prefill_attention_ns}"
+    if eff.request_overhead_ms:
+        line += f"; request_overhead_ms {eff.request_overhead_ms} (the serving front end)"
     return path, line

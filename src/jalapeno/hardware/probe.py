@@ -174,6 +174,9 @@ class ProbeResult:
     rows_tflops: dict[int, float] = field(default_factory=dict)
     #: best (batch-1 decode step, prefill step) seconds per OpenMP thread policy label, each run in its own process
     thread_policy_s: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: the serving layer's latency per request, ms (send -> handed to the engine thread), timed by `calibrate --probe`
+    #: (:func:`jalapeno.calibration.front_end.measure_front_end`: the probe itself imports no server)
+    front_end_ms: float | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -328,6 +331,17 @@ def read_caches() -> dict[str, int]:
     return out
 
 
+#: the front-end measurement's closed loop: requests in flight, requests in all, prompt tokens (token ids), tokens out
+FRONT_END_LOOP = (8, 32, 480, 2)
+
+
+def front_end_note(ms: float, loop: tuple[int, int, int, int] = FRONT_END_LOOP) -> str:
+    """The chip notes' line of a measured front end (what ``calibrate --probe`` reads back)."""
+    conc, n, prompt, _ = loop
+    return (f"serving front end ms per request (send -> engine thread, median; {n} requests, {conc} in flight, "
+            f"{prompt} prompt token ids, idle engine): {ms:.2f}")
+
+
 def measure_power(res: ProbeResult, load: Callable[[], None]) -> None:
     """Package power from RAPL (CPU) or NVML (NVIDIA) while ``load`` runs, and the limit where exposed."""
     if res.device.startswith("cuda"):
@@ -431,12 +445,18 @@ def measure_overheads(res: ProbeResult, quick: bool) -> None:
     res.step_overhead_us = max(one - layer - seq, 0.0) * 1e6
 
 
+#: every batch up to 8 (thirteenth session): the fused kernel's dot tiles and panels trade places between 4 and 8,
+#: and measured at 4 and 8 only the switch was put at 8, where SmolLM2's served steps at batch 5-7 took the dot
+#: tiles at 1.2-1.3x the panels' time (docs/fidelity.md, "Thirteenth session")
+SMALL_BATCHES = [1, 2, 3, 4, 5, 6, 7, 8]
+
+
 def crossover_batches(quick: bool) -> list[int]:
-    return [1, 4, 16] if quick else [1, 4, 8, 16, 24, 32, 48, 64, 96, 128]
+    return [1, 4, 16] if quick else [*SMALL_BATCHES, 16, 24, 32, 48, 64, 96, 128]
 
 
 def panel_batches(quick: bool) -> list[int]:
-    return [1, 4, 16] if quick else [1, 4, 8, 16, 32]
+    return [1, 4, 16] if quick else [*SMALL_BATCHES, 16, 32]
 
 
 #: hidden, intermediate and vocabulary size of the crossover model (SmolLM2-135M's layers, a small vocabulary)
@@ -775,6 +795,11 @@ def chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
             f"memory_default = the fraction of the read bandwidth a batch-1 fused decode step achieved "
             f"({res.decode_bytes / 1e6:.0f} MB of weights in {res.fused_step_s[1] * 1e3:.2f} ms, less its layers' "
             f"overhead)" if mem_eff else "memory fraction 1 (no fused decode step measured)")}
+    if res.front_end_ms is not None:
+        eff["request_overhead_ms"] = round(res.front_end_ms, 2)
+        eff["fitted"] = {"request_overhead_ms": _fact(
+            round(res.front_end_ms, 2), source, "the serving layer's latency per request (send -> engine thread) "
+            "with an idle engine: the floor of a served run's (`sim_vs_engine.py --write-chip` measures that one)")}
     if res.step_overhead_us is not None:
         eff["step_overhead_us"] = round(res.step_overhead_us, 1)
         eff["layer_overhead_us"] = round(res.layer_overhead_us or 0.0, 1)
@@ -878,6 +903,8 @@ def _measurement_notes(res: ProbeResult) -> list[str]:
     if res.masked_prefill_s:
         lines.append("masked prefill step ms by chunk/prefix/decode rows: " + ", ".join(
             f"{c}/{p}/{d}: {v * 1e3:.2f}" for (c, p, d), v in sorted(res.masked_prefill_s.items())))
+    if res.front_end_ms is not None:
+        lines.append(front_end_note(res.front_end_ms))
     lines.append(f"load average at probe time: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cpus)")
     return lines
 

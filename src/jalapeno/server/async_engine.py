@@ -136,6 +136,7 @@ class AsyncEngine:
             "waiting": st.waiting,
             "kv_blocks_used": st.kv_blocks_used,
             "kv_blocks_total": st.kv_blocks_total,
+            "kv_block_size": int(getattr(getattr(self.engine, "config", None), "block_size", 0) or 0),
         }
         backend = getattr(self.engine, "backend", None)
         spec = backend.spec_decode_stats() if backend is not None else None

@@ -48,11 +48,13 @@ class ServerMetrics:
         self.waiting = Gauge("jalapeno_num_requests_waiting", "Requests waiting to be scheduled", registry=r)
         self.kv_used = Gauge("jalapeno_kv_blocks_used", "KV-cache blocks in use", registry=r)
         self.kv_total = Gauge("jalapeno_kv_blocks_total", "KV-cache blocks available to the engine", registry=r)
+        self.kv_block = Gauge("jalapeno_kv_block_size", "Tokens per KV-cache block", registry=r)
         for g, key in (
             (self.running, "running"),
             (self.waiting, "waiting"),
             (self.kv_used, "kv_blocks_used"),
             (self.kv_total, "kv_blocks_total"),
+            (self.kv_block, "kv_block_size"),
         ):
             g.set_function(lambda key=key: float(stats().get(key, 0)))
         self.ttft = Histogram(

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Issue 16's closed loop with InferenceX's length spread (--random-range-ratio 0.8: lengths drawn in [0.8, 1] x
+# ISL / OSL), on a subset of the grid: concurrency 1, 4, 8, 16, 32 x ISL 128, 512 x OSL 64 (GRID=full adds OSL 256),
+# 3 prompts per slot (thirteenth session; docs/fidelity.md). Usage, from the repository root, on a quiet machine:
+#
+#     OUT=/some/dir bash benchmarks/grid_check.sh [--probe]
+#
+# --probe (or no probed chip yet in $JALAPENO_CACHE/hardware, default ~/.cache/jalapeno/hardware): first
+# `jalapeno hardware probe` and `jalapeno calibrate --probe` (about 3.5 min quiet; calibrate also times the serving
+# front end, so the chip as probed then carries request_overhead_ms, and the panel switch is measured at every batch
+# 1-8). Then `sim_vs_engine.py` serves
+# SmolLM2-135M once with `serve --step-trace` (steps and request records) and benches each point with
+# `--compare-sim` on the probed chip as it is (before: its request_overhead_ms, 0 until measured); then, from the
+# trace, it measures the front end's latency (send -> engine thread; written into $OUT/local_front_end.yaml) and
+# simulates every point again with its first wave as the served engine admitted it and that front end (after),
+# printing measured / before / admitted / + front end per point and median / worst |error| of each. Last, each point
+# served and simulated lined up step for step (`--lineup`: TTFT split into front end / wait for a step / prefill,
+# the prefill groups that agree, the served steps priced by kind). Estimated (the 17:50 probe): about 7 min for the
+# grid (GRID=full: 26 min), + 3.5 min with --probe; a slower machine state takes up to 2x.
+set -eo pipefail
+OUT=${OUT:-grid-check-out}
+OSL=64
+[ "$GRID" = "full" ] && OSL=64,256
+mkdir -p "$OUT/trace"
+CHIP="${JALAPENO_CACHE:-$HOME/.cache/jalapeno}/hardware/local.yaml"
+uptime | tee "$OUT/uptime.txt"
+if [ "$1" = "--probe" ] || [ ! -f "$CHIP" ]; then
+    jalapeno hardware probe --device cpu 2>&1 | tee "$OUT/probe.txt"
+    jalapeno calibrate --probe "$CHIP" 2>&1 | tee "$OUT/calibrate.txt"
+fi
+cp "$CHIP" "$OUT/local.yaml"
+python benchmarks/sim_vs_engine.py --concurrency 1,4,8,16,32 --isl 128,512 --osl "$OSL" --random-range-ratio 0.8 \
+    --step-trace "$OUT/trace" --out "$OUT/grid.json" --write-chip "$OUT/local_front_end.yaml" 2>&1 | tee "$OUT/grid.txt"
+python benchmarks/sim_vs_engine.py --resimulate "$OUT/grid.json" --lineup "$OUT/trace/served.jsonl" \
+    --hardware "$OUT/local_front_end.yaml" 2>&1 | tee "$OUT/lineup.txt"
+uptime | tee -a "$OUT/uptime.txt"

@@ -283,7 +283,9 @@ def price_context_attn(chip: str, batch: int, isl: int, heads: int, kv_heads: in
     from jalapeno.perf import StepShape
 
     cm = _dense_cm(chip, 4096, heads * head_dim, heads, kv_heads, head_dim, "bf16", "fp8" if kv == "fp8" else "bf16")
-    return _op_time(cm, StepShape.from_lists(prefill=[(isl, 0)] * batch), "attention")
+    e = _chip(chip).efficiency  # + the measured fixed costs a prefilling step adds per query head and per layer
+    fixed = batch * isl * heads * e.prefill_attention_ns_per_query_head * 1e-9 + e.prefill_attention_layer_us * 1e-6
+    return _op_time(cm, StepShape.from_lists(prefill=[(isl, 0)] * batch), "attention") + fixed
 
 
 @lru_cache(maxsize=1024)
@@ -513,7 +515,7 @@ def prefill_kernel_terms(rows: list[Row], chip: str) -> dict[str, float]:
       the step already charges (``kernel_launch_us + kernel_overhead_us``; not below 0);
     * ``moe_compute.<dtype>``: the median over :data:`MOE_FRACTION_OF`'s rows at :data:`MOE_FIT_TOKENS` tokens,
       moe_tp 1, moe_ep <= 8, of the routed GEMMs' FLOPs per rank (2 x 3 x hidden x inter x tokens x top-k / ep)
-      / (peak x measured time).
+      / (peak x measured time), the faster kernel where a shape has two (NVFP4: CUTLASS and min-latency).
     Also ``attention_fit_median_err``: the attention fit's median |relative error|."""
     c = _chip(chip)
     pk = c.peak_flops("bf16")
@@ -531,14 +533,18 @@ def prefill_kernel_terms(rows: list[Row], chip: str) -> dict[str, float]:
     out = {"prefill_attention_compute": 1.0 / inv_f, "prefill_attention_ns_per_query_head": per_qh * 1e9,
            "prefill_attention_layer_us": max(0.0, t0 * 1e6 - (c.launch_us + c.efficiency.kernel_overhead_us)),
            "attention_fit_median_err": err}
-    fr: dict[str, list[float]] = {}
+    best: dict[tuple, float] = {}  # (compute dtype, MoE dtype, shape, layout, tokens) -> the faster kernel's fraction
     for r in rows:
         d = MOE_FRACTION_OF.get(r.dtype)
         if r.chip != chip or r.op != "moe" or d is None or r.batch not in MOE_FIT_TOKENS or r.moe_tp != 1 \
                 or r.moe_ep > 8 or not c.peak_flops(d):
             continue
         flops = 2 * 3 * r.hidden * r.inter * r.batch * r.topk / r.moe_ep
-        fr.setdefault(d, []).append(flops / (c.peak_flops(d) * r.latency_ms * 1e-3))
+        key = (d, r.dtype, r.hidden, r.inter, r.topk, r.experts, r.moe_ep, r.batch)
+        best[key] = max(best.get(key, 0.0), flops / (c.peak_flops(d) * r.latency_ms * 1e-3))
+    fr: dict[str, list[float]] = {}
+    for key, f in best.items():
+        fr.setdefault(key[0], []).append(f)
     for d, v in sorted(fr.items()):
         out[f"moe_compute.{d}"] = statistics.median(v)
     return out

@@ -711,7 +711,8 @@ class CostModel:
                 continue
             idx.append(j)
             feat.append(int(nz[0]))
-            base.append(eff.compute.get(o.dtype, eff.compute_default))
+            moe = eff.moe_compute.get(o.dtype) if o.name == "moe_experts" else None  # the fraction tc was priced at
+            base.append(moe or eff.compute.get(o.dtype, eff.compute_default))
         self._gemm_idx = np.array(idx, dtype=np.int64)
         self._gemm_feat = np.array(feat, dtype=np.int64)
         self._gemm_base = np.array(base, dtype=np.float64)

@@ -4,6 +4,7 @@
     python benchmarks/aic_ops.py --chip b300 --op gemm # one chip / one operator family
     python benchmarks/aic_ops.py --rows                # also print every row (ours, measured, ratio)
     python benchmarks/aic_ops.py --paired              # + each chip vs B200 on identical rows, implied fractions
+    python benchmarks/aic_ops.py --prefill-terms       # the measured prefill-kernel efficiencies (chip YAMLs)
     /tmp/aic/bin/python benchmarks/aic_ops.py extract  # rebuild the extract from an installed wheel
 
 aiconfigurator (Apache-2.0, https://github.com/ai-dynamo/aiconfigurator) ships a "perf database": per-operator
@@ -282,7 +283,9 @@ def price_context_attn(chip: str, batch: int, isl: int, heads: int, kv_heads: in
     from jalapeno.perf import StepShape
 
     cm = _dense_cm(chip, 4096, heads * head_dim, heads, kv_heads, head_dim, "bf16", "fp8" if kv == "fp8" else "bf16")
-    return _op_time(cm, StepShape.from_lists(prefill=[(isl, 0)] * batch), "attention")
+    e = _chip(chip).efficiency  # + the measured fixed costs a prefilling step adds per query head and per layer
+    fixed = batch * isl * heads * e.prefill_attention_ns_per_query_head * 1e-9 + e.prefill_attention_layer_us * 1e-6
+    return _op_time(cm, StepShape.from_lists(prefill=[(isl, 0)] * batch), "attention") + fixed
 
 
 @lru_cache(maxsize=1024)
@@ -493,6 +496,83 @@ def absolute_fractions(rows: list[Row], chip: str) -> dict[str, float]:
     return out
 
 
+#: aiconfigurator MoE dtype -> the compute dtype whose ``efficiency.moe_compute`` it measures: the grouped GEMMs
+#: serving runs (DeepSeek's FP8 block-scaled and NVFP4 experts, GPT-OSS's MXFP4 x MXFP8 on Blackwell, bf16). Per-tensor
+#: FP8 and Hopper's W4A16 MXFP4 (dequantized by the SMs: ``weight_dequant_ps_per_byte``) are left out
+MOE_FRACTION_OF = {"bfloat16": "bf16", "fp8_block": "fp8", "nvfp4": "fp4", "w4a8_mxfp4_mxfp8": "fp4"}
+#: prefill token counts at which the MoE fraction is measured (a 1k-8k prompt step), and the layouts (moe_tp = 1,
+#: moe_ep <= 8: the serving rows' expert parallelism)
+MOE_FIT_TOKENS = (4096, 8192)
+
+
+def prefill_kernel_terms(rows: list[Row], chip: str) -> dict[str, float]:
+    """The measured prefill-kernel efficiencies of ``chip`` (issue #13 step 10; the chip YAMLs' values):
+
+    * context attention, bf16 math and KV, every row of the extract: least squares in relative error of
+      ``t = t0 + FLOPs / (bf16 peak x f) + c x (prompt tokens x query heads)`` (FLOPs = 4 x head_dim x heads x
+      causal pairs x batch, the cost model's count): ``prefill_attention_compute`` = f,
+      ``prefill_attention_ns_per_query_head`` = c, ``prefill_attention_layer_us`` = t0 less the one kernel's cost
+      the step already charges (``kernel_launch_us + kernel_overhead_us``; not below 0);
+    * ``moe_compute.<dtype>``: the median over :data:`MOE_FRACTION_OF`'s rows at :data:`MOE_FIT_TOKENS` tokens,
+      moe_tp 1, moe_ep <= 8, of the routed GEMMs' FLOPs per rank (2 x 3 x hidden x inter x tokens x top-k / ep)
+      / (peak x measured time), the faster kernel where a shape has two (NVFP4: CUTLASS and min-latency).
+    Also ``attention_fit_median_err``: the attention fit's median |relative error|."""
+    c = _chip(chip)
+    pk = c.peak_flops("bf16")
+    att = [r for r in rows if r.chip == chip and r.op == "context_attn" and r.kv_dtype != "fp8"]
+    if not att:
+        raise ValueError(f"no context-attention rows for {chip!r}")
+    a = [[1.0, 4.0 * r.head_dim * r.heads * r.ctx * (r.ctx + 1) / 2 * r.batch / pk, r.batch * r.ctx * r.heads]
+         for r in att]
+    t = [r.latency_ms * 1e-3 for r in att]
+    # weighted normal equations (3 x 3), weights 1 / t: relative error
+    ata = [[sum(x[i] * x[j] / tt ** 2 for x, tt in zip(a, t)) for j in range(3)] for i in range(3)]
+    atb = [sum(x[i] / tt for x, tt in zip(a, t)) for i in range(3)]
+    t0, inv_f, per_qh = _solve3(ata, atb)
+    err = statistics.median(abs((t0 * x[0] + inv_f * x[1] + per_qh * x[2]) / tt - 1) for x, tt in zip(a, t))
+    out = {"prefill_attention_compute": 1.0 / inv_f, "prefill_attention_ns_per_query_head": per_qh * 1e9,
+           "prefill_attention_layer_us": max(0.0, t0 * 1e6 - (c.launch_us + c.efficiency.kernel_overhead_us)),
+           "attention_fit_median_err": err}
+    best: dict[tuple, float] = {}  # (compute dtype, MoE dtype, shape, layout, tokens) -> the faster kernel's fraction
+    for r in rows:
+        d = MOE_FRACTION_OF.get(r.dtype)
+        if r.chip != chip or r.op != "moe" or d is None or r.batch not in MOE_FIT_TOKENS or r.moe_tp != 1 \
+                or r.moe_ep > 8 or not c.peak_flops(d):
+            continue
+        flops = 2 * 3 * r.hidden * r.inter * r.batch * r.topk / r.moe_ep
+        key = (d, r.dtype, r.hidden, r.inter, r.topk, r.experts, r.moe_ep, r.batch)
+        best[key] = max(best.get(key, 0.0), flops / (c.peak_flops(d) * r.latency_ms * 1e-3))
+    fr: dict[str, list[float]] = {}
+    for key, f in best.items():
+        fr.setdefault(key[0], []).append(f)
+    for d, v in sorted(fr.items()):
+        out[f"moe_compute.{d}"] = statistics.median(v)
+    return out
+
+
+def _solve3(a: list[list[float]], b: list[float]) -> tuple[float, float, float]:
+    """Solve the 3 x 3 system ``a x = b`` (Cramer's rule; the normal equations of three parameters)."""
+    def det(m: list[list[float]]) -> float:
+        return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+                + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+    d = det(a)
+    x = []
+    for k in range(3):
+        m = [[b[i] if j == k else a[i][j] for j in range(3)] for i in range(3)]
+        x.append(det(m) / d)
+    return x[0], x[1], x[2]
+
+
+def fmt_prefill_terms(rows: list[Row], chips: list[str]) -> str:
+    keys = ("prefill_attention_compute", "prefill_attention_ns_per_query_head", "prefill_attention_layer_us",
+            "attention_fit_median_err", "moe_compute.bf16", "moe_compute.fp8", "moe_compute.fp4")
+    lines = ["| chip | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
+    for chip in chips:
+        v = prefill_kernel_terms(rows, chip)
+        lines.append(f"| {chip} | " + " | ".join(f"{v[k]:.4g}" if k in v else "" for k in keys) + " |")
+    return "\n".join(lines)
+
+
 #: the calibrated chip each transferred chip copies its fitted terms from (docs/fidelity.md)
 REFERENCE = {"h100": "h200", "b300": "b200", "gb200": "b200", "gb300": "b200"}
 
@@ -541,6 +621,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pivot", action="store_true", help="one column per chip (median; / median with the kernel cost)")
     ap.add_argument("--paired", action="store_true",
                     help="also compare each chip with B200 on identical rows (what a transferred chip changes)")
+    ap.add_argument("--prefill-terms", action="store_true",
+                    help="only the measured prefill-kernel efficiencies per chip (the chip YAMLs' values)")
     args = ap.parse_args(argv)
     if args.cmd == "extract":
         return _extract(args)
@@ -559,6 +641,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.op:
         rows = [r for r in rows if r.op in args.op]
     print("\n".join("# " + h for h in header[:2]))
+    if args.prefill_terms:
+        print(fmt_prefill_terms(rows, [c for c in CHIPS if any(r.chip == c for r in rows)]))
+        return 0
     print(f"{len(rows)} rows; ratio = ours / measured (< 1: the cost model is faster than the silicon)\n")
     if args.rows:
         for r in rows:

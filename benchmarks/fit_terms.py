@@ -131,11 +131,15 @@ def dedupe(items: list[tuple[Point, SimSpec]], reruns: str = "median") -> list[t
 # ------------------------------------------------------------------------------------------------ predicting
 def efficiency_with(base: Efficiency, params: dict[str, float]) -> Efficiency:
     """``base`` with ``params`` applied: ``fw.<stack>`` are front ends (see :func:`_latency_ms`), ``fp8moe.<stack>``
-    a stack's ``framework_fp8_moe_layer_us`` entry, anything else an efficiency field."""
-    upd: dict = {k: float(v) for k, v in params.items() if not k.startswith(("fw.", "fp8moe."))}
+    a stack's ``framework_fp8_moe_layer_us`` entry, ``moe_compute.<dtype>`` an ``efficiency.moe_compute`` entry (0:
+    removed, the dtype's dense fraction), anything else an efficiency field."""
+    upd: dict = {k: float(v) for k, v in params.items() if not k.startswith(("fw.", "fp8moe.", "moe_compute."))}
     fp8 = {k.split(".", 1)[1]: float(v) for k, v in params.items() if k.startswith("fp8moe.")}
     if fp8:
         upd["framework_fp8_moe_layer_us"] = {**base.framework_fp8_moe_layer_us, **fp8}
+    moe = {k.split(".", 1)[1]: float(v) for k, v in params.items() if k.startswith("moe_compute.")}
+    if moe:
+        upd["moe_compute"] = {d: f for d, f in {**base.moe_compute, **moe}.items() if f > 0}
     return base.model_copy(update=upd)
 
 

@@ -115,3 +115,55 @@ def test_one_mla_layer_is_priced_like_a_layer_of_the_whole_model(aic):
     per_layer = sum(ops[n].time_s / ops[n].layers for n in aic.MLA_OPS)
     assert aic.price_mla("h200", 16, 4097, 16, "fp8_block", "bfloat16", prefill=False) == pytest.approx(per_layer)
     assert per_layer > 0 and ops["attention"].layers == 61
+
+
+def _synthetic(aic, **kw):
+    base = dict(system="b200_sxm", op="context_attn", dtype="bfloat16", kv_dtype="bfloat16", kernel="x", m=0, n=0,
+                k=0, batch=1, ctx=1024, heads=8, kv_heads=1, head_dim=128, hidden=0, inter=0, topk=0, experts=0,
+                moe_tp=0, moe_ep=0, gpus=0, elems=0, latency_ms=1.0)
+    return aic.Row(**{**base, **kw})
+
+
+def test_prefill_kernel_terms_recover_known_attention_and_moe_parameters(aic):
+    # rows made with t = 20 us + FLOPs / (2250 TFLOPS x 0.5) + 0.4 ns x (tokens x heads): the fit returns them
+    from jalapeno.hardware.catalog import get_chip
+
+    b200 = get_chip("b200")
+    pk = b200.peak_flops("bf16")
+    rows = []
+    for batch in (1, 4, 16):
+        for isl in (1024, 4096, 16384):
+            for heads, hd in ((8, 128), (32, 128), (64, 64)):
+                flops = 4 * hd * heads * isl * (isl + 1) / 2 * batch
+                t = 20e-6 + flops / (pk * 0.5) + 0.4e-9 * batch * isl * heads
+                rows.append(_synthetic(aic, batch=batch, ctx=isl, heads=heads, head_dim=hd, latency_ms=t * 1e3))
+    # MoE: DeepSeek's shape at EP8, 4096 tokens; two kernels, the faster at 0.2 of the FP4 peak
+    fl = 2 * 3 * 7168 * 2048 * 4096 * 8 / 8
+    for frac, kern in ((0.2, "cutlass"), (0.1, "min_latency")):
+        rows.append(_synthetic(aic, op="moe", dtype="nvfp4", kernel=kern, batch=4096, hidden=7168, inter=2048,
+                               topk=8, experts=256, moe_tp=1, moe_ep=8,
+                               latency_ms=fl / (b200.peak_flops("fp4") * frac) * 1e3))
+    v = aic.prefill_kernel_terms(rows, "b200")
+    assert v["prefill_attention_compute"] == pytest.approx(0.5, rel=1e-6)
+    assert v["prefill_attention_ns_per_query_head"] == pytest.approx(0.4, rel=1e-6)
+    kernel = b200.launch_us + b200.efficiency.kernel_overhead_us  # the one kernel the step already charges
+    assert v["prefill_attention_layer_us"] == pytest.approx(20.0 - kernel, rel=1e-6)
+    assert v["attention_fit_median_err"] < 1e-9
+    assert v["moe_compute.fp4"] == pytest.approx(0.2, rel=1e-9)
+
+
+def test_the_catalogue_carries_the_measured_attention_terms_and_prices_the_silicon(aic, extract):
+    rows, _ = extract
+    for chip in ("h100", "h200", "b200", "b300", "gb200", "gb300"):
+        v = aic.prefill_kernel_terms(rows, chip)
+        e = aic._chip(chip).efficiency
+        assert e.prefill_attention_compute == pytest.approx(v["prefill_attention_compute"], abs=6e-4)
+        assert e.prefill_attention_ns_per_query_head == pytest.approx(v["prefill_attention_ns_per_query_head"],
+                                                                      abs=6e-4)
+        assert e.prefill_attention_layer_us == pytest.approx(v["prefill_attention_layer_us"], abs=0.06)
+    # with them the cost model prices B200's context attention (bf16 KV) within 20% of the silicon at every
+    # prompt length (the large-GEMM fraction alone was 4-7x too fast at 1k)
+    for isl in (1024, 4096, 16384):
+        ratios = [aic.price(r) / (r.latency_ms * 1e-3) for r in rows
+                  if r.chip == "b200" and r.op == "context_attn" and r.kv_dtype != "fp8" and r.ctx == isl]
+        assert 0.8 < statistics.median(ratios) < 1.2, (isl, statistics.median(ratios))

@@ -227,12 +227,29 @@ class Efficiency(_Strict):
     #: the share of the shorter of an operator's compute and memory times hidden under the longer: op time =
     #: max(c, m) + (1 - overlap) x min(c, m). None (every catalogue chip) = 1, the roofline max
     compute_memory_overlap: float | None = Field(default=None, ge=0, le=1)
+    #: achievable fraction of the attention math dtype's peak at which a prefill chunk's causal (query, key) pairs
+    #: run (flash attention on the tensor cores: softmax, masking and the online rescale between the two GEMMs),
+    #: measured per chip from TensorRT-LLM's context-attention kernel (aiconfigurator's silicon tables,
+    #: ``benchmarks/aic_ops.py --fit``). None (default): the dtype's ``compute`` fraction (large GEMMs)
+    prefill_attention_compute: float | None = Field(default=None, gt=0, le=1)
+    #: nanoseconds per (prefill query token, query head, attention layer) on one chip: the context-attention
+    #: kernel's per-query-row work beyond its FLOPs (Q load, softmax normalisation, output write), which sets
+    #: its time at short prompts; measured beside ``prefill_attention_compute``. 0 (default): none
+    prefill_attention_ns_per_query_head: float = Field(default=0.0, ge=0)
+    #: microseconds per attention layer of a step that prefills: the context-attention op's fixed cost beyond
+    #: the one kernel ``kernel_count`` already charges it (the measured op's intercept less
+    #: ``kernel_launch_us`` + ``kernel_overhead_us``); measured beside ``prefill_attention_compute``. 0: none
+    prefill_attention_layer_us: float = Field(default=0.0, ge=0)
+    #: achievable fraction of peak compute of the routed experts' grouped GEMMs, by compute dtype (``fp4``,
+    #: ``fp8``, ``bf16``), at prefill token counts; measured from TensorRT-LLM's MoE op (aiconfigurator). A dtype
+    #: not listed: its ``compute`` fraction (large dense GEMMs)
+    moe_compute: dict[str, float] = Field(default_factory=dict)
     source: str = "defaults"
     #: provenance of the values above that ``jalapeno calibrate`` fitted: parameter name (``step_overhead_us``,
     #: ``compute.fp8``, ...) -> a Fact with status ``fitted`` naming the data and command it came from
     fitted: dict[str, "Fact"] = Field(default_factory=dict)
 
-    @field_validator("compute", "memory")
+    @field_validator("compute", "memory", "moe_compute")
     @classmethod
     def _fractions(cls, v: dict[str, float]) -> dict[str, float]:
         for k, x in v.items():

@@ -171,6 +171,10 @@ _OVERHEAD_FIELDS = ("step_overhead_us", "layer_overhead_us", "moe_layer_overhead
                     "prefill_token_overhead_ns", "fp8_moe_layer_overhead_us", "prefill_kernel_overhead_us")
 
 
+#: the softmax-attention operators (full and sliding-window layers; MLA's latent attention is ``attention``)
+ATTENTION_OPS = ("attention", "attention_sliding")
+
+
 #: the weight class (``perf.dtypes.LINEAR_CLASSES``) whose storage dtype a weight GEMM operator reads
 WEIGHT_CLASS_OF_OP = {"moe_experts": "experts", "moe_shared": "shared", "mlp": "mlp", "qkv_proj": "attn",
                       "qkv_a_proj": "attn", "q_b_proj": "attn", "kv_b_proj": "attn", "o_proj": "attn"}
@@ -578,8 +582,7 @@ class CostModel:
         work = [o for o in ops if o.kind == "work"]
         net = [o for o in ops if o.kind == "network"]
         self._work, self._net = work, net
-        tc = np.array([(o.flops if o.time_flops is None else o.time_flops) / self._rate(o.dtype)
-                       + self._dequant_time(o) for o in work])
+        tc = np.array([self._compute_time(o) + self._dequant_time(o) for o in work])
         tm = np.array([sum((c / self._bw(s) for s, c in (o.bytes if o.time_bytes is None else o.time_bytes).items()),
                            np.zeros(NF)) for o in work])
         self._net_time = [self._overlapped(o) for o in net]
@@ -589,6 +592,7 @@ class CostModel:
                                          m.num_experts / self.parallel.ep if m.num_experts else 0.0, self.kernels,
                                          self.chip.launch_us, self._fp8_moe_layers(), pdl_share(eff),
                                          pdl_saving(self.chip, eff))
+        self._overhead = self._overhead + self._prefill_attention_fixed(work)
         if self._paging_s_per_token:  # host paging: every context block of the step's block tables
             self._overhead = self._overhead + vec(C=self._paging_s_per_token, K=self._paging_s_per_token)
         if eff.decode_attention_ns:  # a CPU attention kernel's per (head, key, layer) cost of each decode row
@@ -628,6 +632,34 @@ class CostModel:
         self.idle_w = idle if idle is not None else FALLBACK_IDLE_FRACTION * tdp
         self.tdp_w = tdp if tdp > 0 else math.inf  # the cap; unknown TDP = no cap
         self._pj_net = pj_net
+
+    def _compute_time(self, o: OpSpec) -> np.ndarray:
+        """Compute-side seconds (coefficients over the features) of work operator ``o``: its (time) FLOPs at its
+        dtype's rate, except the routed experts' grouped GEMMs at ``efficiency.moe_compute`` (when it lists the
+        dtype) and a prefill chunk's attention pairs (``P``, ``Pw``) at ``efficiency.prefill_attention_compute``
+        (when set); decode attention and every other operator keep the dtype's ``compute`` fraction."""
+        fl = o.flops if o.time_flops is None else o.time_flops
+        eff = self.eff
+        d = o.dtype or self.compute_dtypes["attn_math"]
+        frac = eff.moe_compute.get(d) if o.name == "moe_experts" else None
+        t = fl / (self.chip.peak_flops(d) * frac) if frac else fl / self._rate(o.dtype)
+        if eff.prefill_attention_compute is not None and o.name in ATTENTION_OPS:
+            t = t.copy()
+            for k in ("P", "Pw"):
+                t[IDX[k]] = fl[IDX[k]] / (self.chip.peak_flops(d) * eff.prefill_attention_compute)
+        return t
+
+    def _prefill_attention_fixed(self, work: list[OpSpec]) -> np.ndarray:
+        """Seconds (coefficients) the context-attention kernel adds beyond its FLOPs in a step that prefills:
+        ``prefill_attention_ns_per_query_head`` per (prefill token, query head on this chip, softmax-attention
+        layer) and ``prefill_attention_layer_us`` per such layer (``Pf``)."""
+        eff = self.eff
+        if not (eff.prefill_attention_ns_per_query_head or eff.prefill_attention_layer_us):
+            return np.zeros(NF)
+        layers = sum(o.layers for o in work if o.name in ATTENTION_OPS)
+        heads = self._dims.q_heads / self._dims.att_split  # query heads x share of the prefill tokens per chip
+        return vec(Tp=eff.prefill_attention_ns_per_query_head * 1e-9 * heads * layers,
+                   Pf=eff.prefill_attention_layer_us * 1e-6 * layers)
 
     def _dequant_time(self, o: OpSpec) -> np.ndarray | float:
         """Compute-side seconds (coefficients over the features) of dequantizing ``o``'s weights: its weight bytes
@@ -679,7 +711,8 @@ class CostModel:
                 continue
             idx.append(j)
             feat.append(int(nz[0]))
-            base.append(eff.compute.get(o.dtype, eff.compute_default))
+            moe = eff.moe_compute.get(o.dtype) if o.name == "moe_experts" else None  # the fraction tc was priced at
+            base.append(moe or eff.compute.get(o.dtype, eff.compute_default))
         self._gemm_idx = np.array(idx, dtype=np.int64)
         self._gemm_feat = np.array(feat, dtype=np.int64)
         self._gemm_base = np.array(base, dtype=np.float64)

@@ -86,22 +86,13 @@ def parse_kv_tokens(text: str) -> int | None:
 def scrape_kv_tokens(base_url: str, api_key: str | None = None) -> int | None:
     """GET the server's ``/metrics`` (next to ``/v1``) and read its KV-cache capacity (:func:`parse_kv_tokens`);
     None for a server without them (any other stack) or no ``/metrics``."""
-    try:
-        import httpx
-        import prometheus_client.parser  # noqa: F401 - the text parser
-    except ImportError:
-        return None
-    root = base_url.rstrip("/")
-    root = root[: -len("/v1")] if root.endswith("/v1") else root
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        r = httpx.get(root + "/metrics", headers=headers, timeout=10)
-    except httpx.HTTPError:
-        return None
-    if r.status_code != 200:
+    from jalapeno.bench.spec_counters import fetch_metrics_text
+
+    text = fetch_metrics_text(base_url, api_key)
+    if text is None:
         return None
     try:
-        return parse_kv_tokens(r.text)
+        return parse_kv_tokens(text)
     except ValueError:
         return None
 

@@ -44,8 +44,9 @@ def parse_spec_counters(text: str) -> SpecCounters | None:
     return out if "num_drafts" in out.values else None
 
 
-def scrape_spec_counters(base_url: str, api_key: str | None = None) -> SpecCounters | None:
-    """GET the server's ``/metrics`` (next to ``/v1``); None when it has no such endpoint or no counters."""
+def fetch_metrics_text(base_url: str, api_key: str | None = None) -> str | None:
+    """The text of the server's ``/metrics`` (next to ``/v1``); None without httpx / prometheus_client, or when the
+    server has no such endpoint."""
     try:
         import httpx
         import prometheus_client.parser  # noqa: F401 - the text parser
@@ -60,7 +61,13 @@ def scrape_spec_counters(base_url: str, api_key: str | None = None) -> SpecCount
         return None
     if r.status_code != 200:
         return None
-    return parse_spec_counters(r.text)
+    return r.text
+
+
+def scrape_spec_counters(base_url: str, api_key: str | None = None) -> SpecCounters | None:
+    """GET the server's ``/metrics`` (next to ``/v1``); None when it has no such endpoint or no counters."""
+    text = fetch_metrics_text(base_url, api_key)
+    return None if text is None else parse_spec_counters(text)
 
 
 def spec_decode_delta(before: SpecCounters | None, after: SpecCounters | None) -> dict | None:

@@ -201,3 +201,20 @@ def test_moe_prefill_terms_recover_known_parameters_per_format(aic):
         assert got["layer_us"] == pytest.approx(max(0.0, t0 * 1e6 - kernels), abs=1e-6)
         assert got["median_err"] < 1e-9 and got["n"] == 3 * 3 * 5
         assert got["decode_median_err"] < 1e-9 and got["decode_n"] == 3 * 3 * 3  # the form holds by construction
+
+
+def test_the_blackwell_catalogue_carries_the_measured_prefill_moe_op(aic, extract):
+    # the YAMLs state what the extract measures, to their printed digits; Hopper and every other chip state none
+    rows, _ = extract
+    for chip in ("b200", "b300", "gb200", "gb300"):
+        v = aic.moe_prefill_terms(rows, chip)
+        e = aic._chip(chip).efficiency
+        assert set(e.prefill_moe) == set(v) == {"bf16", "fp8", "nvfp4", "mxfp4"}
+        for fmt, k in e.prefill_moe.items():
+            assert k.compute == pytest.approx(v[fmt]["compute"], abs=6e-4)
+            assert k.expert_us == pytest.approx(v[fmt]["expert_us"], abs=6e-3)
+            assert k.token_ns == pytest.approx(v[fmt]["token_ns"], abs=6e-3)
+            assert k.layer_us == pytest.approx(v[fmt]["layer_us"], abs=0.06)
+        assert v["bf16"]["median_err"] < 0.05 and v["fp8"]["median_err"] < 0.13  # the form fits the 16-bit / FP8 ops
+    for chip in ("h100", "h200", "mi355x", "mi300x", "vera-rubin"):
+        assert not aic._chip(chip).efficiency.prefill_moe

@@ -5,6 +5,7 @@
     python benchmarks/aic_ops.py --rows                # also print every row (ours, measured, ratio)
     python benchmarks/aic_ops.py --paired              # + each chip vs B200 on identical rows, implied fractions
     python benchmarks/aic_ops.py --prefill-terms       # the measured prefill-kernel efficiencies (chip YAMLs)
+    python benchmarks/aic_ops.py --moe-terms           # the measured prefill MoE op per expert format (chip YAMLs)
     /tmp/aic/bin/python benchmarks/aic_ops.py extract  # rebuild the extract from an installed wheel
 
 aiconfigurator (Apache-2.0, https://github.com/ai-dynamo/aiconfigurator) ships a "perf database": per-operator
@@ -563,6 +564,105 @@ def _solve3(a: list[list[float]], b: list[float]) -> tuple[float, float, float]:
     return x[0], x[1], x[2]
 
 
+#: aiconfigurator MoE dtype -> our expert weight format (``efficiency.prefill_moe``'s key,
+#: ``perf.model.expert_format``) and the storage dtype whose compute rate our model runs it at. Per-tensor FP8 and
+#: Hopper's W4A16 MXFP4 (dequantized by the SMs) are left out, as for the MoE fraction
+MOE_FORMAT_OF = {"bfloat16": ("bf16", "bf16"), "fp8_block": ("fp8", "fp8"), "nvfp4": ("nvfp4", "mxfp4"),
+                 "w4a8_mxfp4_mxfp8": ("mxfp4", "mxfp4")}
+#: the formats whose fit takes a per-token term (activation quantization ahead of an FP4 grouped GEMM)
+MOE_TOKEN_FORMATS = ("nvfp4", "mxfp4")
+#: the prefill token counts of the per-format MoE fit, and the decode counts it is checked at
+MOE_PREFILL_MIN, MOE_DECODE_MAX = 1024, 256
+
+
+def _moe_rows(rows: list[Row], chip: str, dtype: str, lo: int, hi: int) -> list[Row]:
+    """``chip``'s MoE rows of aiconfigurator dtype ``dtype`` at ``lo``..``hi`` tokens, moe_tp 1, moe_ep <= 8, the
+    faster kernel where a shape has two."""
+    best: dict[tuple, Row] = {}
+    for r in rows:
+        if r.chip != chip or r.op != "moe" or r.dtype != dtype or r.moe_tp != 1 or r.moe_ep > 8 \
+                or not lo <= r.batch <= hi:
+            continue
+        key = (r.hidden, r.inter, r.topk, r.experts, r.moe_ep, r.batch)
+        if key not in best or r.latency_ms < best[key].latency_ms:
+            best[key] = r
+    return [best[k] for k in sorted(best)]
+
+
+def _moe_design(rs: list[Row], peak: float) -> list[list[float]]:
+    """Columns 1, FLOPs per rank / peak, experts on the rank, tokens (the form of :func:`moe_prefill_terms`)."""
+    return [[1.0, 6.0 * r.hidden * r.inter * r.batch * r.topk / r.moe_ep / peak, r.experts / r.moe_ep,
+             float(r.batch)] for r in rs]
+
+
+def _fit_relative(a: list[list[float]], t: list[float], cols: list[int]) -> list[float]:
+    """Least squares in relative error of ``t ~ a[:, cols] @ p`` (the other coefficients 0), by normal equations
+    with Gaussian elimination (at most four parameters)."""
+    n = len(cols)
+    m = [[sum(x[cols[i]] * x[cols[j]] / tt ** 2 for x, tt in zip(a, t)) for j in range(n)]
+         + [sum(x[cols[i]] / tt for x, tt in zip(a, t))] for i in range(n)]
+    for i in range(n):
+        piv = max(range(i, n), key=lambda r: abs(m[r][i]))
+        m[i], m[piv] = m[piv], m[i]
+        for r in range(n):
+            if r != i and m[i][i]:
+                f = m[r][i] / m[i][i]
+                m[r] = [u - f * w for u, w in zip(m[r], m[i])]
+    out = [0.0] * 4
+    for i, c in enumerate(cols):
+        out[c] = m[i][n] / m[i][i]
+    return out
+
+
+def moe_prefill_terms(rows: list[Row], chip: str) -> dict[str, dict[str, float]]:
+    """The measured prefill MoE op of ``chip`` per expert weight format (issue #13 step 11; the chip YAMLs'
+    ``efficiency.prefill_moe``): over :func:`_moe_rows` at >= :data:`MOE_PREFILL_MIN` tokens, least squares in
+    relative error of ``t = t0 + FLOPs / (peak x f) + c_e x experts / moe_ep + c_t x tokens`` (FLOPs per rank =
+    2 x 3 x hidden x inter x tokens x top-k / moe_ep; peak = the compute dtype our model runs that format at;
+    ``c_t`` only for :data:`MOE_TOKEN_FORMATS`; a coefficient fitted negative is dropped and the rest refitted).
+    Per format: ``compute`` f, ``expert_us`` c_e, ``token_ns`` c_t, ``t0_us``, ``layer_us`` (t0 less the MoE
+    block's ``KERNELS["moe"]`` kernels at ``kernel_launch_us + kernel_overhead_us``; not below 0), the fit's
+    ``median_err`` and ``n``, and the same form checked at 1..:data:`MOE_DECODE_MAX` tokens (``decode_median_err``,
+    ``decode_signed``, ``decode_n``: rows in no fit)."""
+    from jalapeno.perf.dtypes import compute_dtype
+    from jalapeno.perf.model import KERNELS
+
+    c = _chip(chip)
+    out: dict[str, dict[str, float]] = {}
+    for dtype, (fmt, storage) in MOE_FORMAT_OF.items():
+        rs = _moe_rows(rows, chip, dtype, MOE_PREFILL_MIN, 1 << 30)
+        peak = c.peak_flops(compute_dtype(c, storage))
+        if len(rs) < 6 or not peak or (chip in ("h100", "h200") and storage == "mxfp4"):
+            continue
+        a, t = _moe_design(rs, peak), [r.latency_ms * 1e-3 for r in rs]
+        cols = [0, 1, 2] + ([3] if fmt in MOE_TOKEN_FORMATS else [])
+        p = _fit_relative(a, t, cols)
+        while any(p[i] < 0 for i in cols[1:]):
+            cols = [i for i in cols if i == 0 or p[i] >= 0]
+            p = _fit_relative(a, t, cols)
+        err = [(sum(u * v for u, v in zip(p, x)) / tt - 1) for x, tt in zip(a, t)]
+        rd = _moe_rows(rows, chip, dtype, 1, MOE_DECODE_MAX)
+        ed = [(sum(u * v for u, v in zip(p, x)) / (r.latency_ms * 1e-3) - 1) for x, r in zip(_moe_design(rd, peak), rd)]
+        out[fmt] = {"compute": 1.0 / p[1] if p[1] > 0 else float("nan"), "expert_us": p[2] * 1e6,
+                    "token_ns": p[3] * 1e9, "t0_us": p[0] * 1e6,
+                    "layer_us": max(0.0, p[0] * 1e6 - KERNELS["moe"] * (c.launch_us + c.efficiency.kernel_overhead_us)),
+                    "median_err": statistics.median(abs(e) for e in err), "n": len(rs),
+                    "decode_median_err": statistics.median(abs(e) for e in ed) if ed else float("nan"),
+                    "decode_signed": statistics.median(ed) if ed else float("nan"), "decode_n": len(ed)}
+    return out
+
+
+def fmt_moe_terms(rows: list[Row], chips: list[str]) -> str:
+    lines = ["| chip | format | compute f | expert_us | token_ns | t0 (us) | layer_us | fit median \\|err\\| (n) | "
+             "decode 1-256 median \\|err\\| / signed (n) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for chip in chips:
+        for fmt, v in moe_prefill_terms(rows, chip).items():
+            lines.append(f"| {chip} | {fmt} | {v['compute']:.3f} | {v['expert_us']:.2f} | {v['token_ns']:.2f} | "
+                         f"{v['t0_us']:.1f} | {v['layer_us']:.1f} | {100 * v['median_err']:.1f}% ({v['n']}) | "
+                         f"{100 * v['decode_median_err']:.1f}% / {100 * v['decode_signed']:+.1f}% ({v['decode_n']}) |")
+    return "\n".join(lines)
+
+
 def fmt_prefill_terms(rows: list[Row], chips: list[str]) -> str:
     keys = ("prefill_attention_compute", "prefill_attention_ns_per_query_head", "prefill_attention_layer_us",
             "attention_fit_median_err", "moe_compute.bf16", "moe_compute.fp8", "moe_compute.fp4")
@@ -623,6 +723,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also compare each chip with B200 on identical rows (what a transferred chip changes)")
     ap.add_argument("--prefill-terms", action="store_true",
                     help="only the measured prefill-kernel efficiencies per chip (the chip YAMLs' values)")
+    ap.add_argument("--moe-terms", action="store_true",
+                    help="only the measured prefill MoE op per chip and expert weight format (efficiency.prefill_moe)")
     args = ap.parse_args(argv)
     if args.cmd == "extract":
         return _extract(args)
@@ -643,6 +745,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join("# " + h for h in header[:2]))
     if args.prefill_terms:
         print(fmt_prefill_terms(rows, [c for c in CHIPS if any(r.chip == c for r in rows)]))
+        return 0
+    if args.moe_terms:
+        print(fmt_moe_terms(rows, [c for c in CHIPS if any(r.chip == c for r in rows)]))
         return 0
     print(f"{len(rows)} rows; ratio = ours / measured (< 1: the cost model is faster than the silicon)\n")
     if args.rows:

@@ -132,8 +132,15 @@ def dedupe(items: list[tuple[Point, SimSpec]], reruns: str = "median") -> list[t
 def efficiency_with(base: Efficiency, params: dict[str, float]) -> Efficiency:
     """``base`` with ``params`` applied: ``fw.<stack>`` are front ends (see :func:`_latency_ms`), ``fp8moe.<stack>``
     a stack's ``framework_fp8_moe_layer_us`` entry, ``moe_compute.<dtype>`` an ``efficiency.moe_compute`` entry (0:
-    removed, the dtype's dense fraction), anything else an efficiency field."""
-    upd: dict = {k: float(v) for k, v in params.items() if not k.startswith(("fw.", "fp8moe.", "moe_compute."))}
+    removed, the dtype's dense fraction), ``prefill_moe.<format>`` 0 drops that measured ``efficiency.prefill_moe``
+    entry (a trial without it), anything else an efficiency field."""
+    upd: dict = {k: float(v) for k, v in params.items()
+                 if not k.startswith(("fw.", "fp8moe.", "moe_compute.", "prefill_moe."))}
+    drop = {k.split(".", 1)[1] for k, v in params.items() if k.startswith("prefill_moe.")}
+    if any(float(params[f"prefill_moe.{f}"]) != 0 for f in drop):
+        raise SystemExit("prefill_moe.<format> takes 0 only (drop the measured entry); its values are chip facts")
+    if drop:
+        upd["prefill_moe"] = {f: k for f, k in base.prefill_moe.items() if f not in drop}
     fp8 = {k.split(".", 1)[1]: float(v) for k, v in params.items() if k.startswith("fp8moe.")}
     if fp8:
         upd["framework_fp8_moe_layer_us"] = {**base.framework_fp8_moe_layer_us, **fp8}

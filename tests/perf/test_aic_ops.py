@@ -167,3 +167,54 @@ def test_the_catalogue_carries_the_measured_attention_terms_and_prices_the_silic
         ratios = [aic.price(r) / (r.latency_ms * 1e-3) for r in rows
                   if r.chip == "b200" and r.op == "context_attn" and r.kv_dtype != "fp8" and r.ctx == isl]
         assert 0.8 < statistics.median(ratios) < 1.2, (isl, statistics.median(ratios))
+
+
+def test_moe_prefill_terms_recover_known_parameters_per_format(aic):
+    # rows made with t = t0 + FLOPs / (peak x f) + c_e x experts / ep (+ c_t x tokens for FP4) over the extract's
+    # three shapes, EP 1 / 4 / 8 and 1k-16k tokens; a slower second kernel and decode-count rows are in no fit
+    from jalapeno.hardware.catalog import get_chip
+    from jalapeno.perf.model import KERNELS
+
+    b200 = get_chip("b200")
+    truth = {"bfloat16": ("bf16", "bf16", 50e-6, 0.8, 4.5e-6, 0.0), "fp8_block": ("fp8", "fp8", 30e-6, 0.47, 3.6e-6, 0.0),
+             "nvfp4": ("nvfp4", "fp4", 70e-6, 0.3, 1.0e-6, 20e-9)}
+    rows = []
+    for dtype, (_fmt, d, t0, f, ce, ct) in truth.items():
+        for hidden, inter, topk, experts in ((2880, 2880, 4, 128), (4096, 1536, 8, 128), (7168, 2048, 8, 256)):
+            for ep in (1, 4, 8):
+                for tokens in (1, 64, 256, 1024, 2048, 4096, 8192, 16384):
+                    fl = 6 * hidden * inter * tokens * topk / ep
+                    t = t0 + fl / (b200.peak_flops(d) * f) + ce * experts / ep + ct * tokens
+                    for slow, kern in ((1.0, "a"), (1.5, "b")):
+                        rows.append(_synthetic(aic, op="moe", dtype=dtype, kernel=kern, batch=tokens, hidden=hidden,
+                                               inter=inter, topk=topk, experts=experts, moe_tp=1, moe_ep=ep,
+                                               latency_ms=t * slow * 1e3))
+    v = aic.moe_prefill_terms(rows, "b200")
+    assert set(v) == {"bf16", "fp8", "nvfp4"}
+    kernels = KERNELS["moe"] * (b200.launch_us + b200.efficiency.kernel_overhead_us)
+    for dtype, (fmt, _d, t0, f, ce, ct) in truth.items():
+        got = v[fmt]
+        assert got["compute"] == pytest.approx(f, rel=1e-6)
+        assert got["expert_us"] == pytest.approx(ce * 1e6, rel=1e-6)
+        assert got["token_ns"] == pytest.approx(ct * 1e9, abs=1e-6)
+        assert got["t0_us"] == pytest.approx(t0 * 1e6, rel=1e-6)
+        assert got["layer_us"] == pytest.approx(max(0.0, t0 * 1e6 - kernels), abs=1e-6)
+        assert got["median_err"] < 1e-9 and got["n"] == 3 * 3 * 5
+        assert got["decode_median_err"] < 1e-9 and got["decode_n"] == 3 * 3 * 3  # the form holds by construction
+
+
+def test_the_blackwell_catalogue_carries_the_measured_prefill_moe_op(aic, extract):
+    # the YAMLs state what the extract measures, to their printed digits; Hopper and every other chip state none
+    rows, _ = extract
+    for chip in ("b200", "b300", "gb200", "gb300"):
+        v = aic.moe_prefill_terms(rows, chip)
+        e = aic._chip(chip).efficiency
+        assert set(e.prefill_moe) == set(v) == {"bf16", "fp8", "nvfp4", "mxfp4"}
+        for fmt, k in e.prefill_moe.items():
+            assert k.compute == pytest.approx(v[fmt]["compute"], abs=6e-4)
+            assert k.expert_us == pytest.approx(v[fmt]["expert_us"], abs=6e-3)
+            assert k.token_ns == pytest.approx(v[fmt]["token_ns"], abs=6e-3)
+            assert k.layer_us == pytest.approx(v[fmt]["layer_us"], abs=0.06)
+        assert v["bf16"]["median_err"] < 0.05 and v["fp8"]["median_err"] < 0.13  # the form fits the 16-bit / FP8 ops
+    for chip in ("h100", "h200", "mi355x", "mi300x", "vera-rubin"):
+        assert not aic._chip(chip).efficiency.prefill_moe

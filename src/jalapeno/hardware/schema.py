@@ -129,6 +129,31 @@ class Power(_Strict):
     facility_overhead_w: Fact | None = None
 
 
+#: the routed experts' weight formats :class:`PrefillMoeKernel` entries are keyed by (``perf.model.expert_format``):
+#: 16-bit, FP8 (block-scaled: DeepSeek's native checkpoint), a 4-bit checkpoint of a model whose native weights are
+#: not 4-bit (InferenceX's "fp4" DeepSeek-R1: NVFP4 on NVIDIA) and a native MXFP4 checkpoint (GPT-OSS: MXFP4 x MXFP8
+#: on Blackwell)
+EXPERT_FORMATS = ("bf16", "fp8", "nvfp4", "mxfp4")
+
+
+class PrefillMoeKernel(_Strict):
+    """The routed experts' grouped-GEMM MoE op at prefill token counts, measured on one chip for one expert weight
+    format (aiconfigurator's TensorRT-LLM MoE table, ``benchmarks/aic_ops.py --moe-terms``: least squares in
+    relative error of ``t = t0 + FLOPs / (peak x compute) + expert_us x experts on the rank + token_ns x tokens``).
+    Priced only in steps that prefill (the form does not hold at decode token counts), per MoE layer."""
+
+    #: achieved fraction of the experts' compute dtype peak at prefill token counts (replaces, for prefill tokens,
+    #: the rate the roofline used); None: the roofline's own
+    compute: float | None = Field(default=None, gt=0, le=1)
+    #: per expert held on the busiest rank (experts / ep, as touched by the step), microseconds
+    expert_us: float = Field(default=0.0, ge=0)
+    #: per prefill token the rank's MoE op takes in (activation quantization of the FP4 paths), nanoseconds
+    token_ns: float = Field(default=0.0, ge=0)
+    #: per MoE layer: the op's intercept less the MoE block's kernels a step already charges
+    #: (``KERNELS["moe"]`` x (``kernel_launch_us`` + ``kernel_overhead_us``); not below 0), microseconds
+    layer_us: float = Field(default=0.0, ge=0)
+
+
 class Efficiency(_Strict):
     """Achievable fractions of vendor peak, and fixed costs. These are what calibration fits: few and named."""
 
@@ -244,6 +269,10 @@ class Efficiency(_Strict):
     #: ``fp8``, ``bf16``), at prefill token counts; measured from TensorRT-LLM's MoE op (aiconfigurator). A dtype
     #: not listed: its ``compute`` fraction (large dense GEMMs)
     moe_compute: dict[str, float] = Field(default_factory=dict)
+    #: the routed experts' measured prefill MoE op by expert weight format (:data:`EXPERT_FORMATS` ->
+    #: :class:`PrefillMoeKernel`), a chip fact (not fitted; a transfer of fitted values leaves it with its chip).
+    #: A format not listed (every non-NVIDIA chip): nothing added, ``prefill_expert_overhead_us`` alone
+    prefill_moe: dict[str, PrefillMoeKernel] = Field(default_factory=dict)
     source: str = "defaults"
     #: provenance of the values above that ``jalapeno calibrate`` fitted: parameter name (``step_overhead_us``,
     #: ``compute.fp8``, ...) -> a Fact with status ``fitted`` naming the data and command it came from
@@ -255,6 +284,14 @@ class Efficiency(_Strict):
         for k, x in v.items():
             if not 0 < x <= 1:
                 raise ValueError(f"efficiency {k}={x} must be in (0, 1]")
+        return v
+
+    @field_validator("prefill_moe")
+    @classmethod
+    def _moe_formats(cls, v: dict[str, "PrefillMoeKernel"]) -> dict[str, "PrefillMoeKernel"]:
+        bad = [k for k in v if k not in EXPERT_FORMATS]
+        if bad:
+            raise ValueError(f"prefill_moe format {bad[0]!r} is not one of {', '.join(EXPERT_FORMATS)}")
         return v
 
     @field_validator("framework_fp8_moe_layer_us")

@@ -180,6 +180,19 @@ WEIGHT_CLASS_OF_OP = {"moe_experts": "experts", "moe_shared": "shared", "mlp": "
                       "qkv_a_proj": "attn", "q_b_proj": "attn", "kv_b_proj": "attn", "o_proj": "attn"}
 
 
+def expert_format(m: ModelArch, storage: dict[str, str]) -> str | None:
+    """The routed experts' weight format (``efficiency.prefill_moe``'s key, ``hardware.schema.EXPERT_FORMATS``):
+    their storage dtype, with 4-bit split into ``mxfp4`` (the model's native MXFP4 checkpoint: GPT-OSS) and
+    ``nvfp4`` (a 4-bit checkpoint of a model stored wider: InferenceX's "fp4" DeepSeek-R1, NVFP4 on NVIDIA).
+    None for a dense model."""
+    if not m.num_experts:
+        return None
+    s = storage.get("experts")
+    if s == "mxfp4":
+        return "mxfp4" if dt._canon(m.native_weight_dtype) == "mxfp4" else "nvfp4"
+    return s
+
+
 def dequantizing_classes(storage: dict[str, str], compute: dict[str, str]) -> frozenset[str]:
     """Weight classes stored weight-only quantized (MXFP4, INT4) whose GEMMs run at a 16-bit compute dtype
     (the chip has no native rate for the storage format): their kernels dequantize every weight they read."""
@@ -592,7 +605,7 @@ class CostModel:
                                          m.num_experts / self.parallel.ep if m.num_experts else 0.0, self.kernels,
                                          self.chip.launch_us, self._fp8_moe_layers(), pdl_share(eff),
                                          pdl_saving(self.chip, eff))
-        self._overhead = self._overhead + self._prefill_attention_fixed(work)
+        self._overhead = self._overhead + self._prefill_attention_fixed(work) + self._prefill_moe_fixed(work)
         if self._paging_s_per_token:  # host paging: every context block of the step's block tables
             self._overhead = self._overhead + vec(C=self._paging_s_per_token, K=self._paging_s_per_token)
         if eff.decode_attention_ns:  # a CPU attention kernel's per (head, key, layer) cost of each decode row
@@ -660,6 +673,31 @@ class CostModel:
         heads = self._dims.q_heads / self._dims.att_split  # query heads x share of the prefill tokens per chip
         return vec(Tp=eff.prefill_attention_ns_per_query_head * 1e-9 * heads * layers,
                    Pf=eff.prefill_attention_layer_us * 1e-6 * layers)
+
+    def _prefill_moe_fixed(self, work: list[OpSpec]) -> np.ndarray:
+        """Seconds (coefficients) the measured prefill MoE op of the experts' format
+        (``efficiency.prefill_moe[expert_format]``) adds in a step that prefills, per MoE layer: ``layer_us``
+        (``Pf``), ``expert_us`` per expert on the busiest rank as the step touches them (``Uep``), ``token_ns`` per
+        prefill token on this chip (``Tp`` / attention DP split) and, at ``compute``, the routed GEMMs' prefill
+        FLOPs (per token of the busiest rank) re-priced from the roofline's rate to that fraction of the dtype's
+        peak (``Tp``; never below the roofline's). Zero when the chip lists no entry for the format."""
+        k = self.eff.prefill_moe.get(expert_format(self.model, self.weight_dtypes) or "")
+        layers = self._moe_layers()
+        if k is None or not layers:
+            return np.zeros(NF)
+        per_chip = self.model.num_experts / self.parallel.ep
+        v = vec(Pf=k.layer_us * 1e-6 * layers, Uep=k.expert_us * 1e-6 * layers * per_chip,
+                Tp=k.token_ns * 1e-9 * layers / self._dims.att_split)
+        for o in work if k.compute else ():
+            if o.name != "moe_experts":
+                continue
+            fl = o.flops if o.time_flops is None else o.time_flops
+            per_token = float(fl[IDX["T"]] + fl[IDX["Tm"]])  # every MoE layer's routed FLOPs per token
+            d = o.dtype or self.compute_dtypes["attn_math"]
+            used = self.eff.moe_compute.get(d)
+            rate = self.chip.peak_flops(d) * used if used else self._rate(o.dtype)
+            v = v + vec(Tp=max(0.0, per_token * (1.0 / (self.chip.peak_flops(d) * k.compute) - 1.0 / rate)))
+        return v
 
     def _dequant_time(self, o: OpSpec) -> np.ndarray | float:
         """Compute-side seconds (coefficients over the features) of dequantizing ``o``'s weights: its weight bytes

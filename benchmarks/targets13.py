@@ -379,6 +379,19 @@ def print_rich(rows: list[Row], title: str) -> None:
     c.print(LEGEND + ".")
 
 
+DOC = ROOT / "docs" / "fidelity.md"
+MARKS = ("<!-- targets13 table: start (python benchmarks/targets13.py --write-doc) -->", "<!-- targets13 table: end -->")
+
+
+def write_doc(lines: list[str], doc: Path = DOC) -> None:
+    """Replace the text between :data:`MARKS` in ``doc`` with ``lines``."""
+    text = doc.read_text(encoding="utf-8")
+    start, end = text.find(MARKS[0]), text.find(MARKS[1])
+    if start < 0 or end < start:
+        raise SystemExit(f"error: {doc} has no targets13 markers ({MARKS[0]} ... {MARKS[1]})")
+    doc.write_text(text[:start + len(MARKS[0])] + "\n" + "\n".join(lines) + "\n" + text[end:], encoding="utf-8")
+
+
 def _git(*args: str) -> str:
     try:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
@@ -397,7 +410,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=1, help="simulation processes (default 1)")
     ap.add_argument("--json", type=Path, metavar="OUT", help="write every row and per-point detail here")
     ap.add_argument("--markdown", action="store_true", help="print the markdown table (for docs/fidelity.md)")
+    ap.add_argument("--write-doc", action="store_true",
+                    help="also replace the table between the targets13 markers of docs/fidelity.md (full runs only)")
     a = ap.parse_args(argv)
+    if a.write_doc and (a.quick or a.only):
+        print("error: --write-doc needs the full protocol (no --quick, no --only)", file=sys.stderr)
+        return 2
     only = a.only or list(NAMES)
     unknown = [n for n in only if n not in NAMES]
     if unknown:
@@ -442,12 +460,14 @@ def main(argv: list[str] | None = None) -> int:
             + (" (--quick: NOT the protocol)" if a.quick else "")
             + f"; wall {wall:.0f} s with {a.workers} worker(s), load average {load0[0]:.1f} -> {load1[0]:.1f}; "
             f"{sum(r.met for r in rows)} of {len(rows)} rows met")
+    md = [head, "", *markdown(rows), "", LEGEND + "."]
     if a.markdown:
-        print(head + "\n")
-        print("\n".join(markdown(rows)))
-        print("\n" + LEGEND + ".")
+        print("\n".join(md))
     else:
         print_rich(rows, head)
+    if a.write_doc:
+        write_doc(md)
+        progress(f"wrote the table into {DOC}")
     if a.json:
         a.json.write_text(json.dumps({"header": head, "commit": commit, "command": cmd.strip(), "quick": a.quick,
                                       "started": started.isoformat(), "wall_s": wall, "workers": a.workers,

@@ -86,3 +86,15 @@ def test_main_markdown_and_bad_input(t13, capsys):
     out = capsys.readouterr().out
     lines = [x for x in out.splitlines() if x.startswith("| roofline")]
     assert len(lines) == 1 and ("| met |" in lines[0]) == (50 <= float(lines[0].split(" | ")[4]) <= 90)
+
+
+def test_write_doc_replaces_only_the_text_between_the_markers(t13, tmp_path, capsys):
+    doc = tmp_path / "f.md"
+    doc.write_text(f"intro\n{t13.MARKS[0]}\nold table\n{t13.MARKS[1]}\n\n## next\n", encoding="utf-8")
+    t13.write_doc(["| a |", "| b |"], doc)
+    assert doc.read_text() == f"intro\n{t13.MARKS[0]}\n| a |\n| b |\n{t13.MARKS[1]}\n\n## next\n"
+    (tmp_path / "g.md").write_text("no markers\n")
+    with pytest.raises(SystemExit, match="no targets13 markers"):
+        t13.write_doc(["x"], tmp_path / "g.md")
+    assert t13.main(["--quick", "--write-doc"]) == 2  # a smoke run never lands in the doc
+    assert "needs the full protocol" in capsys.readouterr().err

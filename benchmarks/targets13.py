@@ -103,6 +103,8 @@ def error_rows(target: str, set_name: str, errs: dict[str, list[float]], limits:
         s = summarize(errs.get(m, []))
         ok = s.n > 0 and failed == 0 and s.median_abs <= limit
         note = f"{failed} point(s) failed to simulate" if failed else ""
+        if s.n and abs(s.median_abs - limit) < 0.05:  # the one-decimal value would hide the decision
+            note = "; ".join(x for x in (note, f"{s.median_abs:.3f} vs {limit:g}") if x)
         rows.append(Row(target, set_name, METRIC_NAMES.get(m, m), s.n, s.median_abs, f"<= {limit:g}%", ok,
                         p90=s.p90_abs, signed=s.median_signed, note=note))
     return rows

@@ -98,3 +98,8 @@ def test_write_doc_replaces_only_the_text_between_the_markers(t13, tmp_path, cap
         t13.write_doc(["x"], tmp_path / "g.md")
     assert t13.main(["--quick", "--write-doc"]) == 2  # a smoke run never lands in the doc
     assert "needs the full protocol" in capsys.readouterr().err
+
+
+def test_a_value_at_the_limit_shows_the_digits_that_decide(t13):
+    row = t13.error_rows("x", "s", {"median_tpot": [10.04, -10.04, 10.04]}, {"median_tpot": 10.0})[0]
+    assert not row.met and t13._fmt(row.value) == "10.0" and "10.040 vs 10" in row.note

@@ -159,7 +159,6 @@ AGGREGATED = {
                                     "every B200 row; MI355X's fitted values, clean front ends (steps 9/10)",
                                     CROSS_VENDOR),
 }
-OTHER = ("disagg-coverage", "disagg-held-out", "roofline", "nongpu")
 NAMES = ("disagg-held-out", *AGGREGATED, "disagg-coverage", "roofline", "nongpu")  # the long one first
 
 

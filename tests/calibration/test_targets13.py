@@ -14,6 +14,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+class _P:  # a measured point: only its metrics matter here
+    def __init__(self, metrics):
+        self.metrics = metrics
+
+
 @pytest.fixture(scope="module")
 def t13():
     spec = importlib.util.spec_from_file_location("targets13", ROOT / "benchmarks" / "targets13.py")
@@ -33,9 +38,16 @@ def test_error_rows_median_p90_signed_and_met_by_hand(t13):
     assert tput.p90 == pytest.approx(16.8)
     assert (tpot.n, tpot.value, tpot.signed, tpot.met) == (3, 11.0, 11.0, False)  # 11 > 10
     assert ttft.n == 0 and not ttft.met and math.isnan(ttft.value)  # no point: never met
-    # a point that failed to simulate makes every metric of its set not met, whatever the others say
-    failed = t13.error_rows("x", "set", errs, {"output_tput_per_gpu": 50.0}, failed=1)[0]
-    assert failed.value == 8.0 and not failed.met and "1 point(s) failed" in failed.note
+    # a point that failed to simulate counts as an infinite |error|: 4 of them move the median of 9 to the 5th
+    # smallest, 20 (still within 50); a 5th makes it (20 + inf) / 2, never met; n counts them, signed does not
+    four = t13.error_rows("x", "set", errs, {"output_tput_per_gpu": 50.0}, failed={"output_tput_per_gpu": 4})[0]
+    assert (four.n, four.value, four.signed, four.met, four.p90) == (9, 20.0, 3.0, True, math.inf)
+    assert "4 point(s) failed" in four.note and "over the 5 simulated: 8.0" in four.note
+    five = t13.error_rows("x", "set", errs, {"output_tput_per_gpu": 50.0}, failed={"output_tput_per_gpu": 5})[0]
+    assert five.n == 10 and five.value == math.inf and not five.met and t13._fmt(five.value) == "inf"
+    assert t13.failed_per_metric([_P({"median_tpot": 1.0}), _P({"median_ttft": 1.0})], [{"error": "x"}, None],
+                                 ["median_tpot", "median_ttft", "output_tput_per_gpu"]) == \
+        {"median_tpot": 1, "median_ttft": 1, "output_tput_per_gpu": 0}
 
 
 def test_coverage_band_and_factor_rows(t13):

@@ -382,9 +382,13 @@ LEGEND = ("value: median |error| % (errors 100 (predicted - measured) / measured
 
 def markdown(rows: list[Row]) -> list[str]:
     out = ["| " + " | ".join(h.replace("|", "\\|") for h in HEADER) + " |", "|" + "---|" * len(HEADER)]
+    prev = None
     for r in rows:
         cells = table_cells(r)
         cells[8] = "met" if r.met else "**not met**"
+        if (r.target, r.set) == prev:  # a target's set once, on its first row
+            cells[1] = "″"
+        prev = (r.target, r.set)
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return out
 
@@ -426,6 +430,28 @@ def _git(*args: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ main
+def _replay(a) -> int:
+    """The table of an earlier ``--json`` run (``--from-json``), as markdown or rich, into the doc if asked."""
+    try:
+        saved = json.loads(a.from_json.read_text())
+        rows = [Row(**r) for r in saved["rows"]]
+        head, quick = saved["header"], saved["quick"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: {a.from_json} is not a targets13 --json file ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
+    if a.write_doc and (quick or len(rows) < len(NAMES)):
+        print("error: --write-doc needs the full protocol (that run was --quick or --only)", file=sys.stderr)
+        return 2
+    md = [head, "", *markdown(rows), "", LEGEND + "."]
+    if a.markdown:
+        print("\n".join(md))
+    else:
+        print_rich(rows, head)
+    if a.write_doc:
+        write_doc(md)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  epilog=f"targets: {', '.join(NAMES)}")
@@ -438,7 +464,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", action="store_true", help="print the markdown table (for docs/fidelity.md)")
     ap.add_argument("--write-doc", action="store_true",
                     help="also replace the table between the targets13 markers of docs/fidelity.md (full runs only)")
+    ap.add_argument("--from-json", type=Path, metavar="IN",
+                    help="print (and --write-doc) the table of an earlier --json run instead of simulating")
     a = ap.parse_args(argv)
+    if a.from_json:
+        return _replay(a)
     if a.write_doc and (a.quick or a.only):
         print("error: --write-doc needs the full protocol (no --quick, no --only)", file=sys.stderr)
         return 2

@@ -115,3 +115,16 @@ def test_write_doc_replaces_only_the_text_between_the_markers(t13, tmp_path, cap
 def test_a_value_at_the_limit_shows_the_digits_that_decide(t13):
     row = t13.error_rows("x", "s", {"median_tpot": [10.04, -10.04, 10.04]}, {"median_tpot": 10.0})[0]
     assert not row.met and t13._fmt(row.value) == "10.0" and "10.040 vs 10" in row.note
+
+
+def test_from_json_replays_the_rows_and_refuses_a_bad_file(t13, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert t13.main(["--only", "roofline", "--json", str(out)]) == 0
+    capsys.readouterr()
+    assert t13.main(["--from-json", str(out), "--markdown"]) == 0
+    replay = capsys.readouterr().out
+    assert sum(1 for x in replay.splitlines() if x.startswith("| roofline")) == 1
+    assert t13.main(["--from-json", str(out), "--write-doc"]) == 2  # one target only: never the doc
+    (tmp_path / "bad.json").write_text("{}")
+    assert t13.main(["--from-json", str(tmp_path / "bad.json")]) == 2
+    assert capsys.readouterr().err.count("\n") == 2

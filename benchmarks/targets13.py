@@ -457,8 +457,9 @@ def main(argv: list[str] | None = None) -> int:
                                  epilog=f"targets: {', '.join(NAMES)}")
     ap.add_argument("--only", action="append", metavar="NAME", help="run only this target (repeatable)")
     ap.add_argument("--quick", action="store_true",
-                    help="smoke run, NOT the protocol: aggregated rows at 1 request per unit of concurrency (protocol: "
-                         "4), disaggregated at >= 2 per slot and <= 256 requests (protocol: >= 10, no cap)")
+                    help="smoke run, NOT the protocol: aggregated rows at 3 requests per unit of concurrency (protocol: "
+                         "4; at 1 or 2 the first wave sets the median TTFT), disaggregated at >= 4 per slot and <= 1024 "
+                         "requests (protocol: >= 10, no cap)")
     ap.add_argument("--workers", type=int, default=1, help="simulation processes (default 1)")
     ap.add_argument("--json", type=Path, metavar="OUT", help="write every row and per-point detail here")
     ap.add_argument("--markdown", action="store_true", help="print the markdown table (for docs/fidelity.md)")
@@ -480,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.workers < 1:
         print(f"error: --workers must be at least 1 (got {a.workers})", file=sys.stderr)
         return 2
-    per, min_per, max_req = (1, 2, 256) if a.quick else (4, 10, 100_000_000)
+    per, min_per, max_req = (3, 4, 1024) if a.quick else (4, 10, 100_000_000)
     load0 = os.getloadavg()
     started = dt.datetime.now(dt.timezone.utc)
     t0 = time.time()

@@ -192,8 +192,53 @@ def _gap(runs: list[Path], isl: int = 1024, min_c: int = 1) -> list[str]:
     return out
 
 
+def split_sets(all_points: list, split: str = "random:0.5") -> tuple[list, list]:
+    """(fit, held-out) disaggregated configurations (deduplicated) of ``all_points``: each stack's configurations
+    split on their own (stratified; ``jalapeno.calibration.fit.split_items``, seed 0)."""
+    from jalapeno.calibration.disagg import disagg_items
+    from jalapeno.calibration.fit import dedupe, split_items
+
+    fit_set, held_set = [], []
+    by_stack: dict[str, list] = defaultdict(list)
+    for it in dedupe(disagg_items(all_points)):
+        by_stack[it[1].framework].append(it)
+    for stack in sorted(by_stack):
+        f, h = split_items(by_stack[stack], split, seed=0)
+        fit_set += f
+        held_set += h
+    return fit_set, held_set
+
+
+def point_jobs(points: list, held_keys: set[str] | None = None, *, max_concurrency: int = 0,
+               min_per_concurrency: int = 4, max_requests: int = 4096) -> tuple[list, dict]:
+    """``([(point, spec, requests per slot)], {reason: points left out})`` for the disaggregated ``points``: only
+    the configurations in ``held_keys`` (``repr(config_key)``) when given; none above ``max_concurrency`` (> 0)."""
+    from jalapeno.calibration import Excluded, to_sim_spec
+    from jalapeno.calibration.fit import config_key
+
+    jobs, excluded = [], defaultdict(int)
+    for p in points:
+        s = to_sim_spec(p)
+        if isinstance(s, Excluded):
+            excluded[s.reason] += 1
+            continue
+        if held_keys is not None and repr(config_key(s)) not in held_keys:
+            continue
+        if max_concurrency and s.concurrency > max_concurrency:
+            excluded[f"concurrency above {max_concurrency} (not run: CPU time)"] += 1
+            continue
+        per = max(min_per_concurrency, min(s.num_prompts_per_concurrency, max_requests // max(1, s.concurrency)))
+        jobs.append((p, s, per))
+    return jobs, excluded
+
+
+def point_errors(p, pred: dict) -> dict[str, float]:
+    """Signed % error of each compared metric (:data:`COMPARED`) the point measures and the run predicts."""
+    return {m: 100 * (pred[m] / p.metrics[m] - 1) for m in COMPARED if m in p.metrics and m in pred and p.metrics[m] > 0}
+
+
 def main(argv: list[str] | None = None) -> int:
-    from jalapeno.calibration import Excluded, load_points, to_sim_spec
+    from jalapeno.calibration import load_points
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--csv", type=Path, default=CSV)
@@ -247,17 +292,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--ttft-per-slot must be >= 0 (got {a.ttft_per_slot})")
 
     from jalapeno.calibration.disagg import disagg_items, fit_dpa_decode_moe_layer_us, fit_handoff, fit_prefill_token_ns
-    from jalapeno.calibration.fit import config_key, dedupe, split_items
+    from jalapeno.calibration.fit import config_key, dedupe
 
     all_points = load_points(a.csv)
-    fit_set, held_set = [], []
-    by_stack: dict[str, list] = defaultdict(list)
-    for it in dedupe(disagg_items(all_points)):
-        by_stack[it[1].framework].append(it)
-    for stack in sorted(by_stack):  # stratified: each stack's configurations split at random, on their own
-        f, h = split_items(by_stack[stack], a.split, seed=0)
-        fit_set += f
-        held_set += h
+    fit_set, held_set = split_sets(all_points, a.split)
     if a.breakdown:
         print("\n".join(_breakdown(dedupe(disagg_items(all_points)))))
         return 0
@@ -284,23 +322,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     held_keys = {repr(config_key(s)) for _, s in held_set}
     points = [p for p in all_points if "disagg=True" in p.col("notes")]
-    jobs, excluded = [], defaultdict(int)
     if a.filter:
         import re
 
         points = [p for p in points if re.search(a.filter, p.label)]
-    for p in points:
-        s = to_sim_spec(p)
-        if isinstance(s, Excluded):
-            excluded[s.reason] += 1
-            continue
-        if a.held_out_only and repr(config_key(s)) not in held_keys:
-            continue
-        if a.max_concurrency and s.concurrency > a.max_concurrency:
-            excluded[f"concurrency above {a.max_concurrency} (not run: CPU time)"] += 1
-            continue
-        per = max(a.min_per_concurrency, min(s.num_prompts_per_concurrency, a.max_requests // max(1, s.concurrency)))
-        jobs.append((p, s, per))
+    jobs, excluded = point_jobs(points, held_keys if a.held_out_only else None, max_concurrency=a.max_concurrency,
+                                min_per_concurrency=a.min_per_concurrency, max_requests=a.max_requests)
     t0 = time.time()
     checked: dict[int, str | None] = {}
     if a.sample:
@@ -323,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         if pred is None:
             failed[err] += 1
             continue
-        errs = {m: 100 * (pred[m] / p.metrics[m] - 1) for m in COMPARED if m in p.metrics and m in pred and p.metrics[m] > 0}
+        errs = point_errors(p, pred)
         rows.append({"label": p.label, "chip": s.chip, "framework": s.framework, "concurrency": s.concurrency,
                      "isl": s.isl, "osl": s.osl, "layout": p.col("parallelism"), "err": errs, "seconds": dt,
                      "held_out": repr(config_key(s)) in held_keys, "mtp": bool(s.spec_tokens),

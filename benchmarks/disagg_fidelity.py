@@ -121,6 +121,33 @@ def _occupancy(items: list, min_c: int = 32, max_c: int = 1024, min_ttft_s: floa
     return out
 
 
+def _decode_gap(items: list, max_c: int = 128) -> list[str]:
+    """Markdown: per measured non-MTP point at concurrency <= ``max_c`` (``calibration.disagg.decode_gap``): the decode
+    worker's Little's-law batch, the cost model's decode step there against the measured median TPOT (ms), then the
+    median per chip, stack and decode layout."""
+    from jalapeno.calibration.disagg import decode_gap
+
+    gaps = []
+    for p, s in items:
+        if s.concurrency and s.concurrency <= max_c:
+            g = decode_gap(p, s)
+            if g is not None:
+                gaps.append((g, s.isl, s.osl))
+    out = ["| chip stack | decode pool | ISL/OSL | c | batch per worker | model step ms | measured TPOT ms | gap ms "
+           "| measured / model |", "|---|---|---|---|---|---|---|---|---|"]
+    groups: dict[str, list] = defaultdict(list)
+    for g, isl, osl in sorted(gaps, key=lambda x: (x[0].chip, x[0].stack, x[0].layout, x[0].concurrency)):
+        out.append(f"| {g.chip} {g.stack} | {g.layout} | {isl}/{osl} | {g.concurrency} | {g.batch} | "
+                   f"{g.model_s * 1e3:.2f} | {g.measured_s * 1e3:.2f} | {g.gap_ms:+.2f} | {g.measured_s / g.model_s:.2f} |")
+        groups[f"{g.chip} {g.stack} {g.layout.rsplit(' x', 1)[0]}"].append(g)
+    out += ["", "| group | points | median gap ms | median measured / model |", "|---|---|---|---|"]
+    for k in sorted(groups):
+        gs = groups[k]
+        out.append(f"| {k} | {len(gs)} | {np.median([g.gap_ms for g in gs]):+.2f} | "
+                   f"{np.median([g.measured_s / g.model_s for g in gs]):.2f} |")
+    return out
+
+
 def _prefill_load(items: list, run: Path | None, isl: int = 8192, min_c: int = 32, max_c: int = 1024,
                   min_ttft_s: float = 1.0) -> list[str]:
     """Markdown: per measured point at ``isl`` and concurrency ``min_c``..``max_c`` with median TTFT >= ``min_ttft_s``
@@ -225,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--breakdown", action="store_true",
                     help="idle-system TTFT by component (front end fixed and per token, prefill, handoff, wire) of "
                          "every point at concurrency <= 4 against its measured median TTFT; print a table and stop")
+    ap.add_argument("--decode-gap", action="store_true",
+                    help="per non-MTP point at concurrency <= --decode-gap-max-c: the cost model's decode step at the decode worker's "
+                         "Little's-law batch against the measured TPOT (ms); print tables and stop")
+    ap.add_argument("--decode-gap-max-c", type=int, default=128, help="--decode-gap: highest concurrency tabled")
     ap.add_argument("--occupancy", action="store_true",
                     help="Little's law on the measured points: the decode pool's recipe slots in use and the share "
                          "of the loop waiting for a first token, at concurrency 32-1024 with TTFT >= 1 s")
@@ -260,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         held_set += h
     if a.breakdown:
         print("\n".join(_breakdown(dedupe(disagg_items(all_points)))))
+        return 0
+    if a.decode_gap:
+        print("\n".join(_decode_gap(disagg_items(all_points), a.decode_gap_max_c)))
         return 0
     if a.occupancy:
         print("\n".join(_occupancy(disagg_items(all_points))))

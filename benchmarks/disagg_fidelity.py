@@ -44,6 +44,13 @@ def _band(c: int) -> str:
     return "1-16" if c <= 16 else "17-128" if c <= 128 else "129-1024" if c <= 1024 else ">1024"
 
 
+def _decode_kind(r: dict) -> str:
+    """A row's chip, decode pool kind (dp-attention or not, from the layout's ``D:`` part) and MTP."""
+    dec = r["layout"].split(";")[-1]
+    return (f"{r['chip']} {'dp-attention' if 'DPattn=True' in dec else 'no dp-attention'} decode, "
+            f"{'MTP' if r['mtp'] else 'no MTP'}")
+
+
 def _table(rows: list[dict], key) -> list[str]:
     """Markdown: per group, signed median / median |error| / p90 |error| of TTFT, TPOT and output tok/s per GPU."""
     groups: dict[str, list[dict]] = defaultdict(list)
@@ -392,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(_table(rows, lambda r: f"c {_band(r['concurrency'])}")))
     print()
     print("\n".join(_table(rows, lambda r: f"ISL/OSL {r['isl']}/{r['osl']}")))
+    print()
+    print("\n".join(_table(rows, _decode_kind)))
     if a.json:
         a.json.write_text(json.dumps({"rows": rows, "excluded": excluded, "failed": failed}, indent=1))
     return 0

@@ -155,6 +155,41 @@ def _decode_gap(items: list, max_c: int = 128) -> list[str]:
     return out
 
 
+def _aggregated_decode_gap(points: list, model: str = "deepseek-r1", max_c: int = 8) -> list[str]:
+    """Markdown: the ``--decode-gap`` statistic on the AGGREGATED rows of ``points`` (non-MTP ``model`` rows at
+    concurrency <= ``max_c``): measured median TPOT against the serving replica's modelled decode step at the
+    Little's-law batch, median over each configuration's reruns (the aggregated baseline for the disaggregated pools)."""
+    from jalapeno.calibration import Excluded, to_sim_spec
+    from jalapeno.models import load_model
+    from jalapeno.perf.frameworks import get_framework
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    arch = load_model(model)
+    groups: dict[str, list] = defaultdict(list)
+    for p in points:
+        s = to_sim_spec(p)
+        m = p.metrics
+        if (isinstance(s, Excluded) or s.disagg is not None or s.model != model or s.spec_tokens or not s.concurrency
+                or s.concurrency > max_c or "median_tpot" not in m or "median_ttft" not in m):
+            continue
+        isl, osl = s.isl * (1 + s.range_ratio) / 2, s.osl * (1 + s.range_ratio) / 2
+        b = max(1, round(s.concurrency * (osl - 1) * m["median_tpot"] / (m["median_ttft"] + (osl - 1) * m["median_tpot"])))
+        L = s.layout
+        cm = cost_model_for(arch, s.chip, tp=L.tp, ep=L.ep, dp_attention=L.dp_attention, precision=s.weights,
+                            kv=s.kv, framework=get_framework(s.framework).key if s.framework else None)
+        t = cm.step(StepShape.from_lists(decode_ctx=[int(isl + osl / 2)] * b)).time_s
+        key = (f"{s.chip} {s.framework} TP{L.tp} EP{L.ep}{' dp-attention' if L.dp_attention else ''} | "
+               f"{s.isl}/{s.osl} | {s.concurrency}")
+        groups[key].append((b, t * 1e3, m["median_tpot"] * 1e3))
+    out = ["| chip stack layout | ISL/OSL | c | reruns | batch | model step ms | measured TPOT ms (median) | gap ms |",
+           "|---|---|---|---|---|---|---|---|"]
+    for k in sorted(groups):
+        a = np.median(np.array(groups[k]), axis=0)
+        out.append(f"| {k} | {len(groups[k])} | {a[0]:.0f} | {a[1]:.2f} | {a[2]:.2f} | {a[2] - a[1]:+.2f} |")
+    return out
+
+
 def _prefill_load(items: list, run: Path | None, isl: int = 8192, min_c: int = 32, max_c: int = 1024,
                   min_ttft_s: float = 1.0) -> list[str]:
     """Markdown: per measured point at ``isl`` and concurrency ``min_c``..``max_c`` with median TTFT >= ``min_ttft_s``
@@ -262,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decode-gap", action="store_true",
                     help="per non-MTP point at concurrency <= --decode-gap-max-c: the cost model's decode step at the decode worker's "
                          "Little's-law batch against the measured TPOT (ms); print tables and stop")
+    ap.add_argument("--decode-gap-aggregated", action="store_true",
+                    help="the --decode-gap statistic on the file's aggregated DeepSeek-R1 rows (no MTP, concurrency <= 8), "
+                         "per configuration: the aggregated baseline; print a table and stop")
     ap.add_argument("--decode-gap-max-c", type=int, default=128, help="--decode-gap: highest concurrency tabled")
     ap.add_argument("--occupancy", action="store_true",
                     help="Little's law on the measured points: the decode pool's recipe slots in use and the share "
@@ -298,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         held_set += h
     if a.breakdown:
         print("\n".join(_breakdown(dedupe(disagg_items(all_points)))))
+        return 0
+    if a.decode_gap_aggregated:
+        print("\n".join(_aggregated_decode_gap(all_points)))
         return 0
     if a.decode_gap:
         print("\n".join(_decode_gap(disagg_items(all_points), a.decode_gap_max_c)))

@@ -44,6 +44,13 @@ def _band(c: int) -> str:
     return "1-16" if c <= 16 else "17-128" if c <= 128 else "129-1024" if c <= 1024 else ">1024"
 
 
+def _decode_kind(r: dict) -> str:
+    """A row's chip, decode pool kind (dp-attention or not, from the layout's ``D:`` part) and MTP."""
+    dec = r["layout"].split(";")[-1]
+    return (f"{r['chip']} {'dp-attention' if 'DPattn=True' in dec else 'no dp-attention'} decode, "
+            f"{'MTP' if r['mtp'] else 'no MTP'}")
+
+
 def _table(rows: list[dict], key) -> list[str]:
     """Markdown: per group, signed median / median |error| / p90 |error| of TTFT, TPOT and output tok/s per GPU."""
     groups: dict[str, list[dict]] = defaultdict(list)
@@ -118,6 +125,68 @@ def _occupancy(items: list, min_c: int = 32, max_c: int = 1024, min_ttft_s: floa
         cells = [f"{np.median(sh):.2f}", f"{max(sh):.2f}"] if sh else ["-", "-"]
         out.append(f"| {g} | {len(os_)} | {len(sh)} | " + " | ".join(cells)
                    + f" | {np.median([o.waiting / o.concurrency for o in os_]):.2f} |")
+    return out
+
+
+def _decode_gap(items: list, max_c: int = 128) -> list[str]:
+    """Markdown: per measured non-MTP point at concurrency <= ``max_c`` (``calibration.disagg.decode_gap``): the decode
+    worker's Little's-law batch, the cost model's decode step there against the measured median TPOT (ms), then the
+    median per chip, stack and decode layout."""
+    from jalapeno.calibration.disagg import decode_gap
+
+    gaps = []
+    for p, s in items:
+        if s.concurrency and s.concurrency <= max_c:
+            g = decode_gap(p, s)
+            if g is not None:
+                gaps.append((g, s.isl, s.osl))
+    out = ["| chip stack | decode pool | ISL/OSL | c | batch per worker | model step ms | measured TPOT ms | gap ms "
+           "| measured / model |", "|---|---|---|---|---|---|---|---|---|"]
+    groups: dict[str, list] = defaultdict(list)
+    for g, isl, osl in sorted(gaps, key=lambda x: (x[0].chip, x[0].stack, x[0].layout, x[0].concurrency)):
+        out.append(f"| {g.chip} {g.stack} | {g.layout} | {isl}/{osl} | {g.concurrency} | {g.batch} | "
+                   f"{g.model_s * 1e3:.2f} | {g.measured_s * 1e3:.2f} | {g.gap_ms:+.2f} | {g.measured_s / g.model_s:.2f} |")
+        groups[f"{g.chip} {g.stack} {g.layout.rsplit(' x', 1)[0]}"].append(g)
+    out += ["", "| group | points | median gap ms | median measured / model |", "|---|---|---|---|"]
+    for k in sorted(groups):
+        gs = groups[k]
+        out.append(f"| {k} | {len(gs)} | {np.median([g.gap_ms for g in gs]):+.2f} | "
+                   f"{np.median([g.measured_s / g.model_s for g in gs]):.2f} |")
+    return out
+
+
+def _aggregated_decode_gap(points: list, model: str = "deepseek-r1", max_c: int = 8) -> list[str]:
+    """Markdown: the ``--decode-gap`` statistic on the AGGREGATED rows of ``points`` (non-MTP ``model`` rows at
+    concurrency <= ``max_c``): measured median TPOT against the serving replica's modelled decode step at the
+    Little's-law batch, median over each configuration's reruns (the aggregated baseline for the disaggregated pools)."""
+    from jalapeno.calibration import Excluded, to_sim_spec
+    from jalapeno.models import load_model
+    from jalapeno.perf.frameworks import get_framework
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    arch = load_model(model)
+    groups: dict[str, list] = defaultdict(list)
+    for p in points:
+        s = to_sim_spec(p)
+        m = p.metrics
+        if (isinstance(s, Excluded) or s.disagg is not None or s.model != model or s.spec_tokens or not s.concurrency
+                or s.concurrency > max_c or "median_tpot" not in m or "median_ttft" not in m):
+            continue
+        isl, osl = s.isl * (1 + s.range_ratio) / 2, s.osl * (1 + s.range_ratio) / 2
+        b = max(1, round(s.concurrency * (osl - 1) * m["median_tpot"] / (m["median_ttft"] + (osl - 1) * m["median_tpot"])))
+        L = s.layout
+        cm = cost_model_for(arch, s.chip, tp=L.tp, ep=L.ep, dp_attention=L.dp_attention, precision=s.weights,
+                            kv=s.kv, framework=get_framework(s.framework).key if s.framework else None)
+        t = cm.step(StepShape.from_lists(decode_ctx=[int(isl + osl / 2)] * b)).time_s
+        key = (f"{s.chip} {s.framework} TP{L.tp} EP{L.ep}{' dp-attention' if L.dp_attention else ''} | "
+               f"{s.isl}/{s.osl} | {s.concurrency}")
+        groups[key].append((b, t * 1e3, m["median_tpot"] * 1e3))
+    out = ["| chip stack layout | ISL/OSL | c | reruns | batch | model step ms | measured TPOT ms (median) | gap ms |",
+           "|---|---|---|---|---|---|---|---|"]
+    for k in sorted(groups):
+        a = np.median(np.array(groups[k]), axis=0)
+        out.append(f"| {k} | {len(groups[k])} | {a[0]:.0f} | {a[1]:.2f} | {a[2]:.2f} | {a[2] - a[1]:+.2f} |")
     return out
 
 
@@ -270,6 +339,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--breakdown", action="store_true",
                     help="idle-system TTFT by component (front end fixed and per token, prefill, handoff, wire) of "
                          "every point at concurrency <= 4 against its measured median TTFT; print a table and stop")
+    ap.add_argument("--decode-gap", action="store_true",
+                    help="per non-MTP point at concurrency <= --decode-gap-max-c: the cost model's decode step at the decode worker's "
+                         "Little's-law batch against the measured TPOT (ms); print tables and stop")
+    ap.add_argument("--decode-gap-aggregated", action="store_true",
+                    help="the --decode-gap statistic on the file's aggregated DeepSeek-R1 rows (no MTP, concurrency <= 8), "
+                         "per configuration: the aggregated baseline; print a table and stop")
+    ap.add_argument("--decode-gap-max-c", type=int, default=128, help="--decode-gap: highest concurrency tabled")
     ap.add_argument("--occupancy", action="store_true",
                     help="Little's law on the measured points: the decode pool's recipe slots in use and the share "
                          "of the loop waiting for a first token, at concurrency 32-1024 with TTFT >= 1 s")
@@ -298,6 +374,12 @@ def main(argv: list[str] | None = None) -> int:
     fit_set, held_set = split_sets(all_points, a.split)
     if a.breakdown:
         print("\n".join(_breakdown(dedupe(disagg_items(all_points)))))
+        return 0
+    if a.decode_gap_aggregated:
+        print("\n".join(_aggregated_decode_gap(all_points)))
+        return 0
+    if a.decode_gap:
+        print("\n".join(_decode_gap(disagg_items(all_points), a.decode_gap_max_c)))
         return 0
     if a.occupancy:
         print("\n".join(_occupancy(disagg_items(all_points))))
@@ -385,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(_table(rows, lambda r: f"c {_band(r['concurrency'])}")))
     print()
     print("\n".join(_table(rows, lambda r: f"ISL/OSL {r['isl']}/{r['osl']}")))
+    print()
+    print("\n".join(_table(rows, _decode_kind)))
     if a.json:
         a.json.write_text(json.dumps({"rows": rows, "excluded": excluded, "failed": failed}, indent=1))
     return 0

@@ -303,3 +303,29 @@ def test_prefill_load_is_littles_law_on_the_prefill_side_at_the_pools_price():
     assert 2.5 * 19.5 < ld.in_prefill < 2.5 * 20.0  # the fixed path (front end 41 ms + handoff 78.5 ms + wire) is < 0.5 s
     with pytest.raises(ConfigError, match="not a closed-loop"):
         prefill_load(p, points.SimSpec("deepseek-r1", "mi355x", s.layout, "fp8", "fp8", 8192, 1024, 128, 1.0))
+
+
+def test_decode_gap_is_the_measured_tpot_against_the_decode_pools_step_at_the_littles_law_batch():
+    from jalapeno.calibration.disagg import decode_gap
+    from jalapeno.calibration.points import Point
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    lay = parse("disagg P: 1 worker(s) x TP8 EP1 DPattn=False (8 GPUs); D: 3 worker(s) x TP8 EP1 DPattn=False (24 GPUs)")
+
+    def pt(ttft, tpot, c, mtp=0):
+        spec = points.SimSpec("deepseek-r1", "h200", lay.decode.layout, "fp8", "bf16", 8192, 1024, c, 1.0,
+                              spec_tokens=mtp, framework="dynamo-sglang", disagg=lay)
+        key = tuple(f"{ttft}-{tpot}-{c}" if k == "source_url" else "" for k in points._KEY_COLUMNS)
+        return Point("T", key, ("T1",), {"median_ttft": ttft, "median_tpot": tpot}), spec
+
+    # c = 32, TTFT 0.76 s, TPOT 15.7 ms: 32 / (0.76 + 1023 x 0.0157) req/s x 1023 x 0.0157 s = 30.6 in decode,
+    # 10 per decode worker (3), each at 8192 + 512 tokens of context
+    g = decode_gap(*pt(0.76, 0.0157, 32))
+    assert g.batch == round(32 / (0.76 + 1023 * 0.0157) * 1023 * 0.0157 / 3) == 10
+    cm = cost_model_for("deepseek-r1", "h200", tp=8, ep=1, dp_attention=False, precision="fp8", kv="bf16",
+                        framework="dynamo-sglang")
+    t = cm.step(StepShape.from_lists(decode_ctx=[8704] * 10)).time_s
+    assert g.model_s == pytest.approx(t, rel=1e-9)
+    assert g.gap_ms == pytest.approx((0.0157 - t) * 1e3) and g.layout == "TP8 EP1 x3"
+    assert decode_gap(*pt(0.76, 0.0157, 32, mtp=1)) is None  # MTP: tokens per step unknown

@@ -337,3 +337,36 @@ def test_decode_first_token_steps_reach_the_scenario_from_the_stack_and_bad_valu
     with pytest.raises(ConfigError, match="--decode-first-token-steps applies to a disaggregated run"):
         run_scenario(Scenario(model="llama-3.1-8b", hardware="h200", concurrency=1, num_prompts=1,
                               decode_first_token_steps=2))
+
+
+def test_the_nvidia_stacks_decode_all_to_all_term_reaches_hopper_but_their_prefill_term_does_not():
+    # the dp-attention decode all-to-all (DeepEP low-latency dispatch + combine) is the vendor's library's: the
+    # B200-fitted value prices H100 / H200 decode pools too; the B200 prefill term stays B200's; AMD chips and
+    # non-dp-attention pools get neither. Each decode step of a dp-attention EP8 worker costs 58 MoE layers x the
+    # stack's value more than the same scenario with the term forced to 0 (hand count), TTFT unchanged
+    from jalapeno.perf.frameworks import get_framework
+    from jalapeno.sim.scenario import dpa_decode_moe_layer_us, prefill_token_ns
+
+    def sc(chip, stack, dpa=True, **kw):
+        return Scenario(model="deepseek-r1", hardware=chip, precision="native", isl=256, osl=8,
+                        random_range_ratio=1.0, concurrency=1, num_prompts=2, framework=stack, prefill_workers=1, prefill_chips_per_worker=8,
+                        prefill_ep=1, decode_workers=1, decode_chips_per_worker=8, decode_ep=8,
+                        decode_dp_attention=dpa, kv_handoff_ms=0.0, **kw)
+
+    for stack in ("dynamo-sglang", "dynamo-trt"):
+        us = get_framework(stack).dpa_decode_moe_layer_us
+        assert us == 190.0
+        for chip in ("h200", "h100", "b200", "gb200"):
+            assert dpa_decode_moe_layer_us(sc(chip, stack)) == us, (chip, stack)
+        assert dpa_decode_moe_layer_us(sc("mi355x", stack)) == 0.0  # AMD: not DeepEP
+        assert dpa_decode_moe_layer_us(sc("mi300x", stack)) == 0.0
+    assert prefill_token_ns(sc("h200", "dynamo-sglang")) == 0.0  # the prefill term: B200 only
+    assert prefill_token_ns(sc("b200", "dynamo-sglang")) > 0.0
+    assert dpa_decode_moe_layer_us(sc("h200", "mori-sglang")) == 0.0  # MoRI's value stays on MI355X's family
+    a = run_scenario(sc("h200", "dynamo-sglang", prefill_token_ns=0.0, dpa_decode_moe_layer_us=0.0))
+    b = run_scenario(sc("h200", "dynamo-sglang", prefill_token_ns=0.0))
+    assert b["kv_transfer"]["dpa_decode_moe_layer_us"] == 190.0
+    assert b["median_tpot_ms"] - a["median_tpot_ms"] == pytest.approx(58 * 190.0 * 1e-3, rel=1e-6)
+    assert b["median_ttft_ms"] == pytest.approx(a["median_ttft_ms"], rel=1e-9)
+    c = run_scenario(sc("h200", "dynamo-sglang", dpa=False, prefill_token_ns=0.0))
+    assert c["kv_transfer"]["dpa_decode_moe_layer_us"] == 0.0

@@ -450,6 +450,50 @@ def decode_step(p: Any, s: Any) -> DecodeStep | None:
     return DecodeStep(p.label, s.framework, tpot, t, sum(1 for i in range(arch.num_layers) if arch.is_moe_layer(i)))
 
 
+@dataclass(frozen=True)
+class DecodeGap:
+    """One measured non-speculative disaggregated point's median TPOT against the cost model's decode step of its
+    decode pool (the stack's per-pool terms included) at the batch one decode worker ran by Little's law
+    (requests/s × (mean output − 1) × TPOT requests in decode, over the decode workers; each at the mean prompt +
+    half the mean output of context); ``batch`` that batch, ``per_worker`` the decode pool's layout."""
+
+    label: str
+    chip: str
+    stack: str
+    layout: str
+    concurrency: int
+    batch: int
+    measured_s: float
+    model_s: float
+
+    @property
+    def gap_ms(self) -> float:
+        """Measured TPOT minus the modelled step (ms; positive: the simulator prices the step too fast)."""
+        return (self.measured_s - self.model_s) * 1e3
+
+
+def decode_gap(p: Any, s: Any) -> DecodeGap | None:
+    """:class:`DecodeGap` of point ``p`` (``s`` its SimSpec); None for a speculative point (its tokens per step
+    depend on an unpublished acceptance) or one without median TTFT / TPOT."""
+    from jalapeno.models import load_model
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.scenario import _decode_pool_model
+
+    m = p.metrics
+    if s.spec_tokens or not s.concurrency or "median_tpot" not in m or "median_ttft" not in m:
+        return None
+    sc = disagg_scenario(s)
+    q = sc.pool("decode")
+    isl = s.isl * (1 + s.range_ratio) / 2
+    osl = s.osl * (1 + s.range_ratio) / 2
+    rate = s.concurrency / (m["median_ttft"] + (osl - 1) * m["median_tpot"])
+    batch = max(1, round(rate * (osl - 1) * m["median_tpot"] / q.workers))
+    cm = _decode_pool_model(sc, load_model(sc.model), q)
+    t = cm.step(StepShape.from_lists(decode_ctx=[int(isl + osl / 2)] * batch)).time_s
+    lay = f"TP{q.tp} EP{q.ep}{' dp-attention' if q.dp_attention else ''} x{q.workers}"
+    return DecodeGap(p.label, s.chip, s.framework, lay, int(s.concurrency), batch, m["median_tpot"], t)
+
+
 def fit_dpa_decode_moe_layer_us(items: list) -> dict[str, dict[str, Any]]:
     """Each disaggregated stack's ``dpa_decode_moe_layer_us`` from ``items`` (the fit split): the median
     :attr:`DecodeStep.implied_us` over its points with a dp-attention + EP decode pool (no MTP), floored at 0.
@@ -478,7 +522,7 @@ def fit_dpa_decode_moe_layer_us(items: list) -> dict[str, dict[str, Any]]:
     return out
 
 
-__all__ = ["PrefillLoad", "prefill_load", "DecodeOccupancy", "decode_occupancy", "DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate",
+__all__ = ["DecodeGap", "decode_gap", "PrefillLoad", "prefill_load", "DecodeOccupancy", "decode_occupancy", "DecodeStep", "decode_step", "fit_dpa_decode_moe_layer_us", "FULL_STEP_TOKENS", "PrefillRate",
            "prefill_step_tokens", "recipe_prefill_ep_only", "disagg_items", "disagg_scenario", "fit_handoff",
            "fit_prefill_token_ns", "pool_fields", "prefill_rate", "recipe_decode_slots", "simulate_disagg", "INFERENCEX_PER_SLOT",
            "weighted_median_ttft"]

@@ -85,6 +85,18 @@ PREFILL_FITTED = (
 )
 
 
+#: why the NVIDIA stacks' ``dpa_decode_moe_layer_us`` (fitted on B200 rows) also prices H100 / H200 decode pools
+DPA_DECODE_VENDOR_SOURCE = (
+    "TRANSFERRED within the vendor (status transferred, value fitted on B200 only, PREFILL_FITTED): the term is the "
+    "fixed cost of a dp-attention + EP decode step's expert all-to-all beyond the cost model, i.e. the EP "
+    "communication library's low-latency dispatch + combine (SGLang: DeepEP low_latency mode; TensorRT-LLM: its "
+    "wide-EP all-to-all), whose latency is set by NVSHMEM / RDMA round trips, not by the die: DeepEP publishes "
+    "77 + 114 us at EP8 on H800 + CX7 (github.com/deepseek-ai/DeepEP README), the B200 fit's 190 us. Checked on "
+    "the 53 H100/H200 disaggregated InferenceX points (calibration.csv; in no fit): docs/fidelity.md, "
+    "Disaggregated, eighth session. The prefill term stays B200-only (it overprices H200's TTFT)"
+)
+
+
 #: provenance of the MI355X stacks' ``prefill_ep_token_ns`` (status: fitted)
 PREFILL_EP_FITTED = (
     "FITTED (status fitted, not published): prefill_ep_token_ns = median over the fit half (random:0.5 configuration "
@@ -235,6 +247,12 @@ class ServingFramework:
     #: get 0 for both (not carried across vendors or generations: B200's SGLang prefill term overprices H200's
     #: TTFT, docs/fidelity.md). Empty: every chip.
     fitted_chips: tuple[str, ...] = ()
+    #: chip vendors (``ChipSpec.vendor``) to which ``dpa_decode_moe_layer_us`` ALSO applies beyond ``fitted_chips``:
+    #: the decode all-to-all's fixed cost is the vendor's EP communication library's (NVIDIA: DeepEP's low-latency
+    #: dispatch + combine, NVSHMEM/RDMA kernels, the same on Hopper and Blackwell), not the die's, so it carries to
+    #: the vendor's other chips where ``prefill_token_ns`` does not (:data:`DPA_DECODE_VENDOR_SOURCE`). Empty: only
+    #: ``fitted_chips``
+    dpa_decode_vendors: tuple[str, ...] = ()
     #: a disaggregated stack: its recipe's decode slots per worker (:class:`DecodeSlots`; None = not published,
     #: the engine default applies)
     decode_slots: DecodeSlots | None = None
@@ -248,6 +266,11 @@ class ServingFramework:
     #: handshake and pre-allocation before the prefill, the first token's result processing after it;
     #: :data:`FIRST_TOKEN_STEPS_SOURCE`); :class:`jalapeno.sim.cluster.Cluster` ``first_token_steps``
     first_token_steps: float = 0.0
+
+    def dpa_decode_on(self, chip) -> bool:
+        """Whether ``dpa_decode_moe_layer_us`` applies to ``chip``: where the stack's terms were fitted, or a chip
+        of one of ``dpa_decode_vendors``."""
+        return self.fitted_on(chip) or (getattr(chip, "vendor", None) in self.dpa_decode_vendors)
 
     def fitted_on(self, chip) -> bool:
         """Whether the stack's per-pool fitted terms apply to ``chip`` (a ChipSpec)."""
@@ -268,10 +291,11 @@ FRAMEWORKS: tuple[ServingFramework, ...] = (
     ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 52.0, ("trt", "trtllm", "tensorrt-llm"), _FIT),
     ServingFramework("dynamo-sglang", "NVIDIA Dynamo over SGLang (disaggregated)", 41.1, (), HANDOFF_FITTED,
                      engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 30519.1),),
-                     dpa_decode_moe_layer_us=190.0, fitted_chips=("b200",), first_token_steps=SGLANG_FIRST_TOKEN_STEPS),
+                     dpa_decode_moe_layer_us=190.0, fitted_chips=("b200",), dpa_decode_vendors=("NVIDIA",),
+                     first_token_steps=SGLANG_FIRST_TOKEN_STEPS),
     ServingFramework("dynamo-trt", "NVIDIA Dynamo over TensorRT-LLM (disaggregated)", 52.0, (), HANDOFF_FITTED,
                      engine="trt-llm", kv_handoff_ms=755.7, dpa_decode_moe_layer_us=190.0,
-                     fitted_chips=("b200",)),
+                     fitted_chips=("b200",), dpa_decode_vendors=("NVIDIA",)),
     ServingFramework("mori-sglang", "SGLang PD with the MoRI KV transfer (disaggregated, ROCm)", 41.1, (),
                      HANDOFF_FITTED, engine="sglang", kv_handoff_ms=78.5,
                      prefill_token_ns=(("native", 20649.5), ("fp4", 20536.1)),
@@ -377,6 +401,6 @@ def kv_handoff_ms(framework: str | None) -> float:
     return get_framework(framework).kv_handoff_ms if framework else 0.0
 
 __all__ = ["DecodeSlots", "MI355X_SGLANG_DISAGG_SLOTS", "MI355X_SGLANG_DISAGG_ROUTER", "router_policy", "decode_max_running_requests", "SchedulingPolicy", "SGLANG_POLICY", "MIXED_POLICY", "scheduling_policy", "ServingFramework", "FRAMEWORKS",
-           "HANDOFF_FITTED", "PREFILL_FITTED", "PREFILL_EP_FITTED", "get_framework", "apply_framework", "stack_kernel_terms", "dpa_decode_moe_layer_us",
+           "HANDOFF_FITTED", "PREFILL_FITTED", "DPA_DECODE_VENDOR_SOURCE", "PREFILL_EP_FITTED", "get_framework", "apply_framework", "stack_kernel_terms", "dpa_decode_moe_layer_us",
            "kv_handoff_ms", "prefill_token_ns", "first_token_steps", "FIRST_TOKEN_STEPS_SOURCE",
            "SGLANG_FIRST_TOKEN_STEPS"]

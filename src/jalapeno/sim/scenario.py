@@ -398,9 +398,10 @@ def handoff_ms(sc: Scenario) -> float:
     return float(sc.kv_handoff_ms) if sc.kv_handoff_ms is not None else kv_handoff_ms(sc.framework)
 
 
-def _stack_fitted_on(sc: Scenario, hardware: str | None) -> bool:
+def _stack_fitted_on(sc: Scenario, hardware: str | None, decode_a2a: bool = False) -> bool:
     """Whether the scenario's disaggregated stack has its per-pool fitted terms for the chip ``hardware``
-    (``ServingFramework.fitted_chips``: the chip families whose rows they were fitted on)."""
+    (``ServingFramework.fitted_chips``: the chip families whose rows they were fitted on); ``decode_a2a``: its
+    dp-attention decode all-to-all term, which also reaches the vendors in ``dpa_decode_vendors``."""
     from jalapeno.hardware import get_chip
     from jalapeno.perf.frameworks import get_framework
 
@@ -408,7 +409,7 @@ def _stack_fitted_on(sc: Scenario, hardware: str | None) -> bool:
     if not fw.fitted_chips or not hardware:
         return True
     chip = get_chip(hardware, list(sc.hardware_dir)) if sc.hardware_dir else get_chip(hardware)
-    return fw.fitted_on(chip)
+    return fw.dpa_decode_on(chip) if decode_a2a else fw.fitted_on(chip)
 
 
 def prefill_token_ns(sc: Scenario) -> float:
@@ -459,7 +460,7 @@ def dpa_decode_moe_layer_us(sc: Scenario) -> float:
     v = sc.dpa_decode_moe_layer_us
     if v is not None:
         return float(v)
-    if not sc.framework or not _stack_fitted_on(sc, sc.decode_hardware or sc.hardware):
+    if not sc.framework or not _stack_fitted_on(sc, sc.decode_hardware or sc.hardware, decode_a2a=True):
         return 0.0
     return stack_value(sc.framework)
 

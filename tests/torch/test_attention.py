@@ -81,7 +81,7 @@ def test_groups_of_a_mixed_step_pad_nothing():
     own longest sequence (the decode rows are not padded to the prompt's 6 queries or its keys)."""
     slices = [SeqSlice(9, 1, [0, 1, 2]), SeqSlice(0, 6, [3, 4]), SeqSlice(2, 1, [5]), SeqSlice(4, 1, [6, 7])]
     meta = StepMetadata.build(slices, 4, torch.device("cpu"))
-    groups = {sub.max_q: (rows.tolist(), sub) for rows, sub in meta.groups()}
+    groups = {sub.max_q: (_rows(rows), sub) for rows, sub in meta.groups()}
     assert sorted(groups) == [1, 6]
     rows, dec = groups[1]
     assert rows == [0, 7, 8] and dec.query_lens == [1, 1, 1] and dec.pad_index is None
@@ -89,6 +89,116 @@ def test_groups_of_a_mixed_step_pad_nothing():
     rows, pre = groups[6]
     assert rows == [1, 2, 3, 4, 5, 6] and pre.starts == [0] and pre.gather_slots.shape == (1, 6)
     assert pre.slot_mapping.tolist() == meta.slot_mapping[1:7].tolist()
+
+
+def _rows(rows) -> list[int]:
+    return list(range(rows.start, rows.stop)) if isinstance(rows, slice) else rows.tolist()
+
+
+def _mixed_step(plan, dtype, seed=0):
+    """Random K/V per sequence (``plan``: (cached tokens, new tokens) each), the cached part written to a paged
+    cache in shuffled blocks, the new part written as a step would; returns (meta, q, new_k, new_v, caches, per
+    sequence (q, full k, full v))."""
+    g = torch.Generator().manual_seed(seed)
+    h, kvh, d, bs, nblocks = 6, 2, 16, 4, 64
+    k_cache = torch.zeros(nblocks, bs, kvh, d, dtype=dtype)
+    v_cache = torch.zeros_like(k_cache)
+    perm = torch.randperm(nblocks, generator=g).tolist()
+    slices, seqs = [], []
+    for cached, new in plan:
+        nb = -(-(cached + new) // bs)
+        table, perm = perm[:nb], perm[nb:]
+        k = torch.randn(cached + new, kvh, d, generator=g, dtype=torch.float64)
+        v = torch.randn(cached + new, kvh, d, generator=g, dtype=torch.float64)
+        if cached:
+            pre = StepMetadata.build([SeqSlice(0, cached, table)], bs, torch.device("cpu"))
+            write_kv(k_cache, pre.slot_mapping, k[:cached])
+            write_kv(v_cache, pre.slot_mapping, v[:cached])
+        slices.append(SeqSlice(cached, new, table))
+        seqs.append((torch.randn(new, h, d, generator=g, dtype=torch.float64), k, v))
+    meta = StepMetadata.build(slices, bs, torch.device("cpu"))
+    new_k = torch.cat([k[c:] for (_, k, _), (c, _) in zip(seqs, plan)]).to(dtype)
+    new_v = torch.cat([v[c:] for (_, _, v), (c, _) in zip(seqs, plan)]).to(dtype)
+    write_kv(k_cache, meta.slot_mapping, new_k)
+    write_kv(v_cache, meta.slot_mapping, new_v)
+    q = torch.cat([x for x, _, _ in seqs]).to(dtype)
+    return meta, q, new_k, new_v, (k_cache, v_cache), seqs
+
+
+#: decode rows, fresh prompts of three lengths (two of one length: one group), later chunks (one of a fresh
+#: prompt's length: a group of its own) -- the steps a closed loop at concurrency >= 4 produces
+MIXED_PLAN = [(9, 1), (0, 6), (5, 6), (0, 9), (2, 1), (0, 6), (3, 7), (0, 3), (12, 1)]
+
+
+@pytest.mark.parametrize("window,sinks,fresh_calls", [
+    (None, False, 3),  # fresh groups 6 (x2), 9, 3: the causal path on their own K/V
+    (16, False, 3),  # a window longer than every fresh prompt changes nothing for them
+    (5, False, 1),  # the 6- and 9-token prompts outgrow the window: the masked path (only the 3-token one is causal)
+    (None, True, 0),  # sinks (GPT-OSS): always the masked path
+])
+def test_fresh_prompts_in_a_mixed_step_take_the_causal_path_and_equal_float64(window, sinks, fresh_calls,
+                                                                              monkeypatch):
+    """Fresh prompts beside decode rows and later chunks: each group of fresh prompts runs causally on its own new
+    K/V (no gather, no mask), the rest on the paged path, and every row equals float64 attention over the
+    sequence's whole unpaged K/V (and the padded reference path)."""
+    from jalapeno.backends.torch import attention as att
+
+    calls = []
+    real = att.fresh_prefill_attention
+    monkeypatch.setattr(att, "fresh_prefill_attention", lambda q, k, v, b, scale: calls.append((q.shape[0], b))
+                        or real(q, k, v, b, scale))
+    meta, q, nk, nv, (kc, vc), seqs = _mixed_step(MIXED_PLAN, torch.float64)
+    s = torch.randn(q.shape[1], generator=torch.Generator().manual_seed(1), dtype=torch.float64) if sinks else None
+    got = paged_attention(q, kc, vc, meta, 0.3, window, s, new_kv=(nk, nv))
+    assert len(calls) == fresh_calls
+    if fresh_calls == 3:
+        assert sorted(calls) == [(3, 1), (9, 1), (12, 2)]
+    row = 0
+    for (cached, new), (qs, k, v) in zip(MIXED_PLAN, seqs):
+        ref = numpy_attention(qs.numpy(), k.numpy(), v.numpy(), list(range(cached, cached + new)), 0.3, window,
+                              None if s is None else s.numpy())
+        np.testing.assert_allclose(got[row : row + new].numpy(), ref, rtol=1e-10, atol=1e-10)
+        row += new
+    padded = paged_attention_ref(q, kc, vc, meta, 0.3, window, s)
+    np.testing.assert_allclose(got.numpy(), padded.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_fresh_prompts_in_a_mixed_step_float32_c_kernel():
+    """float32, the engine's CPU dtype: the fresh groups run the C flash kernel on strided K/V rows (views of one
+    fused q/k/v output, as the model passes them); equal to float64 attention to float32 rounding."""
+    from jalapeno.backends.torch.elementwise import causal_attention
+
+    meta, q, nk, nv, (kc, vc), seqs = _mixed_step(MIXED_PLAN, torch.float32, seed=2)
+    h, kvh, d = q.shape[1], nk.shape[1], q.shape[2]
+    fused = torch.cat([q.flatten(1), nk.flatten(1), nv.flatten(1)], dim=1)  # [T, (h + 2 kvh) d]
+    qv = fused[:, : h * d].view(-1, h, d)
+    kv = fused[:, h * d : (h + kvh) * d].view(-1, kvh, d)
+    vv = fused[:, (h + kvh) * d :].view(-1, kvh, d)
+    if causal_attention(qv[:6], kv[:6], vv[:6], 1, 0.3) is None:
+        pytest.skip("the C kernel is not available here")
+    got = paged_attention(qv, kc, vc, meta, 0.3, new_kv=(kv, vv))
+    row = 0
+    for (cached, new), (qs, k, v) in zip(MIXED_PLAN, seqs):
+        ref = numpy_attention(qs.float().double().numpy(), k.float().double().numpy(), v.float().double().numpy(),
+                              list(range(cached, cached + new)), 0.3)
+        np.testing.assert_allclose(got[row : row + new].numpy(), ref, rtol=1e-4, atol=1e-5)
+        row += new
+
+
+def test_equal_lengths_fresh_beside_a_later_chunk_are_split():
+    """Two 6-token chunks, one fresh and one after 3 cached tokens (no padding, no decode row): two groups, the fresh
+    one causal on its own K/V; every row equals float64 attention."""
+    plan = [(3, 6), (0, 6)]
+    meta, q, nk, nv, (kc, vc), seqs = _mixed_step(plan, torch.float64, seed=4)
+    assert meta.pad_index is None and meta.has_fresh_and_cached and not meta.is_fresh
+    kinds = sorted((sub.starts, _rows(rows)) for rows, sub in meta.groups())
+    assert kinds == [([0], list(range(6, 12))), ([3], list(range(6)))]
+    got = paged_attention(q, kc, vc, meta, 0.3, new_kv=(nk, nv))
+    row = 0
+    for (cached, new), (qs, k, v) in zip(plan, seqs):
+        ref = numpy_attention(qs.numpy(), k.numpy(), v.numpy(), list(range(cached, cached + new)), 0.3)
+        np.testing.assert_allclose(got[row : row + new].numpy(), ref, rtol=1e-10, atol=1e-10)
+        row += new
 
 
 def test_slot_mapping_follows_block_table():

@@ -83,22 +83,31 @@ class StepMetadata:
             self._masks[window] = m[:, None]
         return self._masks[window]
 
-    def groups(self) -> list[tuple[torch.Tensor, "StepMetadata"]]:
-        """The step's sequences grouped by query length, each group as (its flat query rows ``[n]``, its own
-        metadata): attention group by group pads no query. Without it a mixed step pads every decode row of one
-        query to the longest prefill chunk (7 decode rows beside a 512-token prompt: 8 x 512 queries over the
-        longest context, ~18x the attention the step needs). Built once per step, shared by every layer."""
+    @property
+    def has_fresh_and_cached(self) -> bool:
+        """Some prefill sequences start at position 0 and others after cached tokens (equal query lengths, so no
+        padding): :func:`paged_attention` splits them (:meth:`groups`) so the fresh ones take the causal path."""
+        return self.max_q > 1 and any(self.starts) and not all(self.starts)
+
+    def groups(self) -> list[tuple[torch.Tensor | slice, "StepMetadata"]]:
+        """The step's sequences grouped by query length, and among prefill chunks by whether they start at
+        position 0 (fresh prompts: nothing cached, so :func:`paged_attention` runs them causally on the step's own
+        K/V) or after cached tokens, each group as (its flat query rows, a ``slice`` when they are consecutive
+        else an index tensor ``[n]``; its own metadata): attention group by group pads no query. Without it a
+        mixed step pads every decode row of one query to the longest prefill chunk (7 decode rows beside a
+        512-token prompt: 8 x 512 queries over the longest context, ~18x the attention the step needs). Built
+        once per step, shared by every layer."""
         if not self._groups:
             offsets = [0]
             for n in self.query_lens:
                 offsets.append(offsets[-1] + n)
-            by_len: dict[int, list[int]] = {}
+            by_kind: dict[tuple[int, bool], list[int]] = {}
             for i, n in enumerate(self.query_lens):
-                by_len.setdefault(n, []).append(i)
-            self._groups = [self._subset(seqs, offsets) for seqs in by_len.values()]
+                by_kind.setdefault((n, n > 1 and self.starts[i] == 0), []).append(i)
+            self._groups = [self._subset(seqs, offsets) for seqs in by_kind.values()]
         return self._groups
 
-    def _subset(self, seqs: list[int], offsets: list[int]) -> tuple[torch.Tensor, "StepMetadata"]:
+    def _subset(self, seqs: list[int], offsets: list[int]) -> tuple[torch.Tensor | slice, "StepMetadata"]:
         """Flat query rows and metadata of sequences ``seqs`` (equal query lengths: no padding)."""
         dev = self.gather_slots.device
         rows = torch.cat([torch.arange(offsets[i], offsets[i + 1]) for i in seqs]).to(dev)
@@ -111,6 +120,8 @@ class StepMetadata:
             pad_index=None, max_q=self.query_lens[seqs[0]], block_size=self.block_size,
             starts=[self.starts[i] for i in seqs], contexts=ctx,
         )
+        if seqs == list(range(seqs[0], seqs[-1] + 1)):  # consecutive sequences: a view, no copy of q/k/v rows
+            return slice(offsets[seqs[0]], offsets[seqs[-1] + 1]), sub
         return rows, sub
 
     @staticmethod
@@ -181,8 +192,8 @@ def paged_attention(
     if new_kv is not None and sinks is None and meta.max_q > 1 and meta.is_fresh:
         if window is None or meta.max_q <= window:  # the window reaches back past position 0: plain causal
             return fresh_prefill_attention(q, new_kv[0], new_kv[1], len(meta.starts), scale)
-    if meta.pad_index is not None:  # mixed query lengths (decode rows beside a prefill chunk): no padding
-        return grouped_attention(q, k_cache, v_cache, meta, scale, window, sinks)
+    if meta.pad_index is not None or meta.has_fresh_and_cached:  # mixed query lengths or kinds: group by group
+        return grouped_attention(q, k_cache, v_cache, meta, scale, window, sinks, new_kv)
     return paged_attention_ref(q, k_cache, v_cache, meta, scale, window, sinks)
 
 
@@ -210,14 +221,25 @@ def grouped_attention(
     scale: float,
     window: int | None = None,
     sinks: torch.Tensor | None = None,
+    new_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """:func:`paged_attention` of a step with mixed query lengths, one :meth:`StepMetadata.groups` group at a
-    time (the decode rows together, each prefill chunk length alone), so no query is padded to the longest."""
-    parts = [(rows, paged_attention(q[rows], k_cache, v_cache, sub, scale, window, sinks))
-             for rows, sub in meta.groups()]
+    """:func:`paged_attention` of a step with mixed query lengths or kinds, one :meth:`StepMetadata.groups` group
+    at a time (the decode rows together, each prefill chunk length alone), so no query is padded to the longest.
+    A group of fresh prompts (from position 0, equal lengths) gets its own rows of ``new_kv`` and so runs causally
+    on them (:func:`fresh_prefill_attention`, the path a step of fresh prompts alone takes: no cache gather, no
+    ``[chunk, context]`` mask); decode rows and later chunks keep the paged path."""
+    parts = []
+    for rows, sub in meta.groups():
+        kv = None
+        if new_kv is not None and sub.max_q > 1 and not any(sub.starts):
+            kv = (new_kv[0][rows], new_kv[1][rows])
+        parts.append((rows, paged_attention(q[rows], k_cache, v_cache, sub, scale, window, sinks, kv)))
     out = parts[0][1].new_empty(q.shape[0], *parts[0][1].shape[1:])
     for rows, o in parts:
-        out.index_copy_(0, rows, o)
+        if isinstance(rows, slice):
+            out[rows] = o
+        else:
+            out.index_copy_(0, rows, o)
     return out
 
 

@@ -163,12 +163,20 @@ def test_fresh_prompts_in_a_mixed_step_take_the_causal_path_and_equal_float64(wi
     np.testing.assert_allclose(got.numpy(), padded.numpy(), rtol=1e-12, atol=1e-12)
 
 
-def test_fresh_prompts_in_a_mixed_step_float32_c_kernel():
+@pytest.mark.parametrize("plan", [MIXED_PLAN, [(5, 6), (0, 6), (9, 6), (5, 6), (4, 1)]], ids=["mixed", "equal"])
+def test_fresh_prompts_and_later_chunks_float32_c_kernel(plan, monkeypatch):
     """float32, the engine's CPU dtype: the fresh groups run the C flash kernel on strided K/V rows (views of one
-    fused q/k/v output, as the model passes them); equal to float64 attention to float32 rounding."""
+    fused q/k/v output, as the model passes them), each group of later chunks with one prefix the kernel over its
+    gathered context (key offset: no mask), decode rows the paged path; equal to float64 attention to float32
+    rounding. ``equal``: four 6-token chunks (one fresh, two after 5 cached tokens, one after 9) beside a decode row."""
+    from jalapeno.backends.torch import attention as att
     from jalapeno.backends.torch.elementwise import causal_attention
 
-    meta, q, nk, nv, (kc, vc), seqs = _mixed_step(MIXED_PLAN, torch.float32, seed=2)
+    calls = []
+    real = att.later_chunk_attention
+    monkeypatch.setattr(att, "later_chunk_attention", lambda q, kc, vc, meta, scale: calls.append(
+        (q.shape[0], meta.starts)) or real(q, kc, vc, meta, scale))
+    meta, q, nk, nv, (kc, vc), seqs = _mixed_step(plan, torch.float32, seed=2)
     h, kvh, d = q.shape[1], nk.shape[1], q.shape[2]
     fused = torch.cat([q.flatten(1), nk.flatten(1), nv.flatten(1)], dim=1)  # [T, (h + 2 kvh) d]
     qv = fused[:, : h * d].view(-1, h, d)
@@ -177,8 +185,10 @@ def test_fresh_prompts_in_a_mixed_step_float32_c_kernel():
     if causal_attention(qv[:6], kv[:6], vv[:6], 1, 0.3) is None:
         pytest.skip("the C kernel is not available here")
     got = paged_attention(qv, kc, vc, meta, 0.3, new_kv=(kv, vv))
+    later = sorted((new * plan.count((c, new)), [c] * plan.count((c, new))) for c, new in set(plan) if c and new > 1)
+    assert sorted(calls) == later
     row = 0
-    for (cached, new), (qs, k, v) in zip(MIXED_PLAN, seqs):
+    for (cached, new), (qs, k, v) in zip(plan, seqs):
         ref = numpy_attention(qs.float().double().numpy(), k.float().double().numpy(), v.float().double().numpy(),
                               list(range(cached, cached + new)), 0.3)
         np.testing.assert_allclose(got[row : row + new].numpy(), ref, rtol=1e-4, atol=1e-5)
@@ -190,7 +200,7 @@ def test_equal_lengths_fresh_beside_a_later_chunk_are_split():
     one causal on its own K/V; every row equals float64 attention."""
     plan = [(3, 6), (0, 6)]
     meta, q, nk, nv, (kc, vc), seqs = _mixed_step(plan, torch.float64, seed=4)
-    assert meta.pad_index is None and meta.has_fresh_and_cached and not meta.is_fresh
+    assert meta.pad_index is None and meta.mixed_starts and not meta.is_fresh
     kinds = sorted((sub.starts, _rows(rows)) for rows, sub in meta.groups())
     assert kinds == [([0], list(range(6, 12))), ([3], list(range(6)))]
     got = paged_attention(q, kc, vc, meta, 0.3, new_kv=(nk, nv))

@@ -84,16 +84,18 @@ class StepMetadata:
         return self._masks[window]
 
     @property
-    def has_fresh_and_cached(self) -> bool:
-        """Some prefill sequences start at position 0 and others after cached tokens (equal query lengths, so no
-        padding): :func:`paged_attention` splits them (:meth:`groups`) so the fresh ones take the causal path."""
-        return self.max_q > 1 and any(self.starts) and not all(self.starts)
+    def mixed_starts(self) -> bool:
+        """Prefill chunks of equal length that start at different positions (a fresh prompt beside a later chunk,
+        or later chunks after different prefixes): :func:`paged_attention` splits them (:meth:`groups`) so each
+        group runs causally (fresh prompts on their own K/V, later chunks over their gathered context)."""
+        return self.max_q > 1 and len(set(self.starts)) > 1
 
     def groups(self) -> list[tuple[torch.Tensor | slice, "StepMetadata"]]:
-        """The step's sequences grouped by query length, and among prefill chunks by whether they start at
-        position 0 (fresh prompts: nothing cached, so :func:`paged_attention` runs them causally on the step's own
-        K/V) or after cached tokens, each group as (its flat query rows, a ``slice`` when they are consecutive
-        else an index tensor ``[n]``; its own metadata): attention group by group pads no query. Without it a
+        """The step's sequences grouped by query length, and prefill chunks also by their first position (fresh
+        prompts from 0: nothing cached, so :func:`paged_attention` runs them causally on the step's own K/V; later
+        chunks after the same prefix: causally over their gathered context), each group as (its flat query rows, a
+        ``slice`` when they are consecutive else an index tensor ``[n]``; its own metadata): attention group by
+        group pads no query. Without it a
         mixed step pads every decode row of one query to the longest prefill chunk (7 decode rows beside a
         512-token prompt: 8 x 512 queries over the longest context, ~18x the attention the step needs). Built
         once per step, shared by every layer."""
@@ -101,9 +103,9 @@ class StepMetadata:
             offsets = [0]
             for n in self.query_lens:
                 offsets.append(offsets[-1] + n)
-            by_kind: dict[tuple[int, bool], list[int]] = {}
+            by_kind: dict[tuple[int, int], list[int]] = {}
             for i, n in enumerate(self.query_lens):
-                by_kind.setdefault((n, n > 1 and self.starts[i] == 0), []).append(i)
+                by_kind.setdefault((n, self.starts[i] if n > 1 else -1), []).append(i)
             self._groups = [self._subset(seqs, offsets) for seqs in by_kind.values()]
         return self._groups
 
@@ -183,7 +185,10 @@ def paged_attention(
     per head to the softmax denominator (GPT-OSS). Dispatches to the Triton kernel for CUDA decode.
     ``new_kv``: the step's own keys and values ``[T, kv_heads, D|Dv]`` (already written to the cache); when the
     step is :attr:`StepMetadata.is_fresh` prompts they are the whole context, and attention runs causally on
-    them directly (:func:`fresh_prefill_attention`).
+    them directly (:func:`fresh_prefill_attention`). A mixed step runs group by group (:func:`grouped_attention`):
+    fresh prompts so, equal later chunks after one prefix causally over their gathered context
+    (:func:`later_chunk_attention`, float32 CPU), decode rows and everything else on the masked path
+    (:func:`paged_attention_ref`; sinks, a window shorter than the context, other dtypes and devices).
     """
     if q.is_cuda and meta.is_decode:
         from jalapeno.kernels.paged_attention import paged_decode
@@ -192,8 +197,12 @@ def paged_attention(
     if new_kv is not None and sinks is None and meta.max_q > 1 and meta.is_fresh:
         if window is None or meta.max_q <= window:  # the window reaches back past position 0: plain causal
             return fresh_prefill_attention(q, new_kv[0], new_kv[1], len(meta.starts), scale)
-    if meta.pad_index is not None or meta.has_fresh_and_cached:  # mixed query lengths or kinds: group by group
+    if meta.pad_index is not None or meta.mixed_starts:  # mixed query lengths or starts: group by group
         return grouped_attention(q, k_cache, v_cache, meta, scale, window, sinks, new_kv)
+    if sinks is None and meta.max_q > 1 and meta.starts[0] and (window is None or meta.contexts[0] <= window):
+        out = later_chunk_attention(q, k_cache, v_cache, meta, scale)  # equal chunks after equal prefixes
+        if out is not None:
+            return out
     return paged_attention_ref(q, k_cache, v_cache, meta, scale, window, sinks)
 
 
@@ -211,6 +220,23 @@ def fresh_prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b
     qb, kb, vb = (x.view(b, n, *x.shape[1:]).transpose(1, 2) for x in (q, k, v))  # [b, heads, n, dim]
     out = F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale, enable_gqa=h != k.shape[1])
     return out.transpose(1, 2).reshape(t, h, v.shape[-1])
+
+
+def later_chunk_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: StepMetadata, scale: float
+) -> torch.Tensor | None:
+    """Causal attention of equal later chunks (each ``max_q`` queries after the same ``starts[0]`` cached tokens)
+    over their whole context gathered through the block table, by the C flash kernel with a key offset: the blocks
+    above the diagonal are skipped and no ``[chunk, context]`` mask or score matrix is built (the masked SDPA of
+    :func:`paged_attention_ref` computes the whole rectangle). None where the kernel does not run (float64/bf16,
+    CUDA, no compiler): the caller takes the masked path."""
+    from jalapeno.backends.torch.elementwise import causal_attention as kernel
+
+    if q.device.type != "cpu" or q.dtype != torch.float32:
+        return None
+    k = _gather(k_cache, meta)  # [B, prefix + chunk, kvh, D]: every context equally long
+    v = _gather(v_cache, meta)
+    return kernel(q, k.flatten(0, 1), v.flatten(0, 1), len(meta.starts), scale, prefix=meta.starts[0])
 
 
 def grouped_attention(

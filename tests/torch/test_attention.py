@@ -267,3 +267,51 @@ def test_fresh_prefill_path(seqs, window):
     later = StepMetadata.build([SeqSlice(2, n - 2, tables[0])], bs, torch.device("cpu"))
     uneven = StepMetadata.build([SeqSlice(0, n, tables[0]), SeqSlice(0, n - 1, [9, 8, 6])], bs, torch.device("cpu"))
     assert not later.is_fresh and not uneven.is_fresh
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gpt_oss", "deepseek_v3"])
+def test_engine_run_with_mixed_steps_matches_transformers(family, tiny_model, monkeypatch):
+    """A whole engine run (PyTorch path, float32, small token budget, two sequences at a time) whose steps put fresh
+    prompts beside decode rows and later chunks: greedy tokens equal transformers'. The paths were taken: fresh
+    prompts inside mixed steps on their own K/V (not GPT-OSS: sinks; not DeepSeek: MLA passes no K/V) and later
+    chunks through the kernel with a key offset (not GPT-OSS)."""
+    from jalapeno.backends.torch import attention as att
+    from jalapeno.backends.torch.backend import TorchBackend
+    from jalapeno.backends.torch.generate import generate_tokens
+    from jalapeno.backends.torch.runner import PYTORCH_ONLY
+    from jalapeno.engine import EngineConfig, SamplingParams
+    from jalapeno.testing.torch_models import hf_greedy
+
+    seen = {"grouped": 0, "fresh_in_mixed": 0, "later": 0}
+    real_grouped, real_fresh, real_later = att.grouped_attention, att.fresh_prefill_attention, att.later_chunk_attention
+
+    def grouped(*a, **k):
+        seen["grouped"] += 1
+        try:
+            return real_grouped(*a, **k)
+        finally:
+            seen["grouped"] -= 1
+
+    def fresh(*a, **k):
+        seen["fresh_in_mixed"] += seen["grouped"] > 0
+        return real_fresh(*a, **k)
+
+    def later(*a, **k):
+        out = real_later(*a, **k)
+        seen["later"] += out is not None
+        return out
+
+    monkeypatch.setattr(att, "grouped_attention", grouped)
+    monkeypatch.setattr(att, "fresh_prefill_attention", fresh)
+    monkeypatch.setattr(att, "later_chunk_attention", later)
+    hf, path = tiny_model(family)
+    backend = TorchBackend(path)
+    backend.set_decode_policy(PYTORCH_ONLY)
+    g = torch.Generator().manual_seed(7)
+    prompts = [torch.randint(0, 128, (n,), generator=g).tolist() for n in (5, 12, 7, 19, 7)]
+    cfg = EngineConfig(block_size=4, max_num_batched_tokens=10, max_num_seqs=3)
+    outs = generate_tokens(backend, prompts, SamplingParams(max_tokens=6, temperature=0.0), cfg)
+    for p, out in zip(prompts, outs):
+        assert out == hf_greedy(hf, p, 6)
+    assert (seen["fresh_in_mixed"] > 0) == (family in ("llama", "qwen3"))
+    assert (seen["later"] > 0) == (family != "gpt_oss")

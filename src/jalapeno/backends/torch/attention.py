@@ -95,10 +95,9 @@ class StepMetadata:
         prompts from 0: nothing cached, so :func:`paged_attention` runs them causally on the step's own K/V; later
         chunks after the same prefix: causally over their gathered context), each group as (its flat query rows, a
         ``slice`` when they are consecutive else an index tensor ``[n]``; its own metadata): attention group by
-        group pads no query. Without it a
-        mixed step pads every decode row of one query to the longest prefill chunk (7 decode rows beside a
-        512-token prompt: 8 x 512 queries over the longest context, ~18x the attention the step needs). Built
-        once per step, shared by every layer."""
+        group pads no query. Without it a mixed step pads every decode row of one query to the longest prefill
+        chunk (7 decode rows beside a 512-token prompt: 8 x 512 queries over the longest context, ~18x the
+        attention the step needs). Built once per step, shared by every layer."""
         if not self._groups:
             offsets = [0]
             for n in self.query_lens:
@@ -249,11 +248,12 @@ def grouped_attention(
     sinks: torch.Tensor | None = None,
     new_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """:func:`paged_attention` of a step with mixed query lengths or kinds, one :meth:`StepMetadata.groups` group
-    at a time (the decode rows together, each prefill chunk length alone), so no query is padded to the longest.
-    A group of fresh prompts (from position 0, equal lengths) gets its own rows of ``new_kv`` and so runs causally
-    on them (:func:`fresh_prefill_attention`, the path a step of fresh prompts alone takes: no cache gather, no
-    ``[chunk, context]`` mask); decode rows and later chunks keep the paged path."""
+    """:func:`paged_attention` of a step with mixed query lengths or starts, one :meth:`StepMetadata.groups` group
+    at a time (the decode rows together, prefill chunks by length and first position), so no query is padded to
+    the longest. A group of fresh prompts (from position 0, equal lengths) gets its own rows of ``new_kv`` and so
+    runs causally on them (:func:`fresh_prefill_attention`, the path a step of fresh prompts alone takes: no cache
+    gather, no ``[chunk, context]`` mask); a group of later chunks runs :func:`later_chunk_attention` over its
+    gathered context; decode rows keep the paged path."""
     parts = []
     for rows, sub in meta.groups():
         kv = None

@@ -84,28 +84,32 @@ def test_calibrate_probe_writes_the_term_and_the_chip_loads(tmp_path: Path) -> N
     assert "chunk/prefix/decode rows: 512/1536/1" in got.fitted["masked_prefill_attention_ns"].note
 
 
-def test_a_masked_step_runs_through_the_runner_down_the_pytorch_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The real measurement on a one-layer model: a later chunk, alone or beside a decode row, goes through
-    ``paged_attention_ref`` with its chunk's queries (never the flash kernel); a fresh prompt beside a decode row (the
-    former first masked step) takes the flash kernel and only its decode row the reference path. Each returns one
-    row of logits per sampled sequence."""
+def test_the_probe_steps_run_through_the_runner_down_the_engine_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real measurement on a one-layer model: a later chunk, alone or beside a decode row, runs the C kernel with
+    a key offset over its gathered context (``later_chunk_attention``; where no compiler is, the masked path); a
+    fresh prompt beside a decode row (the former first masked step) takes the flash path on its own K/V; decode
+    rows take the reference path. Each returns one row of logits per sampled sequence."""
     from jalapeno.backends.torch import attention as att
     from jalapeno.backends.torch.runner import ModelRunner
 
     loaded = pr.random_llama(1, 64, 128, 256, "cpu")
     runner = ModelRunner(loaded.model, 64, 16, "cpu", torch.float32)  # 129-161 tokens: above the fused kernel
-    ref_q, fresh = [], []
-    real_ref, real_fresh = att.paged_attention_ref, att.fresh_prefill_attention
+    ref_q, fresh, later = [], [], []
+    real_ref, real_fresh, real_later = att.paged_attention_ref, att.fresh_prefill_attention, att.later_chunk_attention
     monkeypatch.setattr(att, "paged_attention_ref", lambda q, *a, **k: ref_q.append(q.shape[0]) or real_ref(q, *a, **k))
     monkeypatch.setattr(att, "fresh_prefill_attention", lambda q, *a, **k: fresh.append(q.shape[0])
                         or real_fresh(q, *a, **k))
-    for (c, p, d), masked in (((160, 160, 0), True), ((128, 32, 1), True), ((128, 0, 1), False)):
-        ref_q.clear()
-        fresh.clear()
+    monkeypatch.setattr(att, "later_chunk_attention", lambda q, *a, **k: later.append(q.shape[0])
+                        or real_later(q, *a, **k))
+    kernel = real_later(torch.zeros(2, 4, 16), torch.zeros(2, 4, 1, 16), torch.zeros(2, 4, 1, 16),
+                        att.StepMetadata.build([att.SeqSlice(1, 2, [0])], 4, torch.device("cpu")), 0.25) is not None
+    for (c, p, d), kind in (((160, 160, 0), "later"), ((128, 32, 1), "later"), ((128, 0, 1), "fresh")):
+        ref_q.clear(), fresh.clear(), later.clear()
         out = pr.masked_step(runner, c, p, d)()
         assert out.shape == (d + 1, 256)
+        assert fresh == ([c] if kind == "fresh" else []) and later == ([c] if kind == "later" else [])
+        masked = kind == "later" and not kernel
         assert sorted(ref_q) == sorted(([c] if masked else []) + [1] * d)
-        assert fresh == ([] if masked else [c])
 
 
 def test_the_masked_steps_are_later_chunks_and_an_old_fresh_step_is_left_out() -> None:

@@ -697,11 +697,12 @@ def measure_prefill(res: ProbeResult, runner: Any, loaded: Any, layers: int, bud
         res.prefill_flops, res.prefill_step_s = res.prefill_s[PREFILL_TOKENS]
 
 
-#: prefill chunks that take the PyTorch attention path (paged gather + masked SDPA) rather than the flash kernel,
-#: as (chunk tokens, cached prefix, decode rows beside it): the second half of a 2048-token prompt and its last
-#: quarter beside one decode row (later chunks, alone and in a mixed step); ``masked_prefill_attention_ns``. A fresh
-#: prompt takes the flash kernel even beside decode rows (fourteenth session: the 2048-token prompt beside one
-#: decode row, this list's first step until then, is no longer one of them)
+#: later prefill chunks (after cached tokens), whose cost beyond the flash price ``masked_prefill_attention_ns``
+#: prices: the paged gather of their context, and where the C kernel cannot take them with a key offset the masked
+#: SDPA path; as (chunk tokens, cached prefix, decode rows beside it): the second half of a 2048-token prompt and its
+#: last quarter beside one decode row (alone and in a mixed step). A fresh prompt takes the flash kernel even beside
+#: decode rows (fourteenth session: the 2048-token prompt beside one decode row, this list's first step until then,
+#: is no longer one of them)
 MASKED_STEPS = ((1024, 1024, 0), (512, 1536, 1))
 
 

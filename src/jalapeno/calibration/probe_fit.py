@@ -397,8 +397,9 @@ def add_masked_prefill(out: dict[str, Any], res: ProbeResult, source: str) -> No
                       for (c, p, d), (t, q, w) in sorted(fit.points.items()))
     out["efficiency"].setdefault("fitted", {})["masked_prefill_attention_ns"] = {
         "value": fit.ns, "status": "fitted", "source": source,
-        "note": f"least squares through 0 over the probe's prefill chunks on the PyTorch attention path (paged gather "
-                f"+ masked SDPA), each priced at the level of the fresh prompt of the same rounds; ms measured/priced "
+        "note": f"least squares through 0 over the probe's later prefill chunks (after cached tokens: the paged gather, "
+                f"and the masked SDPA where the C kernel does not take them), each priced at the level of the fresh "
+                f"prompt of the same rounds; ms measured/priced "
                 f"without/with the term by chunk/prefix/decode rows: {steps} (worst {fit.worst_error:.1%})"}
 
 

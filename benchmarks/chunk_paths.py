@@ -5,9 +5,11 @@ Steps (SmolLM2-135M's layer shape, random float32 weights, ``--layers`` of them,
 exactly as the engine feeds them:
 
 * fresh prompts alone (every sequence from position 0, equal lengths): the C flash kernel (``jal_causal_attention``);
-* a prompt's later chunk (earlier context of the same prompt in the cache) and any prompt in a *mixed* step (decode
-  rows beside it): the PyTorch path's paged attention (``paged_attention_ref``: the context gathered through the
-  block table, then SDPA with an explicit ``[chunk, context]`` mask, i.e. the full rectangle, no causal skip);
+* a prompt's later chunk (earlier context of the same prompt in the cache): its context gathered through the block
+  table, then the same C kernel with a key offset (``later_chunk_attention``, fourteenth session); until then the
+  PyTorch path's masked SDPA (``paged_attention_ref``: an explicit ``[chunk, context]`` mask, the full rectangle, no
+  causal skip), which any prompt in a *mixed* step (decode rows beside it) took too: now each group of fresh prompts
+  there takes the flash kernel on its own K/V;
 * decode steps at batch 1-32 x 513-2049 keys: the fused CPU decode kernel.
 
 Each step is timed on ONE thread (``torch.set_num_threads(1)``; CPU time, which a shared machine's load inflates
@@ -81,11 +83,14 @@ def attention_path(slices) -> str:
     qlens = [s.num_tokens for s in slices]
     if max(qlens) == 1:
         return "fused decode kernel"
-    if len(set(qlens)) > 1:
-        return "grouped: paged_attention_ref (gather + masked SDPA) per query length"
-    if not any(s.start for s in slices):
+    fresh = any(s.start == 0 and s.num_tokens > 1 for s in slices)
+    later = any(s.start and s.num_tokens > 1 for s in slices)
+    if len(set(qlens)) > 1 or len({s.start for s in slices}) > 1:
+        return "grouped: " + " + ".join(x for x, on in (("flash", fresh), ("gather + flash from the prefix", later),
+                                                       ("decode rows", 1 in qlens)) if on)
+    if fresh:
         return "flash (jal_causal_attention)"
-    return "paged_attention_ref (gather + masked SDPA)"
+    return "gather + flash from the prefix (jal_causal_attention with a key offset)"
 
 
 def main() -> None:

@@ -68,9 +68,11 @@ def test_released_as_admitted_the_simulated_waves_take_the_served_shapes(latency
     sim = [(t["prefill_tokens"], t["decode_seqs"]) for t in trace if t["prefill_tokens"]]
     assert sim == ([(5632, 0), (2560, 11)] * 3 if latency_ms else [(5632, 0)] + [(2560, 11), (5632, 5)] * 2 + [(2560, 11)])
     measured = _c16()
-    assert m["median_tpot_ms"] / measured["TPOT"]["measured"] - 1 == pytest.approx(-0.044, abs=0.01)
-    # the TTFT left is the served steps' level over the probe's (fresh 11x512 measured / priced 1.134, --price-steps)
-    want = -0.125 if latency_ms else -0.007
+    # -0.044 until the fourteenth session: fresh prompts in mixed steps priced on the flash path, as the engine now runs them; the recorded run is the engine before that (its 5 prompts beside 11 decode rows took the masked path)
+    assert m["median_tpot_ms"] / measured["TPOT"]["measured"] - 1 == pytest.approx(-0.083, abs=0.01)
+    # the TTFT left is the served steps' level over the probe's (fresh 11x512 measured / priced 1.134, --price-steps);
+    # without a front end -0.007 until the fourteenth session (the mixed 5-prompt steps, above)
+    want = -0.125 if latency_ms else -0.128
     assert m["median_ttft_ms"] / measured["TTFT"]["measured"] - 1 == pytest.approx(want, abs=0.01)
 
 
@@ -110,7 +112,8 @@ def test_released_as_sent_the_first_step_takes_one_prompt() -> None:
     the other 15 follow in one ~7,680-token step: the 1 + 15 pattern the 14:20 simulation had (TTFT +35 %)."""
     m, trace = _simulate(np.arange(16) * 1e-3, 0.0)
     assert [t["prefill_tokens"] for t in trace if t["prefill_tokens"]][:2] == [512, 7680]
-    assert m["median_ttft_ms"] == pytest.approx(_c16()["TTFT"]["simulated"], rel=0.01)
+    # the recorded simulation's 18,580 ms until the fourteenth session: fresh prompts in mixed steps priced on the flash path, as the engine now runs them; the recorded run is the engine before that
+    assert m["median_ttft_ms"] == pytest.approx(16310.0, rel=0.01)
 
 
 def test_the_front_end_latency_is_a_measured_fact_of_the_chip(sve, tmp_path) -> None:
@@ -134,7 +137,8 @@ def test_the_quiet_run_resimulated_as_admitted(tmp_path) -> None:
                         "--release-trace", str(TRACE)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     c16 = next(line for line in r.stdout.splitlines() if line.startswith("c=16"))
-    assert "TTFT 13771.4/18579.7/13679.8" in c16 and "TPOT 312.3/220.7/298.5" in c16
+    # admitted: TTFT 13679.8, TPOT 298.5 until the fourteenth session: fresh prompts in mixed steps priced on the flash path, as the engine now runs them; the recorded run is the engine before that
+    assert "TTFT 13771.4/18579.7/12015.2" in c16 and "TPOT 312.3/220.7/286.5" in c16
 
 
 @pytest.mark.parametrize("args, needle", [

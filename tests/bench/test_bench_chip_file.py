@@ -61,4 +61,5 @@ def test_the_front_end_chip_simulates_what_resimulate_does() -> None:
                             model="smollm2-135m", precision="fp32", sent_s=sent)
     again = sve.resimulate([p], str(CHIP), release="sent")[0]
     assert got["median_ttft_ms"] == pytest.approx(again["TTFT"]["simulated"], rel=1e-9)
-    assert got["median_ttft_ms"] / p["TTFT"]["measured"] - 1 == pytest.approx(-0.12, abs=0.01)
+    # -0.12 until the fourteenth session: fresh prompts in mixed steps priced on the flash path, as the engine now runs them; the recorded run is the engine before that
+    assert got["median_ttft_ms"] / p["TTFT"]["measured"] - 1 == pytest.approx(-0.184, abs=0.01)

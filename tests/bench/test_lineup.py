@@ -128,19 +128,23 @@ def test_with_the_measured_front_end_the_simulated_ingest_takes_the_served_shape
 def test_resimulated_with_the_points_lengths_the_bench_comparison_is_reproduced() -> None:
     """`--resimulate --sim-release sent` on the recorded chip gives back the bench's own `--compare-sim` numbers of the
     live run (the lengths regenerated from the dataset's seed), and with the measured front end the TTFT error of
-    both points falls from -20 / -35 % to -12 / 0 %."""
+    both points falls from -20 / -35 % to -12 / 0 %. Since the fourteenth session the simulator prices the fresh
+    prompts of mixed steps on the flash path, as the engine now runs them (the recorded run is the engine before
+    that): the simulated side moved from the recorded TTFT 1,929 / 3,010 and TPOT 180.0 / 310.3 ms to the values
+    below, and with the front end the TTFT error from -12 / 0 % to -18 / -7 %."""
     r = subprocess.run([sys.executable, str(SCRIPT), "--resimulate", str(POINTS), "--hardware", str(CHIP),
                         "--sim-release", "sent"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    for p, line in zip(_points(), [x for x in r.stdout.splitlines() if x.startswith("c=")]):
-        assert f"TTFT {p['TTFT']['measured']:.1f}/{p['TTFT']['simulated']:.1f}" in line
-        assert f"TPOT {p['TPOT']['measured']:.1f}/{p['TPOT']['simulated']:.1f}" in line
+    for p, line, (ttft, tpot) in zip(_points(), [x for x in r.stdout.splitlines() if x.startswith("c=")],
+                                     [(1790.8, 172.8), (2789.4, 297.8)]):
+        assert f"TTFT {p['TTFT']['measured']:.1f}/{ttft:.1f}" in line
+        assert f"TPOT {p['TPOT']['measured']:.1f}/{tpot:.1f}" in line
     r = subprocess.run([sys.executable, str(SCRIPT), "--resimulate", str(POINTS), "--hardware", str(CHIP_FE),
                         "--sim-release", "sent"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     ttft = [float(x.split("TTFT ")[1].split()[0].split("/")[1]) for x in r.stdout.splitlines() if x.startswith("c=")]
     errs = [t / p["TTFT"]["measured"] - 1 for t, p in zip(ttft, _points())]
-    assert errs[0] == pytest.approx(-0.12, abs=0.01) and errs[1] == pytest.approx(0.0, abs=0.01)
+    assert errs[0] == pytest.approx(-0.184, abs=0.01) and errs[1] == pytest.approx(-0.068, abs=0.01)
 
 
 def test_the_lineup_command_prints_the_split_and_writes_every_request(tmp_path) -> None:

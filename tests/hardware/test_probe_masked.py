@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from jalapeno.hardware import probe as pr
@@ -69,7 +70,7 @@ def test_calibrate_probe_writes_the_term_and_the_chip_loads(tmp_path: Path) -> N
     res = probe_from_chip(chip)
     _hand_made(res, ChipSpec.model_validate(chip.model_dump()), 30.0)
     line = next(n for n in pr._measurement_notes(res) if n.startswith("masked prefill step ms"))
-    assert line.startswith("masked prefill step ms by chunk/prefix/decode rows: 1024/1024/0: ")
+    assert line.startswith("masked prefill step ms by chunk/prefix/decode rows: 512/1536/1: ")
     data = yaml.safe_load(QUIET.read_text())
     data["notes"] = [n for n in data["notes"] if not n.startswith("prefill step ms")] + [
         next(n for n in pr._measurement_notes(res) if n.startswith("prefill step ms")), line]
@@ -80,31 +81,55 @@ def test_calibrate_probe_writes_the_term_and_the_chip_loads(tmp_path: Path) -> N
     path, _ = refit_probe_file(src, tmp_path / "out", "jalapeno calibrate --probe")
     got = load_spec_file(path).efficiency
     assert got.masked_prefill_attention_ns == pytest.approx(30.0, rel=0.02)  # the notes keep 2 decimals of ms
-    assert "chunk/prefix/decode rows: 1024/1024/0" in got.fitted["masked_prefill_attention_ns"].note
+    assert "chunk/prefix/decode rows: 512/1536/1" in got.fitted["masked_prefill_attention_ns"].note
 
 
-def test_a_masked_step_runs_through_the_runner_down_the_pytorch_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The real measurement on a one-layer model: the prompt beside a decode row and the later chunk go through
-    ``paged_attention_ref`` (never the flash kernel), and return one row of logits per sampled sequence."""
-    import torch
-
+def test_the_probe_steps_run_through_the_runner_down_the_engine_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real measurement on a one-layer model: a later chunk, alone or beside a decode row, runs the C kernel with
+    a key offset over its gathered context (``later_chunk_attention``; where no compiler is, the masked path); a
+    fresh prompt beside a decode row (the former first masked step) takes the flash path on its own K/V; decode
+    rows take the reference path. Each returns one row of logits per sampled sequence."""
     from jalapeno.backends.torch import attention as att
     from jalapeno.backends.torch.runner import ModelRunner
 
     loaded = pr.random_llama(1, 64, 128, 256, "cpu")
-    runner = ModelRunner(loaded.model, 64, 16, "cpu", torch.float32)  # 129 and 160 tokens: above the fused kernel
-    calls = {"ref": 0, "fresh": 0}
-    ref, fresh = att.paged_attention_ref, att.fresh_prefill_attention
-    monkeypatch.setattr(att, "paged_attention_ref", lambda *a, **k: calls.__setitem__("ref", calls["ref"] + 1)
-                        or ref(*a, **k))
-    monkeypatch.setattr(att, "fresh_prefill_attention", lambda *a, **k: calls.__setitem__("fresh", calls["fresh"] + 1)
-                        or fresh(*a, **k))
-    for c, p, d in ((128, 0, 1), (160, 160, 0)):
-        before = calls["ref"]
+    runner = ModelRunner(loaded.model, 64, 16, "cpu", torch.float32)  # 129-161 tokens: above the fused kernel
+    ref_q, fresh, later = [], [], []
+    real_ref, real_fresh, real_later = att.paged_attention_ref, att.fresh_prefill_attention, att.later_chunk_attention
+    monkeypatch.setattr(att, "paged_attention_ref", lambda q, *a, **k: ref_q.append(q.shape[0]) or real_ref(q, *a, **k))
+    monkeypatch.setattr(att, "fresh_prefill_attention", lambda q, *a, **k: fresh.append(q.shape[0])
+                        or real_fresh(q, *a, **k))
+    monkeypatch.setattr(att, "later_chunk_attention", lambda q, *a, **k: later.append(q.shape[0])
+                        or real_later(q, *a, **k))
+    kernel = real_later(torch.zeros(2, 4, 16), torch.zeros(2, 4, 1, 16), torch.zeros(2, 4, 1, 16),
+                        att.StepMetadata.build([att.SeqSlice(1, 2, [0])], 4, torch.device("cpu")), 0.25) is not None
+    for (c, p, d), kind in (((160, 160, 0), "later"), ((128, 32, 1), "later"), ((128, 0, 1), "fresh")):
+        ref_q.clear(), fresh.clear(), later.clear()
         out = pr.masked_step(runner, c, p, d)()
         assert out.shape == (d + 1, 256)
-        assert calls["ref"] > before
-    assert calls["fresh"] == 0
+        assert fresh == ([c] if kind == "fresh" else []) and later == ([c] if kind == "later" else [])
+        masked = kind == "later" and not kernel
+        assert sorted(ref_q) == sorted(([c] if masked else []) + [1] * d)
+
+
+def test_the_masked_steps_are_later_chunks_and_an_old_fresh_step_is_left_out() -> None:
+    """Every probe step prices a rectangle (a chunk after cached tokens); an older probe's 2048-token prompt beside a
+    decode row (now the flash path) is left out of the fit, which still recovers the per-pair cost."""
+    from jalapeno.calibration.probe_fit import fit_masked_prefill, probe_from_chip
+    from jalapeno.hardware.schema import ChipSpec
+    from jalapeno.perf.model import masked_prefill_pairs
+    from jalapeno.perf.shape import StepShape
+
+    assert all(p > 0 and masked_prefill_pairs(StepShape.from_lists(prefill=[(c, p)], decode_ctx=[c + 1] * d))
+               == c * (c + p) for c, p, d in pr.MASKED_STEPS)
+    chip = load_spec_file(QUIET)
+    res = probe_from_chip(chip)
+    _hand_made(res, ChipSpec.model_validate(chip.model_dump()), 35.0)
+    res.masked_prefill_s[(2048, 0, 1)] = 9.9  # measured on the old path: no rectangle now, so no information
+    fit = fit_masked_prefill(res, chip)
+    assert fit is not None and fit.ns == pytest.approx(35.0, abs=1e-3) and set(fit.points) == set(pr.MASKED_STEPS)
+    res.masked_prefill_s = {(2048, 0, 1): 9.9}
+    assert fit_masked_prefill(res, chip) is None
 
 
 def test_the_joint_fit_recovers_known_fractions_from_both_models_steps() -> None:

@@ -128,6 +128,33 @@ def test_causal_attention_matches_float64(b, n, h, kvh, d, dv):
     torch.testing.assert_close(out, sdpa, atol=3e-5, rtol=1e-5)
 
 
+# a later chunk after one key block and more (online rescaling across the prefix/chunk boundary); two chunks after
+# odd prefixes with dv != d; MQA with MLA's latent widths (d 72 = 64 + 8, dv 64); a one-token chunk
+@pytest.mark.parametrize("b,n,prefix,h,kvh,d,dv", [(1, 200, 300, 9, 3, 64, 64), (2, 37, 19, 4, 2, 24, 20),
+                                                   (1, 40, 130, 4, 1, 72, 64), (1, 1, 9, 2, 1, 8, 8)])
+def test_causal_attention_with_a_cached_prefix_matches_float64(b, n, prefix, h, kvh, d, dv):
+    """``prefix``: each of ``b`` chunks of ``n`` queries after ``prefix`` cached keys, over its whole context (the
+    chunk's own keys last); query i sees keys 0 .. prefix + i. Against float64 with the mask written out."""
+    g = torch.Generator().manual_seed(n + prefix)
+    ctx = prefix + n
+    q = torch.randn(b * n, h, d, generator=g) * 2
+    k = torch.randn(b * ctx, kvh, d, generator=g) * 2
+    v = torch.randn(b * ctx, kvh, dv, generator=g)
+    out = causal_attention(q, k, v, b, d**-0.5, prefix=prefix)
+    assert out is not None and out.shape == (b * n, h, dv)
+    group = h // kvh
+    ref = torch.empty(b * n, h, dv, dtype=torch.float64)
+    hidden = torch.arange(ctx)[None, :] > (prefix + torch.arange(n))[:, None]
+    for i in range(b):
+        qs, ks, vs = q[i * n : (i + 1) * n].double(), k[i * ctx : (i + 1) * ctx].double(), v[i * ctx : (i + 1) * ctx]
+        for hd in range(h):
+            sc = (qs[:, hd] @ ks[:, hd // group].T * d**-0.5).masked_fill(hidden, float("-inf"))
+            pr = torch.softmax(sc, -1)
+            ref[i * n : (i + 1) * n, hd] = pr @ vs[:, hd // group].double()
+    torch.testing.assert_close(out.double(), ref, atol=3e-5, rtol=1e-5)
+    assert causal_attention(q, k[: b * n], v[: b * n], b, d**-0.5, prefix=prefix) is None  # keys != context
+
+
 def test_causal_attention_refuses_what_it_cannot_run():
     q, k = torch.randn(8, 4, 16), torch.randn(8, 2, 16)
     assert causal_attention(q.double(), k.double(), k.double(), 1, 0.25) is None  # float64: SDPA runs

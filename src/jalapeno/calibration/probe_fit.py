@@ -352,7 +352,9 @@ def fit_masked_prefill(res: ProbeResult, chip: ChipSpec) -> MaskedPrefillFit | N
     chunks on the PyTorch attention path took beyond what ``chip`` prices for them (engine overheads aside), by
     least squares through 0 over every such step (:data:`~jalapeno.hardware.probe.MASKED_STEPS`), in ns. Each price
     is first scaled by what the longest fresh prompt of the same rounds took over its price (so the compute
-    fraction's residual there is not read as the term). None when the probe timed no such step."""
+    fraction's residual there is not read as the term). Steps the engine now runs on the flash path (a fresh prompt
+    beside decode rows: an older probe's ``2048/0/1``) price no rectangle and are left out. None when the probe
+    timed no step on the masked path."""
     from jalapeno.hardware import probe as pr
     from jalapeno.models.hf_config import arch_from_config
     from jalapeno.perf.model import masked_prefill_pairs
@@ -369,8 +371,11 @@ def fit_masked_prefill(res: ProbeResult, chip: ChipSpec) -> MaskedPrefillFit | N
     rows = {}
     for (c, p, d), t in sorted(res.masked_prefill_s.items()):
         shape = StepShape.from_lists(prefill=[(c, p)], decode_ctx=[c + 1] * d)
-        rows[(c, p, d)] = (pr._net_of_layer_overhead(res, t), level * cm.step(shape).time_s,
-                           per_pair * masked_prefill_pairs(shape))
+        if masked_prefill_pairs(shape):
+            rows[(c, p, d)] = (pr._net_of_layer_overhead(res, t), level * cm.step(shape).time_s,
+                               per_pair * masked_prefill_pairs(shape))
+    if not rows:
+        return None
     a = np.array([x for _, _, x in rows.values()])
     y = np.array([t - q for t, q, _ in rows.values()])
     ns = max(0.0, float(a @ y / (a @ a))) if a.any() else 0.0
@@ -392,8 +397,9 @@ def add_masked_prefill(out: dict[str, Any], res: ProbeResult, source: str) -> No
                       for (c, p, d), (t, q, w) in sorted(fit.points.items()))
     out["efficiency"].setdefault("fitted", {})["masked_prefill_attention_ns"] = {
         "value": fit.ns, "status": "fitted", "source": source,
-        "note": f"least squares through 0 over the probe's prefill chunks on the PyTorch attention path (paged gather "
-                f"+ masked SDPA), each priced at the level of the fresh prompt of the same rounds; ms measured/priced "
+        "note": f"least squares through 0 over the probe's later prefill chunks (after cached tokens: the paged gather, "
+                f"and the masked SDPA where the C kernel does not take them), each priced at the level of the fresh "
+                f"prompt of the same rounds; ms measured/priced "
                 f"without/with the term by chunk/prefix/decode rows: {steps} (worst {fit.worst_error:.1%})"}
 
 
@@ -510,7 +516,7 @@ def probe_from_chip(chip: ChipSpec) -> ProbeResult:
         line = notes[sp_key].split("random weights)", 1)[1]
         res.served_prefill_s = {t: v[0] / 1e3 for t, v in _pairs(line).items()}
     masked = notes.get("masked prefill step ms by chunk/prefix/decode rows")
-    if masked:  # "masked prefill step ms by chunk/prefix/decode rows: 2048/0/1: 1234.5, 1024/1024/0: 678.9"
+    if masked:  # "masked prefill step ms by chunk/prefix/decode rows: 512/1536/1: 123.4, 1024/1024/0: 678.9"
         res.masked_prefill_s = {tuple(int(x) for x in k.split("/")): float(v) / 1e3
                                 for k, v in re.findall(r"([0-9]+/[0-9]+/[0-9]+): ([0-9.]+)", masked.split(":", 1)[1])}
     fe = next((n for k, n in notes.items() if k.startswith("serving front end ms per request")), None)

@@ -697,10 +697,13 @@ def measure_prefill(res: ProbeResult, runner: Any, loaded: Any, layers: int, bud
         res.prefill_flops, res.prefill_step_s = res.prefill_s[PREFILL_TOKENS]
 
 
-#: prefill chunks that take the PyTorch attention path (paged gather + masked SDPA) rather than the flash kernel,
-#: as (chunk tokens, cached prefix, decode rows beside it): a 2048-token prompt beside one decode row (the mixed step a
-#: completion brings) and the second half of a 2048-token prompt (a later chunk); ``masked_prefill_attention_ns``
-MASKED_STEPS = ((2048, 0, 1), (1024, 1024, 0))
+#: later prefill chunks (after cached tokens), whose cost beyond the flash price ``masked_prefill_attention_ns``
+#: prices: the paged gather of their context, and where the C kernel cannot take them with a key offset the masked
+#: SDPA path; as (chunk tokens, cached prefix, decode rows beside it): the second half of a 2048-token prompt and its
+#: last quarter beside one decode row (alone and in a mixed step). A fresh prompt takes the flash kernel even beside
+#: decode rows (fourteenth session: the 2048-token prompt beside one decode row, this list's first step until then,
+#: is no longer one of them)
+MASKED_STEPS = ((1024, 1024, 0), (512, 1536, 1))
 
 
 def _masked_blocks(chunk: int, prefix: int, decode: int) -> int:
@@ -710,7 +713,8 @@ def _masked_blocks(chunk: int, prefix: int, decode: int) -> int:
 def masked_step(runner: Any, chunk: int, prefix: int, decode: int) -> Callable[[], Any]:
     """One step of the crossover runner: a ``chunk``-token prompt chunk after ``prefix`` cached tokens, beside
     ``decode`` decode rows each at context ``chunk + 1`` (decode rows first, as the scheduler orders them), down
-    the engine's own path (the default policy: such a step feeds more tokens than the fused kernel takes)."""
+    the engine's own path (the default policy: such a step feeds more tokens than the fused kernel takes; with
+    ``prefix`` 0 the chunk is a fresh prompt and takes the flash kernel)."""
     from jalapeno.backends.torch.attention import SeqSlice
     from jalapeno.backends.torch.runner import DecodePolicy
 

@@ -245,9 +245,11 @@ class Efficiency(_Strict):
     #: seconds (ns) per (query head, query, key, attention layer) of the ``[chunk, context]`` rectangle a prefill
     #: chunk computes when it takes the CPU torch backend's PyTorch attention path (the context gathered through the
     #: block table, then SDPA under an explicit mask: no causal block skipped) instead of the flash kernel that fresh
-    #: prompts alone take: a later chunk of a prompt, or any prompt beside decode rows (a mixed step). On top of the
-    #: roofline (whose causal pairs price the flash kernel); measured by ``jalapeno hardware probe`` (a prompt alone
-    #: and beside one decode row) and fitted by ``jalapeno calibrate --probe``. 0 (every catalogue chip): none
+    #: prompts take (alone or beside decode rows): a later chunk of a prompt (since the fourteenth session only where
+    #: the C kernel cannot take it with a key offset; otherwise what is left is the prefix's gather and packing). On
+    #: top of the roofline (whose causal pairs price the flash kernel); measured by ``jalapeno hardware probe`` (later
+    #: chunks alone and beside one decode row, ``probe.MASKED_STEPS``) and fitted by ``jalapeno calibrate --probe``.
+    #: 0 (every catalogue chip): none
     masked_prefill_attention_ns: float = Field(default=0.0, ge=0)
     #: the share of the shorter of an operator's compute and memory times hidden under the longer: op time =
     #: max(c, m) + (1 - overlap) x min(c, m). None (every catalogue chip) = 1, the roofline max

@@ -175,23 +175,24 @@ static void att_pv(const float *P, int64_t ldp, const float *V, int64_t ldv, int
     st8(O + 4 * ldo, a40); st8(O + 4 * ldo + 8, a41); st8(O + 5 * ldo, a50); st8(O + 5 * ldo + 8, a51);
 }
 
-/* one tile: rows (hh, i) = query head g G + hh at position p0 + i, i < rc; Kt, Vp of its kv head in panels of 16
+/* one tile: rows (hh, i) = query head g G + hh at query row p0 + i (position off + p0 + i: off keys are cached
+ * before the first query), i < rc; Kt, Vp of its kv head in panels of 16
  * columns (Kt [np / 16][d][16]: keys j..j+15, Vp [dvp / 16][np][16]: value columns c..c+15, so each micro-kernel
  * reads one contiguous panel; a power-of-two row stride would map its rows onto a few L1 sets); scratch Qp [mp][d], S [mp][ATT_KB], O [mp][dvp], mx/l/pos [mp] */
 static void att_tile(const float *q, int64_t qs, float *out, int64_t h, int64_t d, int64_t dv, int64_t G,
-                     int64_t g, int64_t p0, int64_t rc, float scale, const float *Kt, int64_t np, const float *Vp,
-                     int64_t dvp, float *Qp, float *S, float *O, float *mx, float *l, int64_t *pos) {
+                     int64_t g, int64_t p0, int64_t rc, int64_t off, float scale, const float *Kt, int64_t np,
+                     const float *Vp, int64_t dvp, float *Qp, float *S, float *O, float *mx, float *l, int64_t *pos) {
     const int64_t m = G * rc, mp = (m + 5) / 6 * 6;
     for (int64_t r = 0; r < mp; r++) {
         int64_t hh = r < m ? r / rc : 0, i = r < m ? r % rc : 0;
         const float *src = q + (p0 + i) * qs + (g * G + hh) * d;
         for (int64_t kk = 0; kk < d; kk++) Qp[r * d + kk] = src[kk] * scale;
-        pos[r] = p0 + i;
+        pos[r] = off + p0 + i;
         mx[r] = -INFINITY;
         l[r] = 0.f;
         memset(O + r * dvp, 0, (size_t)dvp * sizeof(float));
     }
-    const int64_t kend = p0 + rc; /* keys 0 .. kend-1 are visible to some row */
+    const int64_t kend = off + p0 + rc; /* keys 0 .. kend-1 are visible to some row */
     for (int64_t kb0 = 0; kb0 < kend; kb0 += ATT_KB) {
         const int64_t kbn = kend - kb0 < ATT_KB ? kend - kb0 : ATT_KB, kbp = up16(kbn);
         for (int64_t r0 = 0; r0 < mp; r0 += 6)
@@ -235,11 +236,13 @@ static void att_tile(const float *q, int64_t qs, float *out, int64_t h, int64_t 
     }
 }
 
-/* returns 0, or -1 when out of memory (nothing written) */
+/* off > 0: each prompt's n queries follow off cached keys (a later chunk of a prompt): k and v hold b (off + n)
+ * rows, the chunk's own keys last, and query i sits at position off + i (it sees keys 0 .. off + i).
+ * returns 0, or -1 when out of memory (nothing written) */
 int jal_causal_attention(const float *q, const float *k, const float *v, float *out, int64_t b, int64_t n,
                          int64_t h, int64_t kvh, int64_t d, int64_t dv, int64_t qs, int64_t ks, int64_t vs,
-                         float scale, int nthreads) {
-    const int64_t G = h / kvh, np = up16(n), dvp = up16(dv), heads = b * kvh;
+                         float scale, int nthreads, int64_t off) {
+    const int64_t nk = off + n, G = h / kvh, np = up16(nk), dvp = up16(dv), heads = b * kvh;
     int64_t R = ATT_ROWS / G;
     R = R < 1 ? 1 : R > n ? n : R;
     const int64_t tiles = (n + R - 1) / R, mpmax = (G * R + 5) / 6 * 6;
@@ -253,8 +256,8 @@ int jal_causal_attention(const float *q, const float *k, const float *v, float *
             const int64_t bi = bh / kvh, g = bh % kvh;
             float *Kt = pack + bh * (d * np + np * dvp), *Vp = Kt + d * np;
             memset(Kt, 0, (size_t)(d * np + np * dvp) * sizeof(float));
-            for (int64_t j = 0; j < n; j++) {
-                const float *kr = k + (bi * n + j) * ks + g * d, *vr = v + (bi * n + j) * vs + g * dv;
+            for (int64_t j = 0; j < nk; j++) {
+                const float *kr = k + (bi * nk + j) * ks + g * d, *vr = v + (bi * nk + j) * vs + g * dv;
                 float *kt = Kt + j / 16 * d * 16 + j % 16;
                 for (int64_t kk = 0; kk < d; kk++) kt[kk * 16] = kr[kk];
                 for (int64_t c = 0; c < dv; c += 16)
@@ -275,7 +278,7 @@ int jal_causal_attention(const float *q, const float *k, const float *v, float *
                 const int64_t t = tiles - 1 - it / heads, bh = it % heads, bi = bh / kvh, g = bh % kvh;
                 const int64_t p0 = t * R, rc = n - p0 < R ? n - p0 : R;
                 const float *Kt = pack + bh * (d * np + np * dvp);
-                att_tile(q + bi * n * qs, qs, out + bi * n * h * dv, h, d, dv, G, g, p0, rc, scale, Kt, np,
+                att_tile(q + bi * n * qs, qs, out + bi * n * h * dv, h, d, dv, G, g, p0, rc, off, scale, Kt, np,
                          Kt + d * np, dvp, Qp, S, O, mx, l, pos);
             }
         }

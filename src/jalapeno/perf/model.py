@@ -209,20 +209,26 @@ def decode_attention_s_per_key(m: ModelArch, d: Dims, ns: float) -> float:
 
 def masked_prefill_pairs(shape: StepShape, fused_max_tokens: int = 0) -> float:
     """(query, key) pairs of the ``[chunk, context]`` rectangles a step's prefill chunks compute on the CPU torch
-    backend's PyTorch attention path (paged gather + SDPA under an explicit mask, no causal block skipped), or 0
-    when the step takes another path: fresh prompts alone (no decode rows, nothing cached before them, equal
-    lengths: the flash kernel) or a step of at most ``fused_max_tokens`` tokens (the fused kernel). A chunk of
-    ``c`` tokens after ``p`` cached ones computes ``c·(p + c)`` = its causal pairs + ``c(c - 1)/2``; from the
-    step's sums that is ``P + ps·c̄(c̄ - 1)/2`` with ``c̄`` the mean chunk (exact for equal chunks, the grid's case;
-    a lower bound otherwise)."""
+    backend's PyTorch attention path (paged gather + SDPA under an explicit mask, no causal block skipped): the
+    chunks after cached tokens (a prompt's later chunk). Fresh prompts (from position 0) take the causal flash
+    kernel on their own K/V, alone or beside decode rows and other chunks (``attention.grouped_attention``), so they
+    add nothing; nor does a step of at most ``fused_max_tokens`` tokens (the fused kernel). A chunk of ``c`` tokens
+    after ``p`` cached ones computes ``c·(p + c)`` = its causal pairs + ``c(c - 1)/2``; from the step's sums, with
+    ``ps``/``pt`` the later chunks' count and tokens, that is ``P - Pf + ps·c̄(c̄ - 1)/2`` with ``c̄ = pt/ps`` and
+    ``Pf`` the fresh prompts' causal pairs from their mean length (exact for equal chunks and equal prompts, the
+    grid's case; otherwise ``c̄`` under-counts the rectangles and ``Pf`` the fresh pairs, errors of opposite sign).
+    A shape that does not count its fresh chunks (``prefill_fresh_seqs`` 0) prices every chunk as a later one
+    unless all start at 0 (``prefill_kv_tokens == prefill_tokens``)."""
     pt, ps = shape.prefill_tokens, shape.prefill_seqs
-    if not pt or not ps or shape.tokens <= fused_max_tokens:
+    if not pt or not ps or shape.tokens <= fused_max_tokens or shape.prefill_kv_tokens == pt:
         return 0.0
+    ft, fs = shape.prefill_fresh_tokens, shape.prefill_fresh_seqs
+    pt, ps = pt - ft, ps - fs
+    if ps <= 0 or pt <= 0:
+        return 0.0
+    f = ft / fs if fs else 0.0
     c = pt / ps
-    tri = ps * c * (c - 1.0) / 2.0
-    fresh = (not shape.decode_seqs and shape.prefill_kv_tokens == pt
-             and abs(shape.prefill_attn_pairs - ps * c * (c + 1.0) / 2.0) < 0.5)
-    return 0.0 if fresh else shape.prefill_attn_pairs + tri
+    return shape.prefill_attn_pairs - fs * f * (f + 1.0) / 2.0 + ps * c * (c - 1.0) / 2.0
 
 
 def rows_efficiency(table: dict[int, float], rows: np.ndarray) -> np.ndarray:

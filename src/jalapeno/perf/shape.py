@@ -48,6 +48,12 @@ class StepShape:
     decode_ctx_sum_window: int = 0
     #: number of decode sequences whose context is still below the window (their windowed ctx still grows)
     decode_below_window: int = 0
+    #: prefill chunks that start at position 0 (fresh prompts, nothing cached) and their tokens: the CPU torch
+    #: backend runs them on the causal flash path even beside decode rows (``perf.model.masked_prefill_pairs``);
+    #: 0 when not counted (a step whose every chunk starts at 0 is still known fresh: ``prefill_kv_tokens`` equals
+    #: ``prefill_tokens``)
+    prefill_fresh_tokens: int = 0
+    prefill_fresh_seqs: int = 0
 
     @property
     def tokens(self) -> int:
@@ -57,7 +63,8 @@ class StepShape:
     def of(
         cls, prefill_tokens: int, prefill_seqs: int, prefill_attn_pairs: float, prefill_attn_pairs_window: float,
         prefill_kv_tokens: int, prefill_kv_tokens_window: int, decode_seqs: int, decode_tokens: int,
-        decode_ctx_sum: int, decode_ctx_sum_window: int, decode_below_window: int,
+        decode_ctx_sum: int, decode_ctx_sum_window: int, decode_below_window: int, prefill_fresh_tokens: int = 0,
+        prefill_fresh_seqs: int = 0,
     ) -> "StepShape":
         """``StepShape(...)`` with every field given, in field order, ≈ 4× cheaper: the frozen dataclass's
         ``__init__`` sets each field through ``object.__setattr__``; this writes the new instance's dict
@@ -76,6 +83,8 @@ class StepShape:
         d["decode_ctx_sum"] = decode_ctx_sum
         d["decode_ctx_sum_window"] = decode_ctx_sum_window
         d["decode_below_window"] = decode_below_window
+        d["prefill_fresh_tokens"] = prefill_fresh_tokens
+        d["prefill_fresh_seqs"] = prefill_fresh_seqs
         return s
 
     @classmethod
@@ -88,11 +97,14 @@ class StepShape:
     ) -> "StepShape":
         """``prefill``: (chunk_len, prefix_len) per prefill chunk; ``decode_ctx``: context length per decode
         sequence *including* the token being decoded; ``window``: sliding window of the model (or None)."""
-        pt = ps = pkv = pkvw = 0
+        pt = ps = pkv = pkvw = ft = fs = 0
         pp = ppw = 0.0
         for chunk, prefix in prefill:
             pt += chunk
             ps += 1
+            if not prefix:
+                ft += chunk
+                fs += 1
             pp += _pairs(chunk, prefix, None)
             ppw += _pairs(chunk, prefix, window) if window else _pairs(chunk, prefix, None)
             pkv += prefix + chunk
@@ -118,4 +130,6 @@ class StepShape:
             decode_ctx_sum=dsum,
             decode_ctx_sum_window=dsw,
             decode_below_window=below,
+            prefill_fresh_tokens=ft,
+            prefill_fresh_seqs=fs,
         )

@@ -236,7 +236,7 @@ class SimBackend(Backend):
         second step's decode context sums (``next_*``)."""
         window = self.window
         per = 1 + self.k
-        prefill_tokens = prefill_seqs = prefill_kv = prefill_kv_window = 0
+        prefill_tokens = prefill_seqs = prefill_kv = prefill_kv_window = fresh_tokens = fresh_seqs = 0
         prefill_pairs = prefill_pairs_window = 0.0
         decode_seqs = decode_tokens = decode_ctx = decode_ctx_window = decode_below = 0
         next_ctx = next_ctx_window = next_below = 0
@@ -279,6 +279,9 @@ class SimBackend(Backend):
                 prefix = c.start
                 prefill_tokens += n
                 prefill_seqs += 1
+                if not prefix:
+                    fresh_tokens += n
+                    fresh_seqs += 1
                 full = _pairs(n, prefix, None)
                 prefill_pairs += full
                 prefill_pairs_window += _pairs(n, prefix, window) if window else full
@@ -297,7 +300,8 @@ class SimBackend(Backend):
             decode_ctx_window = decode_ctx
             next_ctx_window = next_ctx
         first = StepShape.of(prefill_tokens, prefill_seqs, prefill_pairs, prefill_pairs_window, prefill_kv,
-                             prefill_kv_window, decode_seqs, decode_tokens, decode_ctx, decode_ctx_window, decode_below)
+                             prefill_kv_window, decode_seqs, decode_tokens, decode_ctx, decode_ctx_window, decode_below,
+                             fresh_tokens, fresh_seqs)
         if not (multi and prefill_tokens):  # a decode-only multi-step batch is priced from its first shape alone
             return first, None
         b = len(batch.chunks)
@@ -323,6 +327,8 @@ class SimBackend(Backend):
             prefill_attn_pairs_window=shape.prefill_attn_pairs_window,
             prefill_kv_tokens=shape.prefill_kv_tokens,
             prefill_kv_tokens_window=shape.prefill_kv_tokens_window,
+            prefill_fresh_tokens=shape.prefill_fresh_tokens,
+            prefill_fresh_seqs=shape.prefill_fresh_seqs,
         )
         t = np.zeros(steps)
         e = np.zeros(steps)

@@ -83,22 +83,32 @@ class StepMetadata:
             self._masks[window] = m[:, None]
         return self._masks[window]
 
-    def groups(self) -> list[tuple[torch.Tensor, "StepMetadata"]]:
-        """The step's sequences grouped by query length, each group as (its flat query rows ``[n]``, its own
-        metadata): attention group by group pads no query. Without it a mixed step pads every decode row of one
-        query to the longest prefill chunk (7 decode rows beside a 512-token prompt: 8 x 512 queries over the
-        longest context, ~18x the attention the step needs). Built once per step, shared by every layer."""
+    @property
+    def mixed_starts(self) -> bool:
+        """Prefill chunks of equal length that start at different positions (a fresh prompt beside a later chunk,
+        or later chunks after different prefixes): :func:`paged_attention` splits them (:meth:`groups`) so each
+        group runs causally (fresh prompts on their own K/V, later chunks over their gathered context)."""
+        return self.max_q > 1 and len(set(self.starts)) > 1
+
+    def groups(self) -> list[tuple[torch.Tensor | slice, "StepMetadata"]]:
+        """The step's sequences grouped by query length, and prefill chunks also by their first position (fresh
+        prompts from 0: nothing cached, so :func:`paged_attention` runs them causally on the step's own K/V; later
+        chunks after the same prefix: causally over their gathered context), each group as (its flat query rows, a
+        ``slice`` when they are consecutive else an index tensor ``[n]``; its own metadata): attention group by
+        group pads no query. Without it a mixed step pads every decode row of one query to the longest prefill
+        chunk (7 decode rows beside a 512-token prompt: 8 x 512 queries over the longest context, ~18x the
+        attention the step needs). Built once per step, shared by every layer."""
         if not self._groups:
             offsets = [0]
             for n in self.query_lens:
                 offsets.append(offsets[-1] + n)
-            by_len: dict[int, list[int]] = {}
+            by_kind: dict[tuple[int, int], list[int]] = {}
             for i, n in enumerate(self.query_lens):
-                by_len.setdefault(n, []).append(i)
-            self._groups = [self._subset(seqs, offsets) for seqs in by_len.values()]
+                by_kind.setdefault((n, self.starts[i] if n > 1 else -1), []).append(i)
+            self._groups = [self._subset(seqs, offsets) for seqs in by_kind.values()]
         return self._groups
 
-    def _subset(self, seqs: list[int], offsets: list[int]) -> tuple[torch.Tensor, "StepMetadata"]:
+    def _subset(self, seqs: list[int], offsets: list[int]) -> tuple[torch.Tensor | slice, "StepMetadata"]:
         """Flat query rows and metadata of sequences ``seqs`` (equal query lengths: no padding)."""
         dev = self.gather_slots.device
         rows = torch.cat([torch.arange(offsets[i], offsets[i + 1]) for i in seqs]).to(dev)
@@ -111,6 +121,8 @@ class StepMetadata:
             pad_index=None, max_q=self.query_lens[seqs[0]], block_size=self.block_size,
             starts=[self.starts[i] for i in seqs], contexts=ctx,
         )
+        if seqs == list(range(seqs[0], seqs[-1] + 1)):  # consecutive sequences: a view, no copy of q/k/v rows
+            return slice(offsets[seqs[0]], offsets[seqs[-1] + 1]), sub
         return rows, sub
 
     @staticmethod
@@ -172,7 +184,10 @@ def paged_attention(
     per head to the softmax denominator (GPT-OSS). Dispatches to the Triton kernel for CUDA decode.
     ``new_kv``: the step's own keys and values ``[T, kv_heads, D|Dv]`` (already written to the cache); when the
     step is :attr:`StepMetadata.is_fresh` prompts they are the whole context, and attention runs causally on
-    them directly (:func:`fresh_prefill_attention`).
+    them directly (:func:`fresh_prefill_attention`). A mixed step runs group by group (:func:`grouped_attention`):
+    fresh prompts so, equal later chunks after one prefix causally over their gathered context
+    (:func:`later_chunk_attention`, float32 CPU), decode rows and everything else on the masked path
+    (:func:`paged_attention_ref`; sinks, a window shorter than the context, other dtypes and devices).
     """
     if q.is_cuda and meta.is_decode:
         from jalapeno.kernels.paged_attention import paged_decode
@@ -181,8 +196,12 @@ def paged_attention(
     if new_kv is not None and sinks is None and meta.max_q > 1 and meta.is_fresh:
         if window is None or meta.max_q <= window:  # the window reaches back past position 0: plain causal
             return fresh_prefill_attention(q, new_kv[0], new_kv[1], len(meta.starts), scale)
-    if meta.pad_index is not None:  # mixed query lengths (decode rows beside a prefill chunk): no padding
-        return grouped_attention(q, k_cache, v_cache, meta, scale, window, sinks)
+    if meta.pad_index is not None or meta.mixed_starts:  # mixed query lengths or starts: group by group
+        return grouped_attention(q, k_cache, v_cache, meta, scale, window, sinks, new_kv)
+    if sinks is None and meta.max_q > 1 and meta.starts[0] and (window is None or meta.contexts[0] <= window):
+        out = later_chunk_attention(q, k_cache, v_cache, meta, scale)  # equal chunks after equal prefixes
+        if out is not None:
+            return out
     return paged_attention_ref(q, k_cache, v_cache, meta, scale, window, sinks)
 
 
@@ -202,6 +221,23 @@ def fresh_prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b
     return out.transpose(1, 2).reshape(t, h, v.shape[-1])
 
 
+def later_chunk_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: StepMetadata, scale: float
+) -> torch.Tensor | None:
+    """Causal attention of equal later chunks (each ``max_q`` queries after the same ``starts[0]`` cached tokens)
+    over their whole context gathered through the block table, by the C flash kernel with a key offset: the blocks
+    above the diagonal are skipped and no ``[chunk, context]`` mask or score matrix is built (the masked SDPA of
+    :func:`paged_attention_ref` computes the whole rectangle). None where the kernel does not run (float64/bf16,
+    CUDA, no compiler): the caller takes the masked path."""
+    from jalapeno.backends.torch.elementwise import causal_attention as kernel
+
+    if q.device.type != "cpu" or q.dtype != torch.float32:
+        return None
+    k = _gather(k_cache, meta)  # [B, prefix + chunk, kvh, D]: every context equally long
+    v = _gather(v_cache, meta)
+    return kernel(q, k.flatten(0, 1), v.flatten(0, 1), len(meta.starts), scale, prefix=meta.starts[0])
+
+
 def grouped_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -210,14 +246,26 @@ def grouped_attention(
     scale: float,
     window: int | None = None,
     sinks: torch.Tensor | None = None,
+    new_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """:func:`paged_attention` of a step with mixed query lengths, one :meth:`StepMetadata.groups` group at a
-    time (the decode rows together, each prefill chunk length alone), so no query is padded to the longest."""
-    parts = [(rows, paged_attention(q[rows], k_cache, v_cache, sub, scale, window, sinks))
-             for rows, sub in meta.groups()]
+    """:func:`paged_attention` of a step with mixed query lengths or starts, one :meth:`StepMetadata.groups` group
+    at a time (the decode rows together, prefill chunks by length and first position), so no query is padded to
+    the longest. A group of fresh prompts (from position 0, equal lengths) gets its own rows of ``new_kv`` and so
+    runs causally on them (:func:`fresh_prefill_attention`, the path a step of fresh prompts alone takes: no cache
+    gather, no ``[chunk, context]`` mask); a group of later chunks runs :func:`later_chunk_attention` over its
+    gathered context; decode rows keep the paged path."""
+    parts = []
+    for rows, sub in meta.groups():
+        kv = None
+        if new_kv is not None and sub.max_q > 1 and not any(sub.starts):
+            kv = (new_kv[0][rows], new_kv[1][rows])
+        parts.append((rows, paged_attention(q[rows], k_cache, v_cache, sub, scale, window, sinks, kv)))
     out = parts[0][1].new_empty(q.shape[0], *parts[0][1].shape[1:])
     for rows, o in parts:
-        out.index_copy_(0, rows, o)
+        if isinstance(rows, slice):
+            out[rows] = o
+        else:
+            out.index_copy_(0, rows, o)
     return out
 
 

@@ -62,7 +62,7 @@ def _library() -> ctypes.CDLL | None:
     lib.jal_rope_store.argtypes = [_P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT]
     for fn in (lib.jal_add_rmsnorm, lib.jal_silu_mul, lib.jal_rope_store):
         fn.restype = None
-    lib.jal_causal_attention.argtypes = [_P, _P, _P, _P, *[_I64] * 9, _F, _INT]
+    lib.jal_causal_attention.argtypes = [_P, _P, _P, _P, *[_I64] * 9, _F, _INT, _I64]
     lib.jal_causal_attention.restype = _INT
     return lib
 
@@ -151,17 +151,20 @@ def rope_store(
     return True
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: int, scale: float) -> torch.Tensor | None:
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: int, scale: float,
+                     prefix: int = 0) -> torch.Tensor | None:
     """Causal attention of ``b`` equal-length prompts fed from position 0 over their own keys, GQA: ``q [T, H,
     D]``, ``k [T, kvh, D]``, ``v [T, kvh, Dv]`` (rows may be strided views of one fused q/k/v output) ->
     ``[T, H, Dv]``, by the C flash-attention kernel (``jal_causal_attention``: the query heads that share a KV head
     stacked into one tile, blocks above the diagonal skipped); None when the kernel does not apply (the caller
-    runs SDPA)."""
+    runs SDPA). ``prefix`` > 0: each prompt's ``T / b`` queries are a later chunk after ``prefix`` cached tokens, and
+    ``k``/``v`` hold ``b (prefix + T / b)`` rows (each sequence's whole context, the chunk's own keys last): query
+    ``i`` sees keys ``0 .. prefix + i``."""
     t, h, d = q.shape
     kvh, dv = k.shape[1], v.shape[-1]
     if (
-        t == 0 or b < 1 or t % b or kvh == 0 or h % kvh or k.shape != (t, kvh, d) or v.shape[:2] != (t, kvh)
-        or not _enabled.get() or not _rows(q, k, v)
+        t == 0 or b < 1 or t % b or prefix < 0 or kvh == 0 or h % kvh or k.shape != (t + b * prefix, kvh, d)
+        or v.shape[:2] != (t + b * prefix, kvh) or not _enabled.get() or not _rows(q, k, v)
         or torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
     ):
         return None
@@ -170,5 +173,5 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: int, 
         return None
     out = q.new_empty(t, h, dv)
     rc = lib.jal_causal_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), b, t // b, h, kvh, d,
-                                  dv, q.stride(0), k.stride(0), v.stride(0), scale, torch.get_num_threads())
+                                  dv, q.stride(0), k.stride(0), v.stride(0), scale, torch.get_num_threads(), prefix)
     return out if rc == 0 else None

@@ -1048,7 +1048,10 @@ def _main() -> None:
               f"({len(everything)} points)")
     admitted = admitted_check(points, args.hardware, trace, args.write_chip) if trace is not None and points else None
     chip = admitted.pop("chip") if admitted is not None else args.hardware
-    drift = drift_report(everything, chip, trace if points else None) if args.drift_ref else None
+    drift = None
+    if args.drift_ref:  # this run's points against its trace; without one (or all resumed) every point, released together
+        drift = (drift_report(points, chip, trace) if trace is not None and points
+                 else drift_report(everything, args.hardware, None))
     if args.out:
         args.out.write_text(json.dumps({"device": args.device, "hardware": args.hardware, "points": everything,
                                         "summary": summary, "cpus": os.cpu_count(), "offline_decode_step_ms": offline,

@@ -581,13 +581,23 @@ def probe_samples(hardware) -> dict[str, list[float]]:
     return {drift_key(b, c): seconds[drift_key(b, c)] for b, c in DRIFT_SHAPES if drift_key(b, c) in seconds}
 
 
-def drift_ratio(d: dict, ref_stat: str = "median", probe_stat: str = "min") -> float | None:
-    """A point's drift ratio: over the reference's shapes, the geometric mean of (the reference before and after the
+def drift_keys(conc: int, isl: int) -> list[str]:
+    """The reference step that matches a point's decode steps: batch 1 at c = 1, else batch 8 (the reference's
+    largest), at the reference's context nearest the point's ISL."""
+    ctx = min({c for _, c in DRIFT_SHAPES}, key=lambda c: abs(c - isl))
+    return [drift_key(1 if conc == 1 else max(b for b, _ in DRIFT_SHAPES), ctx)]
+
+
+def drift_ratio(d: dict, ref_stat: str = "median", probe_stat: str = "min",
+                keys: list[str] | None = None) -> float | None:
+    """A point's drift ratio: over the reference's shapes (or only ``keys``), the geometric mean of (the reference before and after the
     point, its samples pooled, by ``ref_stat``) / (the probe's samples of the same step by ``probe_stat``); ``min``
     or ``median``. >1: the machine is slower now than the chip as probed. None without both sides."""
     stat = {"min": np.min, "median": np.median}
     logs = []
     for key, probe in (d.get("probe") or {}).items():
+        if keys is not None and key not in keys:
+            continue
         ref = [x for side in ("before", "after") for x in ((d.get(side) or {}).get("seconds") or {}).get(key, [])]
         if ref and probe:
             logs.append(np.log(stat[ref_stat](ref) / stat[probe_stat](probe)))
@@ -632,8 +642,9 @@ def decode_measured_over_priced(p: dict, steps: list, records: list, cm, max_num
 def drift_report(points: list[dict], hardware, trace: Path | None, max_num_seqs: int | None = None) -> dict | None:
     """Points measured with ``--drift-ref``: each point's drift (reference now / probe, the probe's min and median)
     against its served decode steps measured / priced (with the trace), then every point simulated twice — on
-    ``hardware`` as probed (raw) and on it scaled by the point's own drift ratio (:func:`drift_scaled_chip`, the
-    reference's median over the probe's min: the chip's figure) — with the first wave as the served engine admitted
+    ``hardware`` as probed (raw) and on it scaled by the point's own drift ratio (:func:`drift_scaled_chip`: the
+    reference's median over the probe's min, the chip's figure, of the step that matches the point,
+    :func:`drift_keys`) — with the first wave as the served engine admitted
     it when there is a trace; prints both summaries and returns them."""
     pts = [p for p in points if drift_ratio(p.get("drift") or {}) is not None]
     if not pts:
@@ -655,11 +666,14 @@ def drift_report(points: list[dict], hardware, trace: Path | None, max_num_seqs:
     rows = []
     for p in pts:
         d = p["drift"]
-        k = drift_ratio(d)
+        keys = drift_keys(int(p["concurrency"]), int(p["isl"]))
+        k = drift_ratio(d, keys=keys)
         row = {"concurrency": p["concurrency"], "isl": p["isl"], "osl": p["osl"], "ratio": k,
-               "ratio_median_median": drift_ratio(d, "median", "median"), "ratio_min_min": drift_ratio(d, "min", "min"),
+               "matched": keys, "ratio_all_shapes": drift_ratio(d),
+               "ratio_median_median": drift_ratio(d, "median", "median", keys),
+               "ratio_min_min": drift_ratio(d, "min", "min", keys),
                "before_after": drift_ratio({"probe": ((d.get("before") or {}).get("seconds") or {}),
-                                            "after": d.get("after")}, "median", "median"),
+                                            "after": d.get("after")}, "median", "median", keys),
                "decode_measured_over_priced": None}
         if steps is not None and records:
             try:
@@ -672,7 +686,8 @@ def drift_report(points: list[dict], hardware, trace: Path | None, max_num_seqs:
         row["corrected"] = {m: fixed[m] for m in METRICS}
         rows.append(row)
         mp = row["decode_measured_over_priced"]
-        print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} drift: reference / probe {k:.3f} (median/min; "
+        print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} drift: reference / probe {k:.3f} (median/min of "
+              f"{row['matched'][0].split(' decode ')[1]}; every shape {row['ratio_all_shapes']:.3f}; "
               f"median/median {row['ratio_median_median']:.3f}, min/min {row['ratio_min_min']:.3f}; after / before "
               f"{row['before_after']:.3f})" + (f"; served decode steps measured / priced {mp:.3f} "
                                                f"(/ drift {mp / k:.3f})" if mp else ""))
@@ -731,9 +746,10 @@ def run_points(args: argparse.Namespace, grid: dict[str, list[int]], todo: list[
             row = "  ".join(f"{m} {p[m]['measured'] or 0:.1f}/{p[m]['simulated'] or 0:.1f}" for m in METRICS)
             print(f"[{k}/{len(todo)}] c={conc} isl={isl} osl={osl} (load {load0:.1f}, {p['wall_s']:.0f} s) "
                   f"measured/sim: {row}", flush=True)
-            k_drift = drift_ratio(p.get("drift") or {})
+            k_drift = drift_ratio(p.get("drift") or {}, keys=drift_keys(conc, isl))
             if k_drift is not None:
-                print(f"  drift reference before / after the point vs the probe (median / min): {k_drift:.3f}", flush=True)
+                print(f"  drift: the reference's matching step before / after the point over the probe's (median / "
+                      f"min): {k_drift:.3f}", flush=True)
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -32,6 +32,14 @@ def test_the_drift_ratio_is_the_geometric_mean_of_reference_over_probe(sve) -> N
     assert sve.drift_ratio({"probe": d["probe"]}) is None and sve.drift_ratio({}) is None
 
 
+def test_each_point_is_matched_to_the_reference_step_of_its_batch_and_context(sve) -> None:
+    """c = 1 decodes one row: batch 1; c = 4-32 decode several: batch 8, the reference's largest; ISL 128 decodes at
+    128-192 keys: context 129; ISL 512 and 2048: 577, the reference's nearest."""
+    assert sve.drift_keys(1, 128) == [sve.drift_key(1, 129)]
+    assert sve.drift_keys(8, 512) == [sve.drift_key(8, 577)]
+    assert sve.drift_keys(32, 2048) == [sve.drift_key(8, 577)]
+
+
 @pytest.mark.parametrize("k", [0.8, 1.3])
 def test_the_scaled_chip_prices_every_step_k_times_longer(sve, k: float) -> None:
     """Decode at batch 1 / 8 / 32 and short / long contexts, prefills of 128 and 512 tokens and a prefill beside
@@ -57,10 +65,12 @@ def test_a_recorded_point_drift_corrected_takes_the_ratio_in_its_tpot(sve) -> No
     """The quiet 14:20 c = 1 ISL 512 point with a reference 20 % slower than the probe: its simulated TPOT (decode
     steps only) corrected is 1.2 x raw, raw is the point simulated on the chip as probed."""
     p = json.loads(RESULT.read_text().splitlines()[0])
-    p["drift"] = {"probe": {"s": [1.0, 1.1]}, "before": {"seconds": {"s": [1.2]}}, "after": {"seconds": {"s": [1.2]}}}
+    key, other = sve.drift_keys(p["concurrency"], p["isl"])[0], sve.drift_key(8, 129)
+    p["drift"] = {"probe": {key: [1.0, 1.1], other: [1.0]}, "before": {"seconds": {key: [1.2], other: [3.0]}},
+                  "after": {"seconds": {key: [1.2], other: [3.0]}}}  # the point's own step 1.2x, another 3x
     got = sve.drift_report([p], str(CHIP), None)
     row = got["points"][0]
-    assert row["ratio"] == pytest.approx(1.2)
+    assert row["ratio"] == pytest.approx(1.2) and row["ratio_all_shapes"] == pytest.approx(np.sqrt(1.2 * 3.0))
     assert row["raw"]["TPOT"]["simulated"] == pytest.approx(sve.resimulate([p], str(CHIP))[0]["TPOT"]["simulated"])
     assert row["corrected"]["TPOT"]["simulated"] == pytest.approx(1.2 * row["raw"]["TPOT"]["simulated"], rel=2e-3)
     assert set(got["raw"]) == set(got["corrected"]) == set(sve.METRICS)

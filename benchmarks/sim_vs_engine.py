@@ -523,6 +523,9 @@ def pending(todo: list[tuple[int, int, int]], done: list[dict], per_slot: int, m
 #: steps), (batch, keys) pairs; and its rounds (each round calls every shape once: ~0.2 s a round)
 DRIFT_SHAPES = ((1, 129), (8, 129), (1, 577), (8, 577))
 DRIFT_ROUNDS = (7, 7)
+#: the reference after a point over the one before it, outside which the machine's state changed across the point
+#: (other work started or stopped): the point's correction is flagged, and summarised apart
+DRIFT_STABLE = (0.87, 1.15)
 
 
 def drift_key(b: int, ctx: int) -> str:
@@ -684,13 +687,16 @@ def drift_report(points: list[dict], hardware, trace: Path | None, max_num_seqs:
         fixed = resimulate([p], drift_scaled_chip(spec, k), trace)[0]
         row["raw"] = {m: raw[m] for m in METRICS}
         row["corrected"] = {m: fixed[m] for m in METRICS}
+        ba = row["before_after"]
+        row["stable"] = ba is not None and DRIFT_STABLE[0] <= ba <= DRIFT_STABLE[1]
         rows.append(row)
         mp = row["decode_measured_over_priced"]
         print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} drift: reference / probe {k:.3f} (median/min of "
               f"{row['matched'][0].split(' decode ')[1]}; every shape {row['ratio_all_shapes']:.3f}; "
               f"median/median {row['ratio_median_median']:.3f}, min/min {row['ratio_min_min']:.3f}; after / before "
               f"{row['before_after']:.3f})" + (f"; served decode steps measured / priced {mp:.3f} "
-                                               f"(/ drift {mp / k:.3f})" if mp else ""))
+                                               f"(/ drift {mp / k:.3f})" if mp else "")
+              + ("" if row["stable"] else "; UNSTABLE: the machine's state changed across the point"))
         print("  measured/raw/drift-corrected: " + "  ".join(
             f"{m} {raw[m]['measured'] or 0:.1f}/{raw[m]['simulated'] or 0:.1f}/{fixed[m]['simulated'] or 0:.1f}"
             for m in METRICS))
@@ -700,6 +706,13 @@ def drift_report(points: list[dict], hardware, trace: Path | None, max_num_seqs:
         print(f"{name:>10}: median / worst |error| raw (the chip as probed) {raw_s[name]['median_pct']:.1f} / "
               f"{raw_s[name]['worst_pct']:.1f} %, drift-corrected {fix_s[name]['median_pct']:.1f} / "
               f"{fix_s[name]['worst_pct']:.1f} % ({len(rows)} points)")
+    stable = [r for r in rows if r["stable"]]
+    if stable and len(stable) < len(rows):
+        raw_k, fix_k = summarise([r["raw"] for r in stable]), summarise([r["corrected"] for r in stable])
+        for name in METRICS:
+            print(f"{name:>10}: the {len(stable)} points with a stable reference (after / before in {DRIFT_STABLE[0]}-"
+                  f"{DRIFT_STABLE[1]}): raw {raw_k[name]['median_pct']:.1f} / {raw_k[name]['worst_pct']:.1f} %, "
+                  f"drift-corrected {fix_k[name]['median_pct']:.1f} / {fix_k[name]['worst_pct']:.1f} %")
     return {"points": rows, "raw": raw_s, "corrected": fix_s}
 
 

@@ -17,6 +17,10 @@
 # served and simulated lined up step for step (`--lineup`: TTFT split into front end / wait for a step / prefill,
 # the prefill groups that agree, the served steps priced by kind). Estimated (the 17:50 probe): about 7 min for the
 # grid (GRID=full: 26 min), + 3.5 min with --probe; a slower machine state takes up to 2x.
+# The drift reference (`--drift-ref`, on unless DRIFT_REF=0; fourteenth session): before and after every point the
+# served model's decode step at batch 1 and 8 is timed in a process of its own (~5-10 s each) against the probe's
+# samples of the same steps (local.samples.json, copied to $OUT), and every point is reported raw and drift-corrected
+# (the chip scaled by that point's reference / probe ratio). CONC / ISL override the grid's concurrencies / ISLs.
 set -eo pipefail
 OUT=${OUT:-grid-check-out}
 OSL=64
@@ -29,8 +33,12 @@ if [ "$1" = "--probe" ] || [ ! -f "$CHIP" ]; then
     jalapeno calibrate --probe "$CHIP" 2>&1 | tee "$OUT/calibrate.txt"
 fi
 cp "$CHIP" "$OUT/local.yaml"
-python benchmarks/sim_vs_engine.py --concurrency 1,4,8,16,32 --isl 128,512 --osl "$OSL" --random-range-ratio 0.8 \
-    --step-trace "$OUT/trace" --out "$OUT/grid.json" --write-chip "$OUT/local_front_end.yaml" 2>&1 | tee "$OUT/grid.txt"
+cp "${CHIP%.yaml}.samples.json" "$OUT/local.samples.json"  # the probe's every sample (a later probe overwrites it)
+DRIFT=--drift-ref
+[ "$DRIFT_REF" = "0" ] && DRIFT=
+python benchmarks/sim_vs_engine.py --concurrency "${CONC:-1,4,8,16,32}" --isl "${ISL:-128,512}" --osl "$OSL" \
+    --random-range-ratio 0.8 $DRIFT --step-trace "$OUT/trace" --out "$OUT/grid.json" \
+    --write-chip "$OUT/local_front_end.yaml" 2>&1 | tee "$OUT/grid.txt"
 python benchmarks/sim_vs_engine.py --resimulate "$OUT/grid.json" --lineup "$OUT/trace/served.jsonl" \
     --hardware "$OUT/local_front_end.yaml" 2>&1 | tee "$OUT/lineup.txt"
 uptime | tee -a "$OUT/uptime.txt"

@@ -518,6 +518,204 @@ def pending(todo: list[tuple[int, int, int]], done: list[dict], per_slot: int, m
             if (c, i, o, num_prompts(c, per_slot, minimum), hardware, device) not in have]
 
 
+#: the drift reference (issue 16, fourteenth session): the served model's fused decode step at batch 1 and 8, at the
+#: keys of the closed loop's ISL 128 and 512 (both in the probe's LONG_CONTEXTS, so the probe timed the very same
+#: steps), (batch, keys) pairs; and its rounds (each round calls every shape once: ~0.2 s a round)
+DRIFT_SHAPES = ((1, 129), (8, 129), (1, 577), (8, 577))
+DRIFT_ROUNDS = (7, 7)
+#: the reference after a point over the one before it, outside which the machine's state changed across the point
+#: (other work started or stopped): the point's correction is flagged, and summarised apart
+DRIFT_STABLE = (0.87, 1.15)
+
+
+def drift_key(b: int, ctx: int) -> str:
+    """The probe's samples key of the served model's decode step (``local.samples.json``)."""
+    from jalapeno.hardware.probe import SERVED_MODEL
+
+    return f"{SERVED_MODEL} decode b{b} ctx{ctx}"
+
+
+def drift_child(threads: int | None) -> None:
+    """``--drift-ref-child``: in a process of its own, with the server's thread settings (the OpenMP policy
+    ``jalapeno serve`` sets, the probed thread count or ``threads``), time DRIFT_SHAPES on a random-weight model of
+    the served model's shape exactly as the probe does (:func:`jalapeno.hardware.probe.context_steps`) and print
+    one JSON line: every round's seconds by probe key."""
+    from jalapeno.hardware.threads import apply_thread_policy
+
+    policy = apply_thread_policy(serving=True)  # before torch loads, as `serve` does
+    import torch
+
+    from jalapeno.hardware.probe import SERVED_MODEL, context_steps, local_execution, random_model
+    from jalapeno.models.catalog import load_model
+
+    ex = local_execution()
+    torch.set_num_threads(threads if threads is not None else ex.threads if ex is not None else torch.get_num_threads())
+    loaded = random_model(load_model(SERVED_MODEL), "cpu")
+    got = context_steps(loaded, 0.0, DRIFT_ROUNDS, DRIFT_SHAPES)
+    print(json.dumps({"threads": torch.get_num_threads(), "policy": policy,
+                      "seconds": {drift_key(b, c): v for (b, c), v in got.items()}}))
+
+
+def drift_reference(threads: int | None = None) -> dict:
+    """One drift reference (:func:`drift_child` in a fresh process): its samples, the UTC time, load and wall s."""
+    load, t0 = os.getloadavg()[0], time.perf_counter()
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--drift-ref-child"]
+    cmd += ["--threads", str(threads)] if threads is not None else []
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise ConfigError("the drift reference failed: " + (out.stderr.strip().splitlines() or ["no output"])[-1])
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got.update(utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), load=load, wall_s=time.perf_counter() - t0)
+    return got
+
+
+def probe_samples(hardware) -> dict[str, list[float]]:
+    """The probe's own samples of the drift reference's steps: ``local.samples.json`` beside the chip YAML
+    (``--hardware`` a YAML path: ``<stem>.samples.json`` beside it), {} when there is none."""
+    from jalapeno.hardware.catalog import default_probe_dir
+
+    if isinstance(hardware, str) and hardware.endswith((".yaml", ".yml")):
+        path = Path(hardware).with_name(Path(hardware).stem + ".samples.json")
+    else:
+        path = default_probe_dir() / f"{hardware}.samples.json"
+    if not isinstance(hardware, str) or not path.is_file():
+        return {}
+    seconds = json.loads(path.read_text()).get("seconds", {})
+    return {drift_key(b, c): seconds[drift_key(b, c)] for b, c in DRIFT_SHAPES if drift_key(b, c) in seconds}
+
+
+def drift_keys(conc: int, isl: int) -> list[str]:
+    """The reference step that matches a point's decode steps: batch 1 at c = 1, else batch 8 (the reference's
+    largest), at the reference's context nearest the point's ISL."""
+    ctx = min({c for _, c in DRIFT_SHAPES}, key=lambda c: abs(c - isl))
+    return [drift_key(1 if conc == 1 else max(b for b, _ in DRIFT_SHAPES), ctx)]
+
+
+def drift_ratio(d: dict, ref_stat: str = "median", probe_stat: str = "min",
+                keys: list[str] | None = None) -> float | None:
+    """A point's drift ratio: over the reference's shapes (or only ``keys``), the geometric mean of (the reference before and after the
+    point, its samples pooled, by ``ref_stat``) / (the probe's samples of the same step by ``probe_stat``); ``min``
+    or ``median``. >1: the machine is slower now than the chip as probed. None without both sides."""
+    stat = {"min": np.min, "median": np.median}
+    logs = []
+    for key, probe in (d.get("probe") or {}).items():
+        if keys is not None and key not in keys:
+            continue
+        ref = [x for side in ("before", "after") for x in ((d.get(side) or {}).get("seconds") or {}).get(key, [])]
+        if ref and probe:
+            logs.append(np.log(stat[ref_stat](ref) / stat[probe_stat](probe)))
+    return float(np.exp(np.mean(logs))) if logs else None
+
+
+def drift_scaled_chip(spec, k: float):
+    """The chip ``spec`` running ``k`` times slower (the drift correction): its compute peaks and memory bandwidths
+    divided by ``k``, its per-step fixed times (efficiency ``*_us`` / ``*_ns`` / ``*_ps_per_byte`` terms but the
+    serving front end's ``request_overhead_*``, the chip's kernel launch) times ``k``: every priced step ``k`` times
+    longer; the front end (not a step) unchanged."""
+    from jalapeno.hardware.catalog import get_chip
+
+    spec = chip_arg(spec)
+    spec = get_chip(spec) if isinstance(spec, str) else spec
+
+    def fact(f, mult):
+        return f if f is None or f.value is None else f.model_copy(update={"value": float(f.value) * mult})
+
+    eff = spec.efficiency
+    times = {name: getattr(eff, name) * k for name in type(eff).model_fields
+             if any(t in name for t in ("_us", "_ns", "_ps_per")) and not name.startswith(("request_", "framework_"))
+             and isinstance(getattr(eff, name), float)}
+    return spec.model_copy(update={
+        "compute_tflops": {d: fact(f, 1.0 / k) for d, f in spec.compute_tflops.items()},
+        "memory": [lv.model_copy(update={"bandwidth_tbps": fact(lv.bandwidth_tbps, 1.0 / k)}) for lv in spec.memory],
+        "kernel_launch_us": fact(spec.kernel_launch_us, k),
+        "efficiency": eff.model_copy(update=times)})
+
+
+def decode_measured_over_priced(p: dict, steps: list, records: list, cm, max_num_seqs: int,
+                                panel_min_rows: int | None) -> float | None:
+    """A traced point's served decode-only steps (every batch) measured / priced on ``cm``
+    (:func:`jalapeno.bench.lineup.price_by_kind`, the line-up's per-kind rows summed): the model's decode error at
+    that point, drift included."""
+    rows = [r for r in lined_up_point(p, steps, records, cm, max_num_seqs, panel_min_rows)["priced"]
+            if r["kind"].startswith("decode")]
+    priced = sum(r["priced_s"] for r in rows)
+    return sum(r["measured_s"] for r in rows) / priced if priced > 0 else None
+
+
+def drift_report(points: list[dict], hardware, trace: Path | None, max_num_seqs: int | None = None) -> dict | None:
+    """Points measured with ``--drift-ref``: each point's drift (reference now / probe, the probe's min and median)
+    against its served decode steps measured / priced (with the trace), then every point simulated twice — on
+    ``hardware`` as probed (raw) and on it scaled by the point's own drift ratio (:func:`drift_scaled_chip`: the
+    reference's median over the probe's min, the chip's figure, of the step that matches the point,
+    :func:`drift_keys`) — with the first wave as the served engine admitted
+    it when there is a trace; prints both summaries and returns them."""
+    pts = [p for p in points if drift_ratio(p.get("drift") or {}) is not None]
+    if not pts:
+        return None
+    from jalapeno.hardware.catalog import get_chip
+    from jalapeno.sim import cost_model_for
+
+    spec = chip_arg(hardware)
+    spec = get_chip(spec) if isinstance(spec, str) else spec
+    steps = records = None
+    if trace is not None:
+        from jalapeno.server.step_trace import load_trace_requests
+
+        _, steps, records = load_trace_requests(trace)
+        cm = cost_model_for("smollm2-135m", spec, precision="fp32", kv="fp32")
+        ex = getattr(spec, "execution", None)
+        panel = int(ex.panel_min_rows.value) if ex is not None and ex.panel_min_rows is not None else None
+        seqs = max_num_seqs or max(int(p["concurrency"]) for p in points)
+    rows = []
+    for p in pts:
+        d = p["drift"]
+        keys = drift_keys(int(p["concurrency"]), int(p["isl"]))
+        k = drift_ratio(d, keys=keys)
+        row = {"concurrency": p["concurrency"], "isl": p["isl"], "osl": p["osl"], "ratio": k,
+               "matched": keys, "ratio_all_shapes": drift_ratio(d),
+               "ratio_median_median": drift_ratio(d, "median", "median", keys),
+               "ratio_min_min": drift_ratio(d, "min", "min", keys),
+               "before_after": drift_ratio({"probe": ((d.get("before") or {}).get("seconds") or {}),
+                                            "after": d.get("after")}, "median", "median", keys),
+               "decode_measured_over_priced": None}
+        if steps is not None and records:
+            try:
+                row["decode_measured_over_priced"] = decode_measured_over_priced(p, steps, records, cm, seqs, panel)
+            except ConfigError as exc:
+                print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']}: decode steps not lined up ({exc})")
+        raw = resimulate([p], spec, trace)[0]
+        fixed = resimulate([p], drift_scaled_chip(spec, k), trace)[0]
+        row["raw"] = {m: raw[m] for m in METRICS}
+        row["corrected"] = {m: fixed[m] for m in METRICS}
+        ba = row["before_after"]
+        row["stable"] = ba is not None and DRIFT_STABLE[0] <= ba <= DRIFT_STABLE[1]
+        rows.append(row)
+        mp = row["decode_measured_over_priced"]
+        print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} drift: reference / probe {k:.3f} (median/min of "
+              f"{row['matched'][0].split(' decode ')[1]}; every shape {row['ratio_all_shapes']:.3f}; "
+              f"median/median {row['ratio_median_median']:.3f}, min/min {row['ratio_min_min']:.3f}; after / before "
+              f"{row['before_after']:.3f})" + (f"; served decode steps measured / priced {mp:.3f} "
+                                               f"(/ drift {mp / k:.3f})" if mp else "")
+              + ("" if row["stable"] else "; UNSTABLE: the machine's state changed across the point"))
+        print("  measured/raw/drift-corrected: " + "  ".join(
+            f"{m} {raw[m]['measured'] or 0:.1f}/{raw[m]['simulated'] or 0:.1f}/{fixed[m]['simulated'] or 0:.1f}"
+            for m in METRICS))
+    raw_s = summarise([r["raw"] for r in rows])
+    fix_s = summarise([r["corrected"] for r in rows])
+    for name in METRICS:
+        print(f"{name:>10}: median / worst |error| raw (the chip as probed) {raw_s[name]['median_pct']:.1f} / "
+              f"{raw_s[name]['worst_pct']:.1f} %, drift-corrected {fix_s[name]['median_pct']:.1f} / "
+              f"{fix_s[name]['worst_pct']:.1f} % ({len(rows)} points)")
+    stable = [r for r in rows if r["stable"]]
+    if stable and len(stable) < len(rows):
+        raw_k, fix_k = summarise([r["raw"] for r in stable]), summarise([r["corrected"] for r in stable])
+        for name in METRICS:
+            print(f"{name:>10}: the {len(stable)} points with a stable reference (after / before in {DRIFT_STABLE[0]}-"
+                  f"{DRIFT_STABLE[1]}): raw {raw_k[name]['median_pct']:.1f} / {raw_k[name]['worst_pct']:.1f} %, "
+                  f"drift-corrected {fix_k[name]['median_pct']:.1f} / {fix_k[name]['worst_pct']:.1f} %")
+    return {"points": rows, "raw": raw_s, "corrected": fix_s}
+
+
 def summarise(points: list[dict]) -> dict[str, dict[str, float]]:
     """Median and worst |sim / measured - 1| per metric, in percent."""
     out = {}
@@ -540,6 +738,7 @@ def run_points(args: argparse.Namespace, grid: dict[str, list[int]], todo: list[
         for k, (conc, isl, osl) in enumerate(todo, 1):
             load0 = os.getloadavg()[0]
             n = num_prompts(conc, args.prompts_per_slot, args.min_prompts)
+            ref0 = drift_reference(args.threads) if args.drift_ref else None
             t0 = time.perf_counter()
             try:
                 p = bench_point(port, conc, isl, osl, n, args.hardware, args.random_range_ratio)
@@ -547,9 +746,12 @@ def run_points(args: argparse.Namespace, grid: dict[str, list[int]], todo: list[
                 print(f"c={conc} isl={isl} osl={osl}: bench failed (exit {exc.returncode}); left for the next run",
                       flush=True)
                 continue
+            wall = time.perf_counter() - t0
+            if args.drift_ref:
+                p["drift"] = {"before": ref0, "after": drift_reference(args.threads), "probe": args.probe_samples}
             p.update(concurrency=conc, isl=isl, osl=osl, prompts=n, range_ratio=args.random_range_ratio,
                      hardware=args.hardware, device=args.device,
-                     load_before=load0, load_after=os.getloadavg()[0], wall_s=time.perf_counter() - t0,
+                     load_before=load0, load_after=os.getloadavg()[0], wall_s=wall,
                      finished_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()))
             points.append(p)
             if sink is not None:
@@ -557,6 +759,10 @@ def run_points(args: argparse.Namespace, grid: dict[str, list[int]], todo: list[
             row = "  ".join(f"{m} {p[m]['measured'] or 0:.1f}/{p[m]['simulated'] or 0:.1f}" for m in METRICS)
             print(f"[{k}/{len(todo)}] c={conc} isl={isl} osl={osl} (load {load0:.1f}, {p['wall_s']:.0f} s) "
                   f"measured/sim: {row}", flush=True)
+            k_drift = drift_ratio(p.get("drift") or {}, keys=drift_keys(conc, isl))
+            if k_drift is not None:
+                print(f"  drift: the reference's matching step before / after the point over the probe's (median / "
+                      f"min): {k_drift:.3f}", flush=True)
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -606,7 +812,7 @@ def admitted_check(points: list[dict], hardware, trace: Path, write_chip: Path |
               f"{before[name]['worst_pct']:.1f} %, first wave as admitted {mid[name]['median_pct']:.1f} / "
               f"{mid[name]['worst_pct']:.1f} %" + (f", and the measured front end {now[name]['median_pct']:.1f} / "
                                                    f"{now[name]['worst_pct']:.1f} %" if ingest else ""))
-    return {"ingest": ingest, "admitted": admitted, "points": after, "summary": now}
+    return {"ingest": ingest, "admitted": admitted, "points": after, "summary": now, "chip": chip}
 
 
 def lined_up_point(p: dict, steps: list, records: list, cm, max_num_seqs: int, panel_min_rows: int | None = None) -> dict:
@@ -713,7 +919,8 @@ def run_resimulate(args: argparse.Namespace) -> None:
         if not args.release_trace.is_file():
             raise ConfigError(f"--release-trace {args.release_trace}: no such file; give the step trace "
                               "(served.jsonl) of the run --resimulate names")
-        admitted_check(prior, args.hardware, args.release_trace, args.write_chip)
+        got = admitted_check(prior, args.hardware, args.release_trace, args.write_chip)
+        drift_report(prior, got["chip"], args.release_trace, args.max_num_seqs)  # points recorded with --drift-ref
         return
     again = resimulate(prior, args.hardware, release=args.sim_release)
     for p in again:
@@ -789,11 +996,20 @@ def _main() -> None:
                          "this script serves)")
     ap.add_argument("--write-chip", type=Path, default=None, metavar="OUT.yaml",
                     help="with --release-trace or --step-trace: write the chip with the measured front-end latency")
+    ap.add_argument("--drift-ref", action="store_true",
+                    help="time the served model's decode step at batch 1 and 8 (a fresh process, the server's thread "
+                         "settings, ~2 s) before and after every point, against the probe's samples of the same "
+                         "steps (local.samples.json beside the chip), and report every point's errors raw and "
+                         "drift-corrected (the chip scaled by the point's reference / probe ratio)")
+    ap.add_argument("--drift-ref-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--price-steps", type=Path, default=None, metavar="TRACE",
                     help="only price every step of a recorded step trace whose requests all have one --isl and one "
                          "--osl, grouped by the path each step takes (decode / fresh prompts / mixed or later chunks), "
                          "on --hardware, and stop")
     args = ap.parse_args()
+    if args.drift_ref_child:
+        drift_child(args.threads)
+        return
     if args.price_steps is not None:
         print_priced_steps(args)
         return
@@ -823,6 +1039,10 @@ def _main() -> None:
         ap.error("--random-range-ratio must be in (0, 1]")
     if args.offline and args.step_trace is None:
         ap.error("--offline needs --step-trace DIR (where its traces go)")
+    args.probe_samples = probe_samples(args.hardware) if args.drift_ref else {}
+    if args.drift_ref and not args.probe_samples:
+        raise ConfigError(f"--drift-ref: no probe samples of the served model's decode steps for --hardware "
+                          f"{args.hardware} (local.samples.json, written by `jalapeno hardware probe`); probe first")
     sink = points_path(args.out) if args.out else None
     done = read_points(sink) if sink is not None else []
     kept = {point_key(p) for p in done}
@@ -856,10 +1076,16 @@ def _main() -> None:
         print(f"{name:>10}: median |error| {s['median_pct']:.1f}%, worst {s['worst_pct']:.1f}% "
               f"({len(everything)} points)")
     admitted = admitted_check(points, args.hardware, trace, args.write_chip) if trace is not None and points else None
+    chip = admitted.pop("chip") if admitted is not None else args.hardware
+    drift = None
+    if args.drift_ref:  # this run's points against its trace; without one (or all resumed) every point, released together
+        drift = (drift_report(points, chip, trace) if trace is not None and points
+                 else drift_report(everything, args.hardware, None))
     if args.out:
         args.out.write_text(json.dumps({"device": args.device, "hardware": args.hardware, "points": everything,
                                         "summary": summary, "cpus": os.cpu_count(), "offline_decode_step_ms": offline,
-                                        "threads": args.threads, "admitted": admitted}, indent=2) + "\n")
+                                        "threads": args.threads, "admitted": admitted, "drift": drift}, indent=2)
+                            + "\n")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -540,10 +540,11 @@ def robust_time(samples: list[float]) -> float:
     return min(samples)
 
 
-def context_steps(loaded: Any, budget_s: float,
-                  rounds: tuple[int, int] = LONG_ROUNDS) -> dict[tuple[int, int], list[float]]:
-    """The fused decode step of ``loaded`` at every LONG_CONTEXTS length by LONG_BATCHES batch, interleaved round by
-    round (:func:`interleaved_times`): (batch, context) -> wall seconds of every round."""
+def context_steps(loaded: Any, budget_s: float, rounds: tuple[int, int] = LONG_ROUNDS,
+                  shapes: Sequence[tuple[int, int]] | None = None) -> dict[tuple[int, int], list[float]]:
+    """The fused decode step of ``loaded`` at every LONG_CONTEXTS length by LONG_BATCHES batch (or only the
+    (batch, context) ``shapes`` given: the closed loop's drift reference), interleaved round by round
+    (:func:`interleaved_times`): (batch, context) -> wall seconds of every round."""
     import torch
 
     from jalapeno.backends.torch.attention import SeqSlice
@@ -560,7 +561,8 @@ def context_steps(loaded: Any, budget_s: float,
             return runner.forward(slices, [1] * b, list(range(b)))
         return run
 
-    fns = {(b, ctx): step(b, ctx) for b in LONG_BATCHES for ctx in LONG_CONTEXTS}
+    shapes = shapes or [(b, ctx) for b in LONG_BATCHES for ctx in LONG_CONTEXTS]
+    fns = {(b, ctx): step(b, ctx) for b, ctx in shapes}
     return interleaved_times(fns, budget_s, rounds)
 
 

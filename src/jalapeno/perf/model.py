@@ -903,6 +903,11 @@ class CostModel:
         a_t, b_t, a_e, b_e = line
         verify = self._verify_s if shape.decode_tokens > shape.decode_seqs else 0.0
         nc, idle, tdp = self.chips_per_replica, self.idle_w, self.tdp_w
+        if stop is None and not verify:  # the common case (no arrival to cut at): the same floats, fewer tests
+            # b·j with an int j is b·float(j) (an exact conversion); `idle * t * nc` keeps its left-to-right order
+            ts = [a_t + b_t * j for j in range(k)]
+            return ts, [c if (c := tdp * t * nc) < (x := a_e + b_e * j + idle * t * nc) else x
+                        for j, t in enumerate(ts)]
         ts: list[float] = []
         es: list[float] = []
         end = start
@@ -964,7 +969,8 @@ class CostModel:
         a_t, b_t = y0[2 * n], g[2 * n]
         # each operator: compute-bound at the first step (tc >= tm) must stay so at the last, and memory-bound
         # stay memory-bound; None where it changes bound inside the run (the same comparisons, one per branch)
-        for tc, tm, dc, dm in zip(y0[:n], y0[n : 2 * n], g[:n], g[n : 2 * n]):
+        # (zip stops at the n-long slices: y0 and g from their start are their first n entries, uncopied)
+        for tc, tm, dc, dm in zip(y0, y0[n : 2 * n], g, g[n : 2 * n]):
             if tc >= tm:
                 if not (tc + dc * km >= tm + dm * km):
                     return None

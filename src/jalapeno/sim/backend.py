@@ -253,7 +253,7 @@ class SimBackend(Backend):
             decode_seqs, decode_tokens = g, g * per
             starts = batch.decode_start_sum  # the scheduler's sum covers the members alone when nd == g
             decode_ctx = (starts if nd == g and starts is not None else batch.group.start_sum()) + decode_tokens
-            if multi:
+            if multi and len(chunks) > g:  # a chunk behind the group may prefill: the next step's shape is needed
                 next_ctx = decode_ctx + g
                 decode_ctx_window, decode_below, next_ctx_window, next_below = batch.group.window_sums_pair(window, per)
             else:

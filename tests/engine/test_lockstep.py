@@ -429,3 +429,48 @@ def test_slack_cut_equals_the_sorted_slack_walk(bs):
                 taken += cnt
             assert g.slack_cut(rem, extra) == sl
         g.advance(rng.randrange(0, 3), g.t_last)
+
+
+def test_steps_left_equals_the_fewest_steps_over_the_members():
+    """``DecodeGroup.steps_left()`` (kept between events, forgotten when the member finishing first leaves)
+    equals min over members of (their limit − their output tokens), counted member by member, through joins of
+    members with any limit (earlier and later than the current first), releases of the first and of others, and
+    steps that finish members."""
+    import random
+
+    from jalapeno.engine.lockstep import DecodeGroup
+    from jalapeno.engine.sequence import Sequence
+
+    rng = random.Random(23)
+    g = DecodeGroup(16)
+    live: dict = {}  # member -> its limit
+    finished = released = 0
+    for _ in range(600):
+        if rng.random() < 0.6 or not live:
+            g.ahead = 0
+            s = Sequence(None, SamplingParams(max_tokens=10_000), prompt_len=rng.randrange(1, 200))
+            s.num_output_tokens = 1
+            s.num_computed_tokens = s.prompt_len
+            s.num_blocks = -(-s.prompt_len // 16)
+            s.last_token_s = g.t_last
+            limit = rng.randrange(2, 40)
+            g.join(s, limit)
+            live[s] = limit
+        if live and rng.random() < 0.3:
+            if rng.random() < 0.5:  # the member that finishes first (what the kept value refers to)
+                s = min(live, key=lambda m: live[m] - m.num_output_tokens)
+            else:
+                s = rng.choice(list(live))
+            g.release(s)
+            del live[s]
+            released += 1
+        if not live:
+            continue
+        want = min(limit - s.num_output_tokens for s, limit in live.items())
+        assert g.steps_left() == want
+        step = rng.randrange(1, want + 1)  # never past a member's last token
+        g.ahead = step
+        for s in g.advance(step, g.t_last):
+            assert s.num_output_tokens == live.pop(s)
+            finished += 1
+    assert finished > 50 and released > 50

@@ -81,6 +81,9 @@ class DecodeGroup:
         self._comp_sum = 0  # Σ members' _comp
         self._finish: dict[Sequence, int] = {}  # member → the step count at which it finishes
         self._ends = _FinishCalendar()  # members by finish step, in join order
+        #: the earliest finish step of a member (what :meth:`steps_left` counts from), None until asked again
+        #: after the member(s) finishing then left: asked at every event, it changes only at joins and leaves
+        self._first_end: int | None = None
         self._joins = itertools.count()
         self._window: _WindowIndex | None = None  # built by the first window_sums call
         #: where the members :meth:`advance` released last sat in the list lent to the batch (-1: unknown), in
@@ -123,6 +126,9 @@ class DecodeGroup:
         end = steps + limit - out
         self._finish[seq] = end
         self._ends.add(end, seq)
+        first = self._first_end
+        if first is not None and end < first:
+            self._first_end = end
 
     def release(self, seq: Sequence) -> None:
         """Take ``seq`` out of the group, writing its current counters back as plain values."""
@@ -134,7 +140,8 @@ class DecodeGroup:
         p = offset % bs
         del self._phase[p][seq]
         self._pn[p] -= 1
-        del self._finish[seq]
+        if self._finish.pop(seq) == self._first_end:
+            self._first_end = None  # (another member may finish then too: asked again when needed)
         self.capped.discard(seq)
         self._comp_sum -= offset
         if self._window is not None:
@@ -187,7 +194,10 @@ class DecodeGroup:
 
     def steps_left(self) -> int:
         """Fewest steps any member can take before it finishes (finishing at that step is allowed)."""
-        return self._ends.first(self._finish) - self.steps
+        first = self._first_end
+        if first is None:
+            first = self._first_end = self._ends.first(self._finish)
+        return first - self.steps
 
     def crossing(self) -> dict[Sequence, None]:
         """Members whose next token starts a new KV block (``ahead == 0``), oldest first."""

@@ -474,3 +474,17 @@ def test_steps_left_equals_the_fewest_steps_over_the_members():
             assert s.num_output_tokens == live.pop(s)
             finished += 1
     assert finished > 50 and released > 50
+
+
+@pytest.mark.parametrize("seed,conc,kv_blocks", [(31, 96, 400), (32, 128, 520), (33, 64, 260), (34, 120, 330)])
+def test_crossing_members_served_in_bulk_equal_the_walk(seed, conc, kv_blocks):
+    """Closed loops starved of KV blocks with many group members crossing into a new block at once (the group
+    serves the crossers left after a preemption in one count when none of them was preempted): every step's
+    snapshot, batch and outcome equal the per-sequence walk's."""
+    wl = inferencex_workload(300, 700, concurrency=conc, num_prompts=3 * conc, seed=seed)
+    kw = dict(kv_tokens=kv_blocks * 16, max_num_seqs=conc)
+    r0, t0, e0, s0, _ = run(wl, lockstep=False, **kw)
+    r1, t1, e1, s1, g1 = run(wl, lockstep=True, **kw)
+    assert e0.stats.num_preemptions > conc and g1 > len(t1) // 4
+    assert s1 == s0 and t1 == t0 and e1.stats == e0.stats
+    assert outcomes(r1) == outcomes(r0)

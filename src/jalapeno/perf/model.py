@@ -903,13 +903,15 @@ class CostModel:
         a_t, b_t, a_e, b_e = line
         verify = self._verify_s if shape.decode_tokens > shape.decode_seqs else 0.0
         nc, idle, tdp = self.chips_per_replica, self.idle_w, self.tdp_w
-        if stop is None and not verify:  # the common case (no arrival to cut at): the same floats, fewer tests
-            # b·j with an int j is b·float(j) (an exact conversion); `idle * t * nc` keeps its left-to-right order
-            ts = [a_t + b_t * j for j in range(k)]
-            return ts, [c if (c := tdp * t * nc) < (x := a_e + b_e * j + idle * t * nc) else x
-                        for j, t in enumerate(ts)]
         ts: list[float] = []
         es: list[float] = []
+        if stop is None and not verify:  # the common case (no arrival to cut at): the same floats, fewer tests
+            for j in range(k):  # b·j with an int j is b·float(j): an exact conversion
+                t = a_t + b_t * j
+                x, cap = a_e + b_e * j + idle * t * nc, tdp * t * nc
+                ts.append(t)
+                es.append(cap if cap < x else x)
+            return ts, es
         end = start
         for j in range(k):
             i = float(j)

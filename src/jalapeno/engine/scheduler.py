@@ -206,7 +206,9 @@ class Scheduler:
             preempted = preempted or prefills_preempted
         if preempted:  # victims' chunks were dropped: recount (decodes first, then prefill chunks)
             nd = self._num_decodes
-            budget = cfg.max_num_batched_tokens - per * nd - sum(c.num_tokens for c in chunks[nd:])
+            budget = cfg.max_num_batched_tokens - per * nd
+            if len(chunks) > nd:  # (a group-only batch has no prefill chunk: no generator to sum none)
+                budget -= sum(c.num_tokens for c in chunks[nd:])
         # 3. admissions, first come first served (none in a step that had to preempt)
         if preempted:
             admission_may_change = self._could_admit_next(per)

@@ -488,3 +488,47 @@ def test_crossing_members_served_in_bulk_equal_the_walk(seed, conc, kv_blocks):
     assert e0.stats.num_preemptions > conc and g1 > len(t1) // 4
     assert s1 == s0 and t1 == t0 and e1.stats == e0.stats
     assert outcomes(r1) == outcomes(r0)
+
+
+@pytest.mark.parametrize("bs", [16, 64, 1])
+def test_blocks_for_after_slack_cut_equals_a_count_over_the_members(bs):
+    """``blocks_for(extra)`` right after ``slack_cut(rem)`` (which it may read instead of walking the same phases
+    again), and after joins, releases and steps in between, equals Σ over members of the new blocks ``extra`` more
+    tokens need, counted member by member — for ``extra`` at the cut (as ``Scheduler._multi_step`` asks) and at
+    other offsets."""
+    import random
+
+    from jalapeno.engine.lockstep import DecodeGroup
+
+    rng = random.Random(37)
+    g = DecodeGroup(bs)
+    live: list = []
+
+    def want(extra: int) -> int:
+        held = g.ahead
+        return sum(-(-(s.num_computed_tokens + held + extra) // bs) - -(-(s.num_computed_tokens + held) // bs)
+                   for s in live)
+
+    hits = 0
+    for _ in range(400):
+        g.ahead = 0
+        if rng.random() < 0.6 or not live:
+            _join_a_random_prompt(g, rng, bs, live, 300)
+        if len(live) > 1 and rng.random() < 0.2:
+            g.release(live.pop(rng.randrange(len(live))))
+        g.ahead = rng.randrange(0, 3 * bs) if rng.random() < 0.5 else 0
+        n = len(live)
+        rem = rng.randrange(n)
+        cut = g.slack_cut(rem)
+        rounds = rng.randrange(0, 3)
+        for extra in (rounds * bs + cut, cut, rounds * bs + (cut + 1) % bs, 1, bs):
+            hits += extra % bs == cut
+            assert g.blocks_for(extra) == want(extra)
+        if rng.random() < 0.4:  # a member joins or leaves between the cut and the count (steps + ahead kept)
+            if rng.random() < 0.5 and n > 1:
+                g.release(live.pop(rng.randrange(n)))
+            elif g.ahead == 0:
+                _join_a_random_prompt(g, rng, bs, live, 300)
+            assert g.blocks_for(rounds * bs + cut) == want(rounds * bs + cut)
+        g.advance(rng.randrange(0, 3), g.t_last)
+    assert hits > 400

@@ -50,6 +50,12 @@ CASES = {
         "--model gpt-oss-120b --hardware h200 --tp 8 --isl 1024 --osl 8192 --concurrency 1024",
         2.0,
     ),
+    # the 270-point grid's heaviest point, KV-bound (≈ 39,000 preemptions, 5.2 events per request): the one
+    # "any single point up to concurrency 1,024" case still above 2 s (docs/performance.md, fourteenth session)
+    "GPT-OSS-120B 1xH200 TP1 1k/8k c1024 KV fp8": (
+        "--model gpt-oss-120b --hardware h200 --tp 1 --isl 1024 --osl 8192 --concurrency 1024 --kv-dtype fp8",
+        2.0,
+    ),
     # issue #17 item 8: an InferenceX GB200 NVL72 disaggregated point (4 prefill workers of 4 GPUs with
     # dp-attention, one 48-GPU wide-EP decode worker: 288 expert slots; KV over NVLink), 81,920 requests
     "R1 FP4 GB200 disagg 4x4P+48D c8192": (

@@ -429,3 +429,106 @@ def test_slack_cut_equals_the_sorted_slack_walk(bs):
                 taken += cnt
             assert g.slack_cut(rem, extra) == sl
         g.advance(rng.randrange(0, 3), g.t_last)
+
+
+def test_steps_left_equals_the_fewest_steps_over_the_members():
+    """``DecodeGroup.steps_left()`` (kept between events, forgotten when the member finishing first leaves)
+    equals min over members of (their limit − their output tokens), counted member by member, through joins of
+    members with any limit (earlier and later than the current first), releases of the first and of others, and
+    steps that finish members."""
+    import random
+
+    from jalapeno.engine.lockstep import DecodeGroup
+    from jalapeno.engine.sequence import Sequence
+
+    rng = random.Random(23)
+    g = DecodeGroup(16)
+    live: dict = {}  # member -> its limit
+    finished = released = 0
+    for _ in range(600):
+        if rng.random() < 0.6 or not live:
+            g.ahead = 0
+            s = Sequence(None, SamplingParams(max_tokens=10_000), prompt_len=rng.randrange(1, 200))
+            s.num_output_tokens = 1
+            s.num_computed_tokens = s.prompt_len
+            s.num_blocks = -(-s.prompt_len // 16)
+            s.last_token_s = g.t_last
+            limit = rng.randrange(2, 40)
+            g.join(s, limit)
+            live[s] = limit
+        if live and rng.random() < 0.3:
+            if rng.random() < 0.5:  # the member that finishes first (what the kept value refers to)
+                s = min(live, key=lambda m: live[m] - m.num_output_tokens)
+            else:
+                s = rng.choice(list(live))
+            g.release(s)
+            del live[s]
+            released += 1
+        if not live:
+            continue
+        want = min(limit - s.num_output_tokens for s, limit in live.items())
+        assert g.steps_left() == want
+        step = rng.randrange(1, want + 1)  # never past a member's last token
+        g.ahead = step
+        for s in g.advance(step, g.t_last):
+            assert s.num_output_tokens == live.pop(s)
+            finished += 1
+    assert finished > 50 and released > 50
+
+
+@pytest.mark.parametrize("seed,conc,kv_blocks", [(31, 96, 400), (32, 128, 520), (33, 64, 260), (34, 120, 330)])
+def test_crossing_members_served_in_bulk_equal_the_walk(seed, conc, kv_blocks):
+    """Closed loops starved of KV blocks with many group members crossing into a new block at once (the group
+    serves the crossers left after a preemption in one count when none of them was preempted): every step's
+    snapshot, batch and outcome equal the per-sequence walk's."""
+    wl = inferencex_workload(300, 700, concurrency=conc, num_prompts=3 * conc, seed=seed)
+    kw = dict(kv_tokens=kv_blocks * 16, max_num_seqs=conc)
+    r0, t0, e0, s0, _ = run(wl, lockstep=False, **kw)
+    r1, t1, e1, s1, g1 = run(wl, lockstep=True, **kw)
+    assert e0.stats.num_preemptions > conc and g1 > len(t1) // 4
+    assert s1 == s0 and t1 == t0 and e1.stats == e0.stats
+    assert outcomes(r1) == outcomes(r0)
+
+
+@pytest.mark.parametrize("bs", [16, 64, 1])
+def test_blocks_for_after_slack_cut_equals_a_count_over_the_members(bs):
+    """``blocks_for(extra)`` right after ``slack_cut(rem)`` (which it may read instead of walking the same phases
+    again), and after joins, releases and steps in between, equals Σ over members of the new blocks ``extra`` more
+    tokens need, counted member by member — for ``extra`` at the cut (as ``Scheduler._multi_step`` asks) and at
+    other offsets."""
+    import random
+
+    from jalapeno.engine.lockstep import DecodeGroup
+
+    rng = random.Random(37)
+    g = DecodeGroup(bs)
+    live: list = []
+
+    def want(extra: int) -> int:
+        held = g.ahead
+        return sum(-(-(s.num_computed_tokens + held + extra) // bs) - -(-(s.num_computed_tokens + held) // bs)
+                   for s in live)
+
+    hits = 0
+    for _ in range(400):
+        g.ahead = 0
+        if rng.random() < 0.6 or not live:
+            _join_a_random_prompt(g, rng, bs, live, 300)
+        if len(live) > 1 and rng.random() < 0.2:
+            g.release(live.pop(rng.randrange(len(live))))
+        g.ahead = rng.randrange(0, 3 * bs) if rng.random() < 0.5 else 0
+        n = len(live)
+        rem = rng.randrange(n)
+        cut = g.slack_cut(rem)
+        rounds = rng.randrange(0, 3)
+        for extra in (rounds * bs + cut, cut, rounds * bs + (cut + 1) % bs, 1, bs):
+            hits += extra % bs == cut
+            assert g.blocks_for(extra) == want(extra)
+        if rng.random() < 0.4:  # a member joins or leaves between the cut and the count (steps + ahead kept)
+            if rng.random() < 0.5 and n > 1:
+                g.release(live.pop(rng.randrange(n)))
+            elif g.ahead == 0:
+                _join_a_random_prompt(g, rng, bs, live, 300)
+            assert g.blocks_for(rounds * bs + cut) == want(rounds * bs + cut)
+        g.advance(rng.randrange(0, 3), g.t_last)
+    assert hits > 400

@@ -81,6 +81,14 @@ class DecodeGroup:
         self._comp_sum = 0  # Σ members' _comp
         self._finish: dict[Sequence, int] = {}  # member → the step count at which it finishes
         self._ends = _FinishCalendar()  # members by finish step, in join order
+        #: the earliest finish step of a member (what :meth:`steps_left` counts from), None until asked again
+        #: after the member(s) finishing then left: asked at every event, it changes only at joins and leaves
+        self._first_end: int | None = None
+        #: what the last :meth:`slack_cut` walked (without other chunks): (steps + ahead then, the slack it
+        #: stopped at, the members whose slack is below it) — the members' new blocks for that many tokens past
+        #: whole blocks, which :meth:`blocks_for` then reads instead of walking the same phases again; forgotten
+        #: when a member joins or leaves (``steps + ahead`` is checked)
+        self._cut_memo: tuple[int, int, int] | None = None
         self._joins = itertools.count()
         self._window: _WindowIndex | None = None  # built by the first window_sums call
         #: where the members :meth:`advance` released last sat in the list lent to the batch (-1: unknown), in
@@ -115,6 +123,7 @@ class DecodeGroup:
         p = comp % self.block_size
         self._phase[p][seq] = None
         self._pn[p] += 1
+        self._cut_memo = None
         self._comp_sum += comp
         if self._window is not None:
             self._window.add(seq, comp, steps)
@@ -123,6 +132,9 @@ class DecodeGroup:
         end = steps + limit - out
         self._finish[seq] = end
         self._ends.add(end, seq)
+        first = self._first_end
+        if first is not None and end < first:
+            self._first_end = end
 
     def release(self, seq: Sequence) -> None:
         """Take ``seq`` out of the group, writing its current counters back as plain values."""
@@ -134,7 +146,9 @@ class DecodeGroup:
         p = offset % bs
         del self._phase[p][seq]
         self._pn[p] -= 1
-        del self._finish[seq]
+        self._cut_memo = None
+        if self._finish.pop(seq) == self._first_end:
+            self._first_end = None  # (another member may finish then too: asked again when needed)
         self.capped.discard(seq)
         self._comp_sum -= offset
         if self._window is not None:
@@ -187,7 +201,10 @@ class DecodeGroup:
 
     def steps_left(self) -> int:
         """Fewest steps any member can take before it finishes (finishing at that step is allowed)."""
-        return self._ends.first(self._finish) - self.steps
+        first = self._first_end
+        if first is None:
+            first = self._first_end = self._ends.first(self._finish)
+        return first - self.steps
 
     def crossing(self) -> dict[Sequence, None]:
         """Members whose next token starts a new KV block (``ahead == 0``), oldest first."""
@@ -212,8 +229,10 @@ class DecodeGroup:
                     return j
         else:
             for j in range(bs):
-                taken += pn[(-j - base) % bs]
+                n = pn[(-j - base) % bs]
+                taken += n
                 if taken > rem:
+                    self._cut_memo = (base, j, taken - n)
                     return j
         raise ValueError(f"slack_cut: {rem} is not below the {taken} chunks counted")
 
@@ -234,6 +253,9 @@ class DecodeGroup:
             pn = self._pn
             total = q * len(self.members)
             base = self.steps + self.ahead  # slack j is phase (-j - base) mod bs
+            memo = self._cut_memo
+            if memo is not None and memo[1] == s and memo[0] == base:  # slack_cut walked these phases already
+                return total + memo[2]
             for j in range(s):
                 total += pn[(-j - base) % bs]
             return total

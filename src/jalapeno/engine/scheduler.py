@@ -206,7 +206,9 @@ class Scheduler:
             preempted = preempted or prefills_preempted
         if preempted:  # victims' chunks were dropped: recount (decodes first, then prefill chunks)
             nd = self._num_decodes
-            budget = cfg.max_num_batched_tokens - per * nd - sum(c.num_tokens for c in chunks[nd:])
+            budget = cfg.max_num_batched_tokens - per * nd
+            if len(chunks) > nd:  # (a group-only batch has no prefill chunk: no generator to sum none)
+                budget -= sum(c.num_tokens for c in chunks[nd:])
         # 3. admissions, first come first served (none in a step that had to preempt)
         if preempted:
             admission_may_change = self._could_admit_next(per)
@@ -313,11 +315,20 @@ class Scheduler:
             self._num_decodes = len(chunks)
             served = bm.num_free
             bm.take(served)
-            for seq in list(crossing)[served:]:
+            rest = list(crossing)[served:]
+            n = len(rest)
+            for i, seq in enumerate(rest):
                 if seq.group is None:
                     break  # preempted to make room for an older member (so is every newer one)
-                if bm.num_free:
-                    bm.num_free -= 1  # bm.take(1), counting mode
+                free = bm.num_free
+                if free:
+                    # the victims are the newest members, so the crossers preempted are a tail of ``rest``: when
+                    # the last is still a member, so is every one left, and the blocks serve them one by one as
+                    # the loop would (none preempts)
+                    if free >= n - i and rest[-1].group is not None:
+                        bm.num_free = free - (n - i)
+                        break
+                    bm.num_free = free - 1  # bm.take(1), counting mode
                 elif not self._make_room(seq, 0, chunks):
                     break
         group.ahead = 1

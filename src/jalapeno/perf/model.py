@@ -949,6 +949,13 @@ class CostModel:
         nc, idle, tdp = self.chips_per_replica, self.idle_w, self.tdp_w
         ts: list[float] = []
         es: list[float] = []
+        if stop is None and not verify:  # the common case (no arrival to cut at): the same floats, fewer tests
+            for j in range(k):  # b·j with an int j is b·float(j): an exact conversion
+                t = a_t + b_t * j
+                x, cap = a_e + b_e * j + idle * t * nc, tdp * t * nc
+                ts.append(t)
+                es.append(cap if cap < x else x)
+            return ts, es
         end = start
         for j in range(k):
             i = float(j)
@@ -1008,7 +1015,8 @@ class CostModel:
         a_t, b_t = y0[2 * n], g[2 * n]
         # each operator: compute-bound at the first step (tc >= tm) must stay so at the last, and memory-bound
         # stay memory-bound; None where it changes bound inside the run (the same comparisons, one per branch)
-        for tc, tm, dc, dm in zip(y0[:n], y0[n : 2 * n], g[:n], g[n : 2 * n]):
+        # (zip stops at the n-long slices: y0 and g from their start are their first n entries, uncopied)
+        for tc, tm, dc, dm in zip(y0, y0[n : 2 * n], g, g[n : 2 * n]):
             if tc >= tm:
                 if not (tc + dc * km >= tm + dm * km):
                     return None

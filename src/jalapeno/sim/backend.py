@@ -236,6 +236,16 @@ class SimBackend(Backend):
         second step's decode context sums (``next_*``)."""
         window = self.window
         per = 1 + self.k
+        group = batch.group
+        if window and group is not None and batch.num_grouped == len(batch.chunks):
+            # the lockstep group alone (a KV-bound run's usual event): the general path below with no chunk to
+            # walk and no prefill, the same values (and types) without its accumulators
+            g = batch.num_grouped
+            decode_tokens = g * per
+            starts = batch.decode_start_sum
+            decode_ctx = (starts if batch.num_decodes == g and starts is not None else group.start_sum()) + decode_tokens
+            decode_ctx_window, decode_below = group.window_sums(window, per)
+            return StepShape.of(0, 0, 0.0, 0.0, 0, 0, g, decode_tokens, decode_ctx, decode_ctx_window, decode_below), None
         prefill_tokens = prefill_seqs = prefill_kv = prefill_kv_window = fresh_tokens = fresh_seqs = 0
         prefill_pairs = prefill_pairs_window = 0.0
         decode_seqs = decode_tokens = decode_ctx = decode_ctx_window = decode_below = 0
@@ -253,7 +263,7 @@ class SimBackend(Backend):
             decode_seqs, decode_tokens = g, g * per
             starts = batch.decode_start_sum  # the scheduler's sum covers the members alone when nd == g
             decode_ctx = (starts if nd == g and starts is not None else batch.group.start_sum()) + decode_tokens
-            if multi:
+            if multi and len(chunks) > g:  # a chunk behind the group may prefill: the next step's shape is needed
                 next_ctx = decode_ctx + g
                 decode_ctx_window, decode_below, next_ctx_window, next_below = batch.group.window_sums_pair(window, per)
             else:

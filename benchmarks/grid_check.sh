@@ -20,10 +20,11 @@
 # The drift reference (`--drift-ref`, on unless DRIFT_REF=0; fourteenth session): before and after every point the
 # served model's decode step at batch 1 and 8 is timed in a process of its own (~5-10 s each) against the probe's
 # samples of the same steps (local.samples.json, copied to $OUT), and every point is reported raw and drift-corrected
-# (the chip scaled by that point's reference / probe ratio). CONC / ISL override the grid's concurrencies / ISLs.
+# (the chip scaled by that point's reference / probe ratio). CONC / ISL / OSL override the grid's concurrencies / ISLs /
+# OSLs (e.g. ISL=128,512,2048 OSL=256).
 set -eo pipefail
 OUT=${OUT:-grid-check-out}
-OSL=64
+OSL=${OSL:-64}
 [ "$GRID" = "full" ] && OSL=64,256
 mkdir -p "$OUT/trace"
 CHIP="${JALAPENO_CACHE:-$HOME/.cache/jalapeno}/hardware/local.yaml"

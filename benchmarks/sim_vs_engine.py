@@ -689,6 +689,7 @@ def drift_report(points: list[dict], hardware, trace: Path | None, max_num_seqs:
         row["corrected"] = {m: fixed[m] for m in METRICS}
         ba = row["before_after"]
         row["stable"] = ba is not None and DRIFT_STABLE[0] <= ba <= DRIFT_STABLE[1]
+        row["contention"] = contention(p)
         rows.append(row)
         mp = row["decode_measured_over_priced"]
         print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} drift: reference / probe {k:.3f} (median/min of "
@@ -696,7 +697,10 @@ def drift_report(points: list[dict], hardware, trace: Path | None, max_num_seqs:
               f"median/median {row['ratio_median_median']:.3f}, min/min {row['ratio_min_min']:.3f}; after / before "
               f"{row['before_after']:.3f})" + (f"; served decode steps measured / priced {mp:.3f} "
                                                f"(/ drift {mp / k:.3f})" if mp else "")
-              + ("" if row["stable"] else "; UNSTABLE: the machine's state changed across the point"))
+              + ("" if row["stable"] else "; UNSTABLE: the machine's state changed across the point")
+              + ("" if row["contention"] is None else f"; the engine's threads waited for a core "
+                 f"{100 * row['contention']:.0f} % of their run time"
+                 + (" (CONTENDED: other work on the machine)" if row["contention"] > CONTENDED_WAIT_SHARE else "")))
         print("  measured/raw/drift-corrected: " + "  ".join(
             f"{m} {raw[m]['measured'] or 0:.1f}/{raw[m]['simulated'] or 0:.1f}/{fixed[m]['simulated'] or 0:.1f}"
             for m in METRICS))
@@ -713,7 +717,32 @@ def drift_report(points: list[dict], hardware, trace: Path | None, max_num_seqs:
             print(f"{name:>10}: the {len(stable)} points with a stable reference (after / before in {DRIFT_STABLE[0]}-"
                   f"{DRIFT_STABLE[1]}): raw {raw_k[name]['median_pct']:.1f} / {raw_k[name]['worst_pct']:.1f} %, "
                   f"drift-corrected {fix_k[name]['median_pct']:.1f} / {fix_k[name]['worst_pct']:.1f} %")
+    quiet = [r for r in rows if r["stable"] and r["contention"] is not None and r["contention"] <= CONTENDED_WAIT_SHARE]
+    if quiet and len(quiet) < len(rows):
+        raw_q, fix_q = summarise([r["raw"] for r in quiet]), summarise([r["corrected"] for r in quiet])
+        for name in METRICS:
+            print(f"{name:>10}: the {len(quiet)} points stable and uncontended (waits <= "
+                  f"{100 * CONTENDED_WAIT_SHARE:.0f} %): raw {raw_q[name]['median_pct']:.1f} / "
+                  f"{raw_q[name]['worst_pct']:.1f} %, drift-corrected {fix_q[name]['median_pct']:.1f} / "
+                  f"{fix_q[name]['worst_pct']:.1f} %")
     return {"points": rows, "raw": raw_s, "corrected": fix_s}
+
+
+#: a point whose server threads waited, runnable, for a core longer than this share of the time they ran shared the
+#: machine with other work (2 cores: the served engine, its OpenMP worker, the event loop and the bench client
+#: already compete a little; 2-7 % on a quiet box, 2026-12-03)
+CONTENDED_WAIT_SHARE = 0.10
+
+
+def contention(p: dict) -> float | None:
+    """The share of its CPU time the served engine's threads (engine, loop) spent runnable but waiting for a core in
+    the point's bench window (``/proc`` schedstat through the step trace; :func:`served_splits`), or None."""
+    w = p.get("served_split")
+    if not w:
+        return None
+    run = sum(w["run_s"].get(g, 0.0) for g in ("engine", "loop"))
+    wait = sum(w["wait_s"].get(g, 0.0) for g in ("engine", "loop"))
+    return wait / run if run > 0 else None
 
 
 def summarise(points: list[dict]) -> dict[str, dict[str, float]]:

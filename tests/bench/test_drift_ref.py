@@ -111,3 +111,14 @@ def test_context_steps_times_only_the_shapes_asked_for(sve, tmp_path: Path) -> N
     got = pr.context_steps(pr.random_model(load_model(str(cfg)), "cpu"), 0.0, sve.DRIFT_ROUNDS, sve.DRIFT_SHAPES)
     assert sorted(got) == sorted(sve.DRIFT_SHAPES)
     assert all(len(v) == sve.DRIFT_ROUNDS[0] and min(v) > 0 for v in got.values())
+
+
+def test_contention_is_the_engine_threads_wait_over_run_in_the_window(sve) -> None:
+    """Runnable-but-waiting time over run time of the engine and loop threads (the OpenMP workers and the rest are
+    the engine's own parallel work, not other load); no split or no run time -> None."""
+    p = {"served_split": {"run_s": {"engine": 8.0, "loop": 2.0, "other": 7.0},
+                          "wait_s": {"engine": 1.5, "loop": 0.5, "other": 9.0}}}
+    assert sve.contention(p) == pytest.approx(0.2)
+    assert sve.contention({}) is None
+    assert sve.contention({"served_split": {"run_s": {"engine": 0.0}, "wait_s": {"engine": 1.0}}}) is None
+    assert sve.contention(p) > sve.CONTENDED_WAIT_SHARE

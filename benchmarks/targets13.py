@@ -442,6 +442,12 @@ def _replay(a) -> int:
     if a.write_doc and (quick or len(rows) < len(NAMES)):
         print("error: --write-doc needs the full protocol (that run was --quick or --only)", file=sys.stderr)
         return 2
+    _show(a, rows, head)
+    return 0
+
+
+def _show(a, rows: list, head: str) -> None:
+    """Print the table (markdown or rich) and, with ``--write-doc``, write it between the doc's markers."""
     md = [head, "", *markdown(rows), "", LEGEND + "."]
     if a.markdown:
         print("\n".join(md))
@@ -449,7 +455,7 @@ def _replay(a) -> int:
         print_rich(rows, head)
     if a.write_doc:
         write_doc(md)
-    return 0
+        print(f"wrote the table into {DOC}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -517,14 +523,7 @@ def main(argv: list[str] | None = None) -> int:
             + (" (--quick: NOT the protocol)" if a.quick else "")
             + f"; wall {wall:.0f} s with {a.workers} worker(s), load average {load0[0]:.1f} -> {load1[0]:.1f}; "
             f"{sum(r.met for r in rows)} of {len(rows)} rows met")
-    md = [head, "", *markdown(rows), "", LEGEND + "."]
-    if a.markdown:
-        print("\n".join(md))
-    else:
-        print_rich(rows, head)
-    if a.write_doc:
-        write_doc(md)
-        progress(f"wrote the table into {DOC}")
+    _show(a, rows, head)
     if a.json:
         a.json.write_text(json.dumps({"header": head, "commit": commit, "command": cmd.strip(), "quick": a.quick,
                                       "started": started.isoformat(), "wall_s": wall, "workers": a.workers,

@@ -94,21 +94,13 @@ def test_drift_ref_without_probe_samples_is_one_line(tmp_path: Path) -> None:
     assert "--drift-ref" in r.stderr and "probe" in r.stderr
 
 
-def test_context_steps_times_only_the_shapes_asked_for(sve, tmp_path: Path) -> None:
+def test_context_steps_times_only_the_shapes_asked_for(sve, tiny_llama_with_kernel: Path) -> None:
     """The drift reference's steps through the probe's own code, on a tiny Llama: exactly DRIFT_SHAPES, each with
     DRIFT_ROUNDS[0] samples, all positive."""
-    pytest.importorskip("torch")
     from jalapeno.hardware import probe as pr
-    from jalapeno.kernels.cpu_build import KernelUnavailable, load_kernel
     from jalapeno.models.catalog import load_model
 
-    try:
-        load_kernel("cpu_decode")
-    except KernelUnavailable as exc:
-        pytest.skip(f"no fused kernel here: {exc}")
-    cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps(pr.llama_config(2, 64, 96, 128)))
-    got = pr.context_steps(pr.random_model(load_model(str(cfg)), "cpu"), 0.0, sve.DRIFT_ROUNDS, sve.DRIFT_SHAPES)
+    got = pr.context_steps(pr.random_model(load_model(str(tiny_llama_with_kernel)), "cpu"), 0.0, sve.DRIFT_ROUNDS, sve.DRIFT_SHAPES)
     assert sorted(got) == sorted(sve.DRIFT_SHAPES)
     assert all(len(v) == sve.DRIFT_ROUNDS[0] and min(v) > 0 for v in got.values())
 

@@ -105,18 +105,11 @@ def test_calibrate_says_each_models_own_slope(tmp_path: Path) -> None:
     assert float(got[1]) == pytest.approx(40, rel=0.1)
 
 
-def test_served_model_steps_are_timed_through_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_served_model_steps_are_timed_through_the_runner(tiny_llama_with_kernel: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The real measurement on a tiny Llama config.json (the catalogue's SmolLM2 would take seconds): a step at
     every context and batch, every sample kept; too little memory for it is a note, nothing measured."""
-    pytest.importorskip("torch")
-    from jalapeno.kernels.cpu_build import KernelUnavailable, load_kernel
-
-    try:
-        load_kernel("cpu_decode")
-    except KernelUnavailable as exc:
-        pytest.skip(f"no fused kernel here: {exc}")
-    cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps(pr.llama_config(2, 64, 96, 128)))
+    cfg = tiny_llama_with_kernel
     res = pr.ProbeResult("cpu", "hand-made", 16.0)
     pr.measure_served_context(res, False, 0.0, str(cfg))
     assert res.served_model == str(cfg) and res.served_layers == 2

@@ -948,6 +948,9 @@ def run_resimulate(args: argparse.Namespace) -> None:
         if not args.release_trace.is_file():
             raise ConfigError(f"--release-trace {args.release_trace}: no such file; give the step trace "
                               "(served.jsonl) of the run --resimulate names")
+        missing = [p for p in prior if "served_split" not in p and "client" in p]
+        if missing:  # points read from an interrupted run's .jsonl: their splits (and contention) from the trace
+            served_splits(missing, args.release_trace)
         got = admitted_check(prior, args.hardware, args.release_trace, args.write_chip)
         drift_report(prior, got["chip"], args.release_trace, args.max_num_seqs)  # points recorded with --drift-ref
         return

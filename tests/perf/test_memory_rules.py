@@ -171,3 +171,24 @@ def test_deepseek_r1_fp8_weights_per_chip_by_hand():
     cm = cost_model_for("deepseek-r1", "b200", tp=4, precision="fp8", framework="sglang", memory_fraction=0.95)
     assert cm.weight_bytes_per_chip == pytest.approx(per_chip, rel=3e-3)
     assert math.isclose(cm.memory_rule.fraction, 0.95)
+
+
+def test_launch_memory_reads_the_scripts_flags():
+    """The InferenceX scripts' memory flags (benchmarks/dsr1_*.sh at the versions calibration.launch cites)."""
+    from jalapeno.calibration.launch import launch_memory
+    from jalapeno.calibration.points import Layout, SimSpec
+
+    def spec(chip, fw, weights="native", tp=8, isl=1024, osl=1024, conc=64, model="deepseek-r1"):
+        return SimSpec(model, chip, Layout(tp=tp), weights, "bf16", isl, osl, conc, 0.8, kind="ix", framework=fw)
+
+    def got(s):
+        r = launch_memory(s)
+        return None if r is None else (r.kind, r.fraction)
+
+    assert got(spec("h200", "sglang")) == ("static", 0.82)
+    assert got(spec("mi355x", "sglang", "fp4")) == ("static", 0.8)
+    assert got(spec("b200", "sglang", "fp4")) == ("static", 0.85)
+    assert got(spec("b200", "trt", conc=256)) == ("free", 0.7)
+    assert got(spec("h200", "trt")) == ("free", 0.75)
+    assert got(spec("b200", "vllm", model="gpt-oss-120b")) == ("total", 0.9)  # no flag: the stack's default
+    assert got(spec("mi355x", "atom")) is None  # no profile: the simulator's default

@@ -149,13 +149,16 @@ def test_key_numbers_match_published_values(cat):
     """Values from the vendor/secondary sources as quoted in the project's brief (independent of the YAMLs)."""
     h200 = cat["h200"]
     assert h200.peak_flops("bf16") == 989e12
-    assert h200.main_memory.bandwidth_tbps.value == 4.8 and h200.main_memory.capacity_gb.value == 141
+    # capacity: the nvidia-smi total in decimal GB (143,771 MiB), the vendor's "141 GB" kept in the note
+    assert h200.main_memory.bandwidth_tbps.value == 4.8 and h200.main_memory.capacity_gb.value == 150.75
+    assert "141 GB" in h200.main_memory.capacity_gb.note
     assert h200.power.tdp_w.value == 700
     assert cat["gb300"].compute_tflops["fp4"].value == 15000
     lp30 = cat["groq-lp30"].sram
     assert lp30.capacity_gb.value == 0.5 and lp30.bandwidth_tbps.value == 150
     assert cat["b200"].compute_tflops["fp8"].value == 4500
-    assert cat["mi300x"].main_memory.capacity_gb.value == 192
+    assert cat["mi300x"].main_memory.capacity_gb.value == 206.14  # rocm-smi 206141652992 B; vendor 192 GB (GiB)
+    assert "192 GB" in cat["mi300x"].main_memory.capacity_gb.note
 
 
 def test_efficiency_defaults_follow_measurements(cat):

@@ -35,7 +35,7 @@ def test_list_json_contains_every_chip_with_summary(capsys):
         assert all(s["source"] and s["status"] for s in d["sources"])
     h200 = by_key["h200"]
     assert h200["peak_tflops"]["bf16"] == 989 and h200["tdp_w"] == 700
-    assert {"name": "hbm", "kind": "hbm", "capacity_gb": 141, "bandwidth_tbps": 4.8}.items() <= \
+    assert {"name": "hbm", "kind": "hbm", "capacity_gb": 150.75, "bandwidth_tbps": 4.8}.items() <= \
         next(m for m in h200["memory"] if m["name"] == "hbm").items()
     # one source entry per Fact in the spec
     assert len(h200["sources"]) == len(list(iter_facts(get_chip("h200"))))

@@ -84,12 +84,12 @@ def test_cache_keys_every_input_of_cost_model_for():
     block is keyed by its content, and a chip given as an object (not a catalogue key) is never cached."""
     base = dict(tp=1, ep=1, pp=1, dp_attention=False, precision="native", kv="bf16", efficiency=None, framework=None,
                 hardware_dir=None, sram_pinning=None, power_cap_w=None, kv_sram_gb=0.0, kv_offload=None,
-                chip_features=True)
+                chip_features=True, memory_fraction=None)
     params = [n for n in inspect.signature(cost_model_for).parameters if n not in ("model", "hardware")]
     assert sorted(params) == sorted(base)
     other = dict(tp=2, ep=2, pp=2, dp_attention=True, precision="fp8", kv="fp8", framework="sglang",
                  hardware_dir=["/x"], sram_pinning=True, power_cap_w=500.0, kv_sram_gb=1.0, kv_offload="host:64",
-                 chip_features=False)
+                 chip_features=False, memory_fraction=0.8)
     k0 = _cache_key("llama-3.1-8b", "h200", base)
     assert k0 is not None
     for name, v in other.items():

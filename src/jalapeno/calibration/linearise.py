@@ -79,7 +79,8 @@ def directions(cm, names: Sequence[str], bounds: Sequence[tuple[float, float]]) 
         v = current_value(param(name, cm.eff), cm.eff)
         h = _fd_step(name, v, lo, hi)
         bumped = CostModel(cm.model, cm.chip, cm.parallel, cm.precision,
-                           efficiency=apply_params(cm.eff, {name: v + h}), sram_pinning=cm.sram_pinning)
+                           efficiency=apply_params(cm.eff, {name: v + h}), sram_pinning=cm.sram_pinning,
+                           memory_rule=cm.memory_rule)
         out.append(Direction(cm=bumped, h=h))
     return out
 

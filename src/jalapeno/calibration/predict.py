@@ -74,20 +74,25 @@ def transfer_params(chip: str) -> dict[str, float]:
 
 
 def cost_model(spec: SimSpec, efficiency: Efficiency | None = None):
-    """The cost model of ``spec``'s configuration under ``efficiency`` (the chip's when None). Cached per
+    """The cost model of ``spec``'s configuration under ``efficiency`` (the chip's when None), its main memory
+    budgeted as the point's serving stack was launched (:func:`jalapeno.calibration.launch.launch_memory`). Cached per
     (configuration, efficiency values): a fit prices the same configuration under the same values many times
     (reruns, before/after tables), and a :class:`~jalapeno.perf.CostModel` does not change once built."""
+    from jalapeno.calibration.launch import launch_memory
+
     eff = efficiency if efficiency is not None else efficiency_of(spec.chip)
-    return _cost_model(spec.model, spec.chip, spec.layout, spec.weights, spec.kv, eff.model_dump_json())
+    return _cost_model(spec.model, spec.chip, spec.layout, spec.weights, spec.kv, eff.model_dump_json(),
+                       launch_memory(spec))
 
 
 @lru_cache(maxsize=256)
-def _cost_model(model: str, chip: str, lay, weights: str, kv: str, eff_json: str):
+def _cost_model(model: str, chip: str, lay, weights: str, kv: str, eff_json: str, memory=None):
+    """``memory``: the serving stack's :class:`~jalapeno.perf.types.MemoryRule` as launched (None: the default)."""
     from jalapeno.perf import CostModel, Parallelism, Precision
 
     par = Parallelism(tp=lay.tp, ep=lay.ep, dp_attention=lay.dp_attention)
     return CostModel(_model(model), _chip(chip), par, Precision(weights=weights, kv=kv),
-                     efficiency=Efficiency.model_validate_json(eff_json))
+                     efficiency=Efficiency.model_validate_json(eff_json), memory_rule=memory)
 
 
 def offline_concurrency(spec: SimSpec, kv_capacity_tokens: int) -> int:

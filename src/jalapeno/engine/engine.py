@@ -133,7 +133,8 @@ class Engine:
         if bm.blocks_for(seq.num_tokens + 1 + cfg.num_speculative_tokens) > bm.num_blocks:
             raise CapacityError(
                 f"request of {seq.num_tokens} tokens needs more KV blocks than the cache holds "
-                f"({bm.num_blocks} × {bm.block_size} tokens)"
+                f"({bm.num_blocks} × {bm.block_size} tokens); give the KV cache more memory (more chips, a larger "
+                "memory fraction: --memory-fraction) or shorten the request"
             )
         if cfg.max_model_len is not None and seq.num_tokens >= cfg.max_model_len:
             raise RequestError(

@@ -3,13 +3,14 @@
 from jalapeno.hardware.schema import Efficiency
 from jalapeno.perf.model import CostModel, advance_decode
 from jalapeno.perf.shape import StepShape
-from jalapeno.perf.types import KVTier, MemoryPlan, OpCost, Parallelism, Precision, StepBreakdown, StepCost
+from jalapeno.perf.types import KVTier, MemoryPlan, MemoryRule, OpCost, Parallelism, Precision, StepBreakdown, StepCost
 
 __all__ = [
     "CostModel",
     "Efficiency",
     "KVTier",
     "MemoryPlan",
+    "MemoryRule",
     "OpCost",
     "Parallelism",
     "Precision",

@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jalapeno.errors import ConfigError
+from jalapeno.perf.types import MemoryRule
 
 _FIT = (
     "CALIBRATED (Hopper): fitted with the chip overhead terms on the H200 InferenceX aggregated rows dated before "
@@ -131,6 +132,26 @@ FIRST_TOKEN_STEPS_SOURCE = (
     "more. The 2 pre-prefill iterations are priced after the KV lands (the same TTFT while the prefill pool does not "
     "queue: the decode step then is the one at the request's arrival). An idle decode worker loops at once: 0"
 )
+
+
+#: each stack's default memory rule (:class:`~jalapeno.perf.types.MemoryRule`; a run's launch flags override it,
+#: :func:`jalapeno.calibration.launch.launch_memory`)
+VLLM_MEMORY = MemoryRule(
+    "total", 0.9,
+    "vLLM EngineArgs gpu_memory_utilization default 0.9: the fraction of the GPU's total memory for weights, "
+    "activations (profiled peak) and KV cache (docs.vllm.ai, engine arguments)")
+SGLANG_MEMORY = MemoryRule(
+    "static", 0.88,
+    "SGLang mem_fraction_static: the fraction of total GPU memory for the weights and the KV pool, activations and "
+    "CUDA graphs in the rest (python/sglang/srt/server_args.py; model_runner: KV pool = free memory after the "
+    "weights - total x (1 - mem_fraction_static)). Unset, SGLang derives it from the GPU's memory minus a "
+    "version-dependent reserve (>= 10 GiB on GPUs over 60 GiB; 0.88 when the memory is unknown): 0.88 here. "
+    "Published runs pass their own (InferenceX: 0.8-0.95)")
+TRTLLM_MEMORY = MemoryRule(
+    "free", 0.9,
+    "TensorRT-LLM kv_cache_config.free_gpu_memory_fraction default 0.9: the KV cache takes that fraction of the "
+    "memory free after the weights are loaded and a forward pass at max_num_tokens has run "
+    "(nvidia.github.io/TensorRT-LLM/examples/kvcacheconfig.html; llm-api KvCacheConfig)")
 
 
 @dataclass(frozen=True)
@@ -266,6 +287,9 @@ class ServingFramework:
     #: handshake and pre-allocation before the prefill, the first token's result processing after it;
     #: :data:`FIRST_TOKEN_STEPS_SOURCE`); :class:`jalapeno.sim.cluster.Cluster` ``first_token_steps``
     first_token_steps: float = 0.0
+    #: how the stack budgets the chip's main memory (None: a disaggregated stack takes its engine's, else the
+    #: simulator's default, vLLM's 0.9 of the total)
+    memory: MemoryRule | None = None
 
     def dpa_decode_on(self, chip) -> bool:
         """Whether ``dpa_decode_moe_layer_us`` applies to ``chip``: where the stack's terms were fitted, or a chip
@@ -286,9 +310,10 @@ class ServingFramework:
 SGLANG_FIRST_TOKEN_STEPS = 3.0
 
 FRAMEWORKS: tuple[ServingFramework, ...] = (
-    ServingFramework("vllm", "vLLM (V1 engine, OpenAI server)", 15.7, (), _FIT),
-    ServingFramework("sglang", "SGLang", 41.1, (), _FIT, scheduling=SGLANG_POLICY),
-    ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 52.0, ("trt", "trtllm", "tensorrt-llm"), _FIT),
+    ServingFramework("vllm", "vLLM (V1 engine, OpenAI server)", 15.7, (), _FIT, memory=VLLM_MEMORY),
+    ServingFramework("sglang", "SGLang", 41.1, (), _FIT, scheduling=SGLANG_POLICY, memory=SGLANG_MEMORY),
+    ServingFramework("trt-llm", "TensorRT-LLM (trtllm-serve)", 52.0, ("trt", "trtllm", "tensorrt-llm"), _FIT,
+                     memory=TRTLLM_MEMORY),
     ServingFramework("dynamo-sglang", "NVIDIA Dynamo over SGLang (disaggregated)", 41.1, (), HANDOFF_FITTED,
                      engine="sglang", kv_handoff_ms=15.5, prefill_token_ns=(("native", 30519.1),),
                      dpa_decode_moe_layer_us=190.0, fitted_chips=("b200",), dpa_decode_vendors=("NVIDIA",),
@@ -317,6 +342,25 @@ def get_framework(name: str) -> ServingFramework:
             return fw
     known = ", ".join(fw.key for fw in FRAMEWORKS)
     raise ConfigError(f"unknown serving framework {name!r}: use one of {known}, or none for the chip's generic front-end latency")
+
+
+def memory_rule(framework: str | ServingFramework | None, fraction: float | None = None) -> MemoryRule | None:
+    """The memory rule of ``framework`` (a disaggregated stack: its engine's), with ``fraction`` in place of the
+    stack's default when given (a run's ``--gpu-memory-utilization`` / ``--mem-fraction-static`` /
+    ``free_gpu_memory_fraction``). None without a framework, or for a stack with no rule of its own (then the
+    simulator's default applies); a fraction outside (0, 1] raises :class:`ConfigError`."""
+    if framework is None:
+        return None if fraction is None else MemoryRule("total", fraction, "--memory-fraction (no framework: "
+                                                                           "vLLM's gpu_memory_utilization semantics)")
+    fw = get_framework(framework) if isinstance(framework, str) else framework
+    rule = fw.memory
+    if rule is None and fw.engine:
+        rule = get_framework(fw.engine).memory
+    if rule is None:
+        rule = VLLM_MEMORY
+    if fraction is not None:
+        rule = MemoryRule(rule.kind, fraction, f"{rule.describe().split()[0]} {fraction:g} (the run's flag)")
+    return rule
 
 
 def apply_framework(efficiency, framework: str | ServingFramework | None):
@@ -400,7 +444,7 @@ def kv_handoff_ms(framework: str | None) -> float:
     profile or None."""
     return get_framework(framework).kv_handoff_ms if framework else 0.0
 
-__all__ = ["DecodeSlots", "MI355X_SGLANG_DISAGG_SLOTS", "MI355X_SGLANG_DISAGG_ROUTER", "router_policy", "decode_max_running_requests", "SchedulingPolicy", "SGLANG_POLICY", "MIXED_POLICY", "scheduling_policy", "ServingFramework", "FRAMEWORKS",
+__all__ = ["memory_rule", "VLLM_MEMORY", "SGLANG_MEMORY", "TRTLLM_MEMORY", "DecodeSlots", "MI355X_SGLANG_DISAGG_SLOTS", "MI355X_SGLANG_DISAGG_ROUTER", "router_policy", "decode_max_running_requests", "SchedulingPolicy", "SGLANG_POLICY", "MIXED_POLICY", "scheduling_policy", "ServingFramework", "FRAMEWORKS",
            "HANDOFF_FITTED", "PREFILL_FITTED", "DPA_DECODE_VENDOR_SOURCE", "PREFILL_EP_FITTED", "get_framework", "apply_framework", "stack_kernel_terms", "dpa_decode_moe_layer_us",
            "kv_handoff_ms", "prefill_token_ns", "first_token_steps", "FIRST_TOKEN_STEPS_SOURCE",
            "SGLANG_FIRST_TOKEN_STEPS"]

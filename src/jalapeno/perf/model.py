@@ -26,12 +26,15 @@ from jalapeno.perf.ops import (
     linear_state_bytes_per_layer, vec,
 )
 from jalapeno.perf.shape import StepShape
-from jalapeno.perf.types import KVTier, MemoryPlan, OpCost, Parallelism, Precision, StepBreakdown, StepCost
+from jalapeno.perf.types import KVTier, MemoryPlan, MemoryRule, OpCost, Parallelism, Precision, StepBreakdown, StepCost
 
 #: the feature columns of a decode step's context sums (plain, windowed, and both per decode token)
 _CTX_COLS = [IDX["C"], IDX["Cw"], IDX["Cr"], IDX["Cwr"]]
-#: fraction of main memory (HBM/DRAM) the engine may use (vLLM's gpu_memory_utilization default)
+#: fraction of main memory (HBM/DRAM) the engine may use (vLLM's gpu_memory_utilization default): the
+#: default :class:`MemoryRule` (weights, activations and KV within it); a serving framework's rule replaces it
 MAIN_MEMORY_UTILIZATION = 0.9
+DEFAULT_MEMORY_RULE = MemoryRule("total", MAIN_MEMORY_UTILIZATION,
+                                 "vLLM gpu_memory_utilization default 0.9 (the simulator's default)")
 #: fraction of resident SRAM usable for weights/KV (compiled, statically scheduled: all of it)
 SRAM_UTILIZATION = 1.0
 #: when not all weights fit, the share of SRAM that pinned weights may take (the rest stages activations)
@@ -269,6 +272,9 @@ class CostModel:
     all-or-nothing rule). Raises :class:`ConfigError` for an invalid sharding and
     :class:`CapacityError` when the weights do not fit.
 
+    ``memory_rule`` (:class:`MemoryRule`): how the serving stack splits main memory between weights,
+    activations and KV (None: :data:`DEFAULT_MEMORY_RULE`, vLLM's 0.9 of the total for all three).
+
     KV tiers (docs/cost-model.md): ``kv_sram_gb`` GB per chip of a ``kv_resident`` SRAM level hold KV (decode
     reads of the context they hold are priced at SRAM bandwidth; capacity adds up); ``kv_offload`` is a
     :class:`KVTier` below the chip (host DRAM, SSD) the engine may offload KV to (``kv_offload_tokens``,
@@ -289,8 +295,11 @@ class CostModel:
         kv_offload: KVTier | None = None,
         chip_features: bool = True,
         mtp_draft: bool = False,
+        memory_rule: MemoryRule | None = None,
     ) -> None:
         self.model, self.chip, self.parallel, self.precision = model, chip, parallel, precision
+        #: how the serving stack budgets main memory (weights / activations / KV)
+        self.memory_rule = memory_rule if memory_rule is not None else DEFAULT_MEMORY_RULE
         #: this prices a multi-token-prediction draft pass (``model`` is the MTP block: jalapeno.perf.mtp)
         self.mtp_draft = mtp_draft
         if kv_sram_gb < 0:
@@ -522,7 +531,7 @@ class CostModel:
             sum(per_op[j][s] for j in range(len(ops)) if not pinned[j]) for s in range(n_st)
         )
         if main is not None:
-            cap = float(main.capacity_gb) * 1e9 * MAIN_MEMORY_UTILIZATION
+            cap = self.memory_rule.weight_cap(float(main.capacity_gb) * 1e9)
             if self.main_weight_bytes_per_chip > cap:
                 raise self._capacity_error(self.main_weight_bytes_per_chip, cap, f"of {main.name}")
         kv_level = main if main is not None else sram
@@ -1166,17 +1175,24 @@ class CostModel:
         lv_kv, lv_a = self.levels["KV"], self.levels["A"]
         lv_w = self.levels["WS"] if self.weights_in_sram else self.levels["W"]
 
+        rule = self.memory_rule
+
         def usable(lv) -> float:
-            return float(lv.capacity_gb) * 1e9 * (SRAM_UTILIZATION if lv.kind == "sram" else MAIN_MEMORY_UTILIZATION)
+            if lv.kind == "sram":
+                return float(lv.capacity_gb) * 1e9 * SRAM_UTILIZATION
+            return rule.weight_cap(float(lv.capacity_gb) * 1e9)
 
         on_level = {self.levels["W"].name: self.main_weight_bytes_per_chip}
         on_level[self.levels["WS"].name] = on_level.get(self.levels["WS"].name, 0.0) + self.sram_weight_bytes_per_chip
         if self.kv_sram_bytes:  # the SRAM KV tier's share is taken before activations
             kvs = self.levels["KVS"].name
             on_level[kvs] = on_level.get(kvs, 0.0) + self.kv_sram_bytes
-        free = usable(lv_kv) - on_level.get(lv_kv.name, 0.0)
-        if lv_a is lv_kv or on_level.get(lv_a.name, 0.0) + reserve > usable(lv_a):
-            free -= reserve  # activations live with the KV cache, or spill to it when SRAM is full
+        # activations live with the KV cache, or spill to it when SRAM is full
+        acts = reserve if lv_a is lv_kv or on_level.get(lv_a.name, 0.0) + reserve > usable(lv_a) else 0.0
+        if lv_kv.kind == "sram":
+            free = usable(lv_kv) - on_level.get(lv_kv.name, 0.0) - acts
+        else:  # main memory: the serving stack's rule (vLLM / SGLang / TensorRT-LLM semantics)
+            free = rule.kv_bytes(float(lv_kv.capacity_gb) * 1e9, on_level.get(lv_kv.name, 0.0), acts)
         per_layer = kv_bytes_per_token_per_layer(m, self._dims, self.kv_bytes_per_element)
         max_stage = max(sum(not m.is_linear_layer(i) for i in r) for r in self._stages)  # layers with a KV cache
         per_chip_token = per_layer * max_stage
@@ -1201,6 +1217,8 @@ class CostModel:
         if self.kv_offload is not None:
             notes.append(f"KV offload tier {self.kv_offload.name}: {self.kv_offload.capacity_gb:g} GB per chip "
                          f"({self.kv_offload_tokens:,} tokens) at {self.kv_offload.bandwidth_gbps:g} GB/s")
+        if (rule.kind, rule.fraction) != ("total", MAIN_MEMORY_UTILIZATION) and lv_kv.kind != "sram":
+            notes.append(f"main memory budgeted as {rule.describe()} ({rule.kind} rule)")
         if self.weights_in_sram:
             notes.append(f"weights resident in {lv_w.name}")
         elif self.sram_weight_bytes_per_chip:

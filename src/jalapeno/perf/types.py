@@ -228,6 +228,57 @@ class MemoryPlan:
     kv_offload_tokens: int = 0
 
 
+#: the kinds of :class:`MemoryRule`: how a serving stack sizes its KV cache from the chip's main memory
+MEMORY_RULE_KINDS = ("total", "static", "free")
+
+
+@dataclass(frozen=True)
+class MemoryRule:
+    """How a serving stack budgets one chip's main memory (HBM/DRAM) between weights, activations and the KV cache.
+    ``fraction`` in (0, 1]; ``T`` the chip's total memory (``capacity_gb``: what nvidia-smi / rocm-smi report),
+    ``W`` the weights per chip, ``A`` the activation reserve of one step:
+
+    * ``total`` -- vLLM ``gpu_memory_utilization``: weights, activations and KV together within ``fraction * T``;
+      KV = ``fraction * T - W - A``; weights must fit in ``fraction * T``. The simulator's default (0.9).
+    * ``static`` -- SGLang ``mem_fraction_static``: weights and the KV pool within ``fraction * T``, activations
+      and CUDA graphs in the rest; KV = ``fraction * T - W``; weights must fit in ``fraction * T``.
+    * ``free`` -- TensorRT-LLM ``kv_cache_config.free_gpu_memory_fraction``: the KV cache takes that fraction of
+      the memory still free once the weights are loaded and a forward pass has run; KV = ``fraction * (T - W - A)``;
+      weights must fit in ``T``.
+
+    Applies to main memory only: a resident SRAM level is used whole (``SRAM_UTILIZATION``). docs/cost-model.md."""
+
+    kind: str = "total"
+    fraction: float = 0.9
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in MEMORY_RULE_KINDS:
+            raise ConfigError(f"memory rule {self.kind!r}: use one of {', '.join(MEMORY_RULE_KINDS)}")
+        f = self.fraction
+        if not isinstance(f, (int, float)) or f != f or not 0.0 < f <= 1.0:
+            raise ConfigError(f"memory fraction {f!r} is outside (0, 1]: give the share of the chip's memory the "
+                              "serving stack may use, e.g. 0.9")
+
+    def weight_cap(self, total: float) -> float:
+        """Bytes of main memory the weights may take (the rest of the rule's budget holds KV and activations)."""
+        return total if self.kind == "free" else self.fraction * total
+
+    def kv_bytes(self, total: float, weights: float, activations: float) -> float:
+        """Bytes left for the KV cache (may be <= 0: nothing fits) of a chip of ``total`` bytes of main memory
+        holding ``weights`` bytes of weights, with ``activations`` bytes reserved for one step's activations."""
+        if self.kind == "total":
+            return self.fraction * total - weights - activations
+        if self.kind == "static":
+            return self.fraction * total - weights
+        return self.fraction * (total - weights - activations)
+
+    def describe(self) -> str:
+        name = {"total": "gpu_memory_utilization", "static": "mem_fraction_static",
+                "free": "free_gpu_memory_fraction"}[self.kind]
+        return f"{name} {self.fraction:g}"
+
+
 @dataclass(frozen=True)
 class KVTier:
     """A KV offload tier below the chip's memory: host DRAM over the chip's host link, or an SSD / remote

@@ -169,6 +169,7 @@ def register(app: typer.Typer) -> None:
         power_cap_w: Annotated[Optional[float], typer.Option("--power-cap-w", help="Cap each chip's power (W): clocks lowered until the modelled power fits (DVFS; docs/design.md).")] = None,
         kv_sram_gb: Annotated[float, typer.Option("--kv-sram-gb", help="KV tier: GB of each chip's SRAM that holds KV blocks (chips whose SRAM is kv_resident: jalapeno, tpu-8i); decode reads them at SRAM bandwidth.")] = 0.0,
         kv_offload: Annotated[Optional[str], typer.Option("--kv-offload", help="KV offload tier for preempted sequences (instead of recompute): host:GB[:GBPS] (the chip's host link by default) or ssd:GB:GBPS, per chip.")] = None,
+        memory_fraction: Annotated[Optional[float], typer.Option("--memory-fraction", help="The serving stack's memory fraction in (0, 1], under the --framework's rule: vLLM gpu_memory_utilization (weights + activations + KV), SGLang mem_fraction_static (weights + KV), TensorRT-LLM free_gpu_memory_fraction (KV share of the memory free after weights and activations). Default: the framework's (vLLM 0.9, SGLang 0.88, TensorRT-LLM 0.9); no framework: vLLM's rule.")] = None,
         chip_features: Annotated[str, typer.Option("--chip-features", help="The chip's hardware features (spec-verify unit, on-chip KV page table): on | off (study what they buy).")] = "on",
         scenarios: Annotated[Optional[Path], typer.Option(help="CSV of scenarios (columns named like these flags).")] = None,
         output: Annotated[Optional[Path], typer.Option(help="With --scenarios: results CSV.")] = None,
@@ -213,7 +214,7 @@ def register(app: typer.Typer) -> None:
             attention_dp_balance=attention_dp_balance,
             dpa_decode_moe_layer_us=dpa_decode_moe_layer_us, decode_max_num_seqs=decode_max_num_seqs, routing=routing,
             power_cap_w=power_cap_w, kv_sram_gb=kv_sram_gb, kv_offload=kv_offload,
-            chip_features=_on_off(chip_features), early_stop=early_stop,
+            chip_features=_on_off(chip_features), early_stop=early_stop, memory_fraction=memory_fraction,
         )
         m = run_scenario(sc)
         m.update(_economics(sc, m))

@@ -45,6 +45,7 @@ def cost_model_for(
     kv_sram_gb: float = 0.0,
     kv_offload: str | None = None,
     chip_features: bool = True,
+    memory_fraction: float | None = None,
 ) -> "CostModel":
     """The cost model of one replica: catalogue ``model`` (or a :class:`ModelArch`) on ``tp·pp`` chips of
     ``hardware`` (a catalogue key, or a :class:`ChipSpec`). ``efficiency`` replaces the chip's efficiency
@@ -52,7 +53,10 @@ def cost_model_for(
     ``power_cap_w`` caps each chip (clocks lowered until the modelled power fits: ``hardware.power_cap``).
     KV tiers: ``kv_sram_gb`` of each chip's SRAM holds KV (the fastest tier); ``kv_offload`` (``host:GB[:GBPS]``
     or ``ssd:GB:GBPS``) adds an offload tier preempted sequences' KV moves to. ``chip_features=False`` switches
-    the chip's hardware features off (``ChipFeatures``: verify unit, on-chip KV page table)."""
+    the chip's hardware features off (``ChipFeatures``: verify unit, on-chip KV page table). Main memory is budgeted
+    by the framework's memory rule (vLLM ``gpu_memory_utilization``, SGLang ``mem_fraction_static``, TensorRT-LLM
+    ``free_gpu_memory_fraction``: :func:`jalapeno.perf.frameworks.memory_rule`), its fraction replaced by
+    ``memory_fraction`` when given; without a framework, vLLM's rule at 0.9 (or ``memory_fraction``)."""
     from jalapeno.hardware import get_chip
     from jalapeno.models import load_model
     from jalapeno.perf import CostModel, KVTier, Parallelism, Precision
@@ -68,6 +72,9 @@ def cost_model_for(
         chip = apply_power_cap(chip, power_cap_w)
     if ep > 1 and not arch.num_experts:
         raise ConfigError(f"--ep {ep} but {arch.name} is a dense model (no experts); use --ep 1")
+    from jalapeno.perf.frameworks import memory_rule
+
+    rule = memory_rule(framework or None, memory_fraction)
     if framework:
         from jalapeno.perf.frameworks import apply_framework
 
@@ -83,6 +90,7 @@ def cost_model_for(
         kv_offload=KVTier.parse(kv_offload, float(chip.host.bandwidth_gbps) if chip.host else None)
         if kv_offload else None,
         chip_features=chip_features,
+        memory_rule=rule,
     )
 
 

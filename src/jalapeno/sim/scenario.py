@@ -167,6 +167,10 @@ class Scenario:
     kv_offload: str | None = None
     #: the chips' hardware features (verify unit, on-chip KV page table) on, or off to study what they buy
     chip_features: bool = True
+    #: the serving stack's memory fraction (vLLM --gpu-memory-utilization, SGLang --mem-fraction-static,
+    #: TensorRT-LLM free_gpu_memory_fraction, under the --framework's rule; jalapeno.perf.types.MemoryRule);
+    #: None = the framework's default (no framework: vLLM's 0.9 of the total)
+    memory_fraction: float | None = None
 
     @property
     def disaggregated(self) -> bool:
@@ -255,6 +259,10 @@ def _validate(sc: Scenario) -> None:
             f"--dp), which run over its tp={sc.tp} chips; give --dp {sc.tp} (or --dp 1), or set --tp {sc.dp}")
     if sc.disaggregated and sc.dp > 1 and not sc.dp_attention:
         raise ConfigError(f"--dp {sc.dp} does not apply to a disaggregated run; give --prefill-workers / --decode-workers")
+    if sc.memory_fraction is not None and not 0.0 < sc.memory_fraction <= 1.0:
+        raise ConfigError(f"--memory-fraction {sc.memory_fraction:g} is outside (0, 1]: the share of each chip's memory "
+                          "the serving stack may use (vLLM 0.9, SGLang mem_fraction_static, TensorRT-LLM "
+                          "free_gpu_memory_fraction)")
     if sc.kv_dtype not in KV_PRECISIONS:
         raise ConfigError(f"--kv-dtype {sc.kv_dtype!r} must be one of {', '.join(KV_PRECISIONS)}")
     if sc.concurrency is None and sc.request_rate is None and sc.trace is None:
@@ -325,7 +333,8 @@ def _cost_model(sc: Scenario, arch, hardware: str, tp: int, ep: int, dp_attentio
     return build(arch, hardware, tp=tp, ep=ep, pp=sc.pp if pp is None else pp, dp_attention=dp_attention,
                  precision=precision or sc.precision, kv=sc.kv_dtype, framework=sc.framework,
                  hardware_dir=sc.hardware_dir, power_cap_w=sc.power_cap_w, efficiency=efficiency,
-                 kv_sram_gb=sc.kv_sram_gb, kv_offload=sc.kv_offload, chip_features=sc.chip_features)
+                 kv_sram_gb=sc.kv_sram_gb, kv_offload=sc.kv_offload, chip_features=sc.chip_features,
+                 memory_fraction=sc.memory_fraction)
 
 
 def _workload(sc: Scenario):

@@ -437,8 +437,9 @@ def price_steps(trace: Path, isl: int, osl: int, hardware: str, model: str = "sm
              "median_ratio": float(np.median([m / p for m, p in v]))} for k, v in groups.items()]
 
 
-def served_splits(points: list[dict], trace: Path) -> None:
-    """Attach to each point the split of its bench window from the server's step trace (in place)."""
+def served_splits(points: list[dict], trace: Path, show: bool = True) -> None:
+    """Attach to each point the split of its bench window from the server's step trace (in place); print each
+    unless ``show`` is False."""
     from dataclasses import asdict
 
     from jalapeno.server.step_trace import decode_step_ms, load_trace, split
@@ -451,6 +452,8 @@ def served_splits(points: list[dict], trace: Path) -> None:
                              "decode_step_ms": decode_step_ms(steps, c["t_start_monotonic"], c["t_end_monotonic"]),
                              "torch_threads": header.get("torch_threads")}
         per = w.per_decode_token_ms()
+        if not show:
+            continue
         print(f"c={p['concurrency']} isl={p['isl']}: wall {w.wall_s:.1f} s = steps {w.step_s:.1f} + deliver "
               f"{w.deliver_s:.2f} + between {w.between_s:.2f} + idle {w.idle_s:.2f}; per decoded token ms: "
               + ", ".join(f"{k} {v:.2f}" for k, v in per.items())
@@ -950,7 +953,7 @@ def run_resimulate(args: argparse.Namespace) -> None:
                               "(served.jsonl) of the run --resimulate names")
         missing = [p for p in prior if "served_split" not in p and "client" in p]
         if missing:  # points read from an interrupted run's .jsonl: their splits (and contention) from the trace
-            served_splits(missing, args.release_trace)
+            served_splits(missing, args.release_trace, show=False)
         got = admitted_check(prior, args.hardware, args.release_trace, args.write_chip)
         drift_report(prior, got["chip"], args.release_trace, args.max_num_seqs)  # points recorded with --drift-ref
         return

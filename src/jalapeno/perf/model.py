@@ -349,6 +349,9 @@ class CostModel:
         self._verify_s = VERIFY_HOST_US * 1e-6 if feats.spec_verify_unit and not chip_features else 0.0
         self._paging_s_per_token = PAGING_NS_PER_BLOCK * 1e-9 / PAGING_BLOCK_TOKENS \
             if feats.kv_page_table and not chip_features else 0.0
+        #: the host floor of a step that prefills (``efficiency.prefill_host_layer_us`` x the layers one stage's
+        #: host issues): such a step lasts max(this, its device time); 0 = none
+        self.prefill_host_s = self.eff.prefill_host_layer_us * 1e-6 * max(len(r) for r in self._stages)
         self._compile(ops)
         self.expert_slots = p.expert_slots(model.num_experts)
         self._routing = Routing.of(model.num_experts, model.experts_per_token, p.ep, self.expert_slots)
@@ -780,6 +783,8 @@ class CostModel:
         t = float(self._rows_times(x[None, :], y[None, :])[0])
         if self._verify_s or self._masked_s:
             t = self._plus_step_extras(t, shape)
+        if shape.prefill_tokens and t < self.prefill_host_s:  # an eager prefill the host cannot issue faster
+            t = self.prefill_host_s
         n = self._n
         nc = self.chips_per_replica
         e = min(float(y[2 * n + 1]) + self.idle_w * t * nc, self.tdp_w * t * nc)
@@ -911,6 +916,8 @@ class CostModel:
         t = sum([c if c > m else m for c, m in zip(y[:n], y[n : 2 * n])]) + y[2 * n]
         if self._verify_s or self._masked_s:
             t = self._plus_step_extras(t, shape)
+        if shape.prefill_tokens and t < self.prefill_host_s:  # an eager prefill the host cannot issue faster
+            t = self.prefill_host_s
         nc = self.chips_per_replica
         e = min(y[2 * n + 1] + self.idle_w * t * nc, self.tdp_w * t * nc)
         return StepCost.of(t, e, y[2 * n + 2], y[2 * n + 3])

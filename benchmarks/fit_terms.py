@@ -131,7 +131,7 @@ def dedupe(items: list[tuple[Point, SimSpec]], reruns: str = "median") -> list[t
 # ------------------------------------------------------------------------------------------------ predicting
 def efficiency_with(base: Efficiency, params: dict[str, float]) -> Efficiency:
     """``base`` with ``params`` applied: ``fw.<stack>`` are front ends (see :func:`_latency_ms`), ``fp8moe.<stack>``
-    a stack's ``framework_fp8_moe_layer_us`` entry, ``prefill_host.<stack>`` its ``framework_prefill_host_layer_us``
+    a stack's ``framework_fp8_moe_layer_us`` entry, ``prefill_host.<stack>`` its ``framework_prefill_host_kernel_us``
     entry (the eager prefill's host time per layer, step 12b), ``moe_compute.<dtype>`` an ``efficiency.moe_compute`` entry (0:
     removed, the dtype's dense fraction), ``prefill_moe.<format>`` 0 drops that measured ``efficiency.prefill_moe``
     entry (a trial without it), anything else an efficiency field."""
@@ -147,7 +147,7 @@ def efficiency_with(base: Efficiency, params: dict[str, float]) -> Efficiency:
         upd["framework_fp8_moe_layer_us"] = {**base.framework_fp8_moe_layer_us, **fp8}
     host = {k.split(".", 1)[1]: float(v) for k, v in params.items() if k.startswith("prefill_host.")}
     if host:
-        upd["framework_prefill_host_layer_us"] = {**base.framework_prefill_host_layer_us, **host}
+        upd["framework_prefill_host_kernel_us"] = {**base.framework_prefill_host_kernel_us, **host}
     moe = {k.split(".", 1)[1]: float(v) for k, v in params.items() if k.startswith("moe_compute.")}
     if moe:
         upd["moe_compute"] = {d: f for d, f in {**base.moe_compute, **moe}.items() if f > 0}
@@ -246,9 +246,9 @@ HOST_BOUNDS = (0.0, 5000.0)
 
 def _lib_name(n: str) -> str:
     """This script's parameter name as the library's (``fw.vllm`` -> ``request_overhead_ms@vllm``;
-    ``prefill_host.<stack>`` -> the resolved ``prefill_host_layer_us``, one stack per fit)."""
+    ``prefill_host.<stack>`` -> the resolved ``prefill_host_kernel_us``, one stack per fit)."""
     if n.startswith("prefill_host."):
-        return "prefill_host_layer_us"
+        return "prefill_host_kernel_us"
     return f"request_overhead_ms@{n[3:]}" if n.startswith("fw.") else n
 
 

@@ -1,8 +1,9 @@
 """The eager-prefill host floor (issue #13 step 12b): a step that prefills lasts max(host issue time, device time).
 
-References are hand counts: the floor is ``efficiency.prefill_host_layer_us`` x the model's layers; a step whose
+References are hand counts: the floor is ``efficiency.prefill_host_kernel_us`` x the step's kernels
+(``perf.model.kernel_count``: Llama-3.1-8B 291, DeepSeek-R1 at TP8 1,327); a step whose
 device time is above it is priced exactly as without it; decode steps never see it; the stack's value comes from
-``framework_prefill_host_layer_us`` through ``--framework`` (``perf.frameworks.stack_kernel_terms``).
+``framework_prefill_host_kernel_us`` through ``--framework`` (``perf.frameworks.stack_kernel_terms``).
 """
 
 from __future__ import annotations
@@ -24,27 +25,27 @@ def _cm(model=LLAMA_8B, par=Parallelism(), prec=Precision("bf16"), **terms) -> C
     return CostModel(model, H200, par, prec, efficiency=Efficiency(**{**H200_EFF, **terms}))
 
 
-def test_a_short_prefill_lasts_the_host_floor_layers_times_the_term():
-    base, floored = _cm(), _cm(prefill_host_layer_us=1000.0)
-    assert base.step(SHORT).time_s < 0.032  # the device needs less than the host: host-bound
-    assert floored.prefill_host_s == pytest.approx(32 * 1000e-6, rel=1e-12)  # Llama-3.1-8B: 32 layers
-    assert floored.step(SHORT).time_s == pytest.approx(0.032, rel=1e-12)
-    assert floored.step(MIXED).time_s == pytest.approx(0.032, rel=1e-12)  # a mixed step prefills too
-    # DeepSeek-R1: 61 layers (3 dense + 58 MoE) at TP8 EP8; the host issues every layer of its rank
-    ds = _cm(DEEPSEEK_R1, Parallelism(tp=8, ep=8), Precision("native"), prefill_host_layer_us=1500.0)
-    assert ds.step(SHORT).time_s == pytest.approx(61 * 1500e-6, rel=1e-12)
+def test_a_short_prefill_lasts_the_host_floor_kernels_times_the_term():
+    base, floored = _cm(), _cm(prefill_host_kernel_us=110.0)
+    assert base.step(SHORT).time_s < 0.03201  # the device needs less than the host: host-bound
+    assert floored.prefill_host_s == pytest.approx(291 * 110e-6, rel=1e-12)  # Llama-3.1-8B: 291 kernels
+    assert floored.step(SHORT).time_s == pytest.approx(0.03201, rel=1e-12)
+    assert floored.step(MIXED).time_s == pytest.approx(0.03201, rel=1e-12)  # a mixed step prefills too
+    # DeepSeek-R1 at TP8 EP8: 1,327 kernels (61 layers of MLA + 58 MoE blocks + the TP all-reduces)
+    ds = _cm(DEEPSEEK_R1, Parallelism(tp=8, ep=8), Precision("native"), prefill_host_kernel_us=70.0)
+    assert ds.step(SHORT).time_s == pytest.approx(1327 * 70e-6, rel=1e-12)
 
 
 def test_the_floor_is_a_max_not_a_sum():
-    base, floored = _cm(), _cm(prefill_host_layer_us=1000.0)
+    base, floored = _cm(), _cm(prefill_host_kernel_us=110.0)
     long = base.step(LONG).time_s
-    assert long > 0.032  # an 8k prompt keeps the device busier than the host
+    assert long > 0.03201  # an 8k prompt keeps the device busier than the host
     assert floored.step(LONG).time_s == long  # the host's issue time is hidden under the device's
     assert floored.step(LONG).energy_j == base.step(LONG).energy_j
 
 
 def test_decode_steps_never_see_the_floor():
-    base, floored = _cm(), _cm(prefill_host_layer_us=5000.0)
+    base, floored = _cm(), _cm(prefill_host_kernel_us=500.0)
     assert floored.step(DECODE).time_s == base.step(DECODE).time_s
     t0, _ = base.decode_steps(DECODE, 5)
     t1, _ = floored.decode_steps(DECODE, 5)
@@ -52,26 +53,26 @@ def test_decode_steps_never_see_the_floor():
 
 
 def test_a_floored_step_idles_the_device_for_the_rest():
-    base, floored = _cm(), _cm(prefill_host_layer_us=1000.0)
+    base, floored = _cm(), _cm(prefill_host_kernel_us=110.0)
     b, f = base.step(SHORT), floored.step(SHORT)
-    idle = base.idle_w * (0.032 - b.time_s) * base.chips_per_replica
-    assert f.energy_j == pytest.approx(min(b.energy_j + idle, base.tdp_w * 0.032 * base.chips_per_replica), rel=1e-9)
+    idle = base.idle_w * (0.03201 - b.time_s) * base.chips_per_replica
+    assert f.energy_j == pytest.approx(min(b.energy_j + idle, base.tdp_w * 0.03201 * base.chips_per_replica), rel=1e-9)
 
 
 def test_the_stack_value_reaches_only_that_stack():
-    eff = Efficiency(**H200_EFF, framework_prefill_host_layer_us={"sglang": 1200.0})
-    assert eff.prefill_host_layer_us == 0.0
-    assert apply_framework(eff, "sglang").prefill_host_layer_us == 1200.0
-    assert apply_framework(eff, "trt-llm").prefill_host_layer_us == 0.0
-    assert apply_framework(eff, "vllm").prefill_host_layer_us == 0.0
+    eff = Efficiency(**H200_EFF, framework_prefill_host_kernel_us={"sglang": 70.0})
+    assert eff.prefill_host_kernel_us == 0.0
+    assert apply_framework(eff, "sglang").prefill_host_kernel_us == 70.0
+    assert apply_framework(eff, "trt-llm").prefill_host_kernel_us == 0.0
+    assert apply_framework(eff, "vllm").prefill_host_kernel_us == 0.0
     assert stack_kernel_terms(eff, None) is eff
     # a disaggregated stack's pools carry their own fitted terms: no engine kernel terms there
-    assert apply_framework(eff, "dynamo-sglang").prefill_host_layer_us == 0.0
+    assert apply_framework(eff, "dynamo-sglang").prefill_host_kernel_us == 0.0
 
 
 def test_a_negative_stack_value_is_refused():
-    with pytest.raises(ValueError, match="framework_prefill_host_layer_us sglang=-1.0 must be >= 0"):
-        Efficiency(**H200_EFF, framework_prefill_host_layer_us={"sglang": -1.0})
+    with pytest.raises(ValueError, match="framework_prefill_host_kernel_us sglang=-1.0 must be >= 0"):
+        Efficiency(**H200_EFF, framework_prefill_host_kernel_us={"sglang": -1.0})
 
 
 def _engine(cm: CostModel):
@@ -100,13 +101,13 @@ def _scenario(cm: CostModel):
 
 
 def test_through_the_scheduler_each_prefill_step_lasts_the_floor():
-    base, floored = _cm(), _cm(prefill_host_layer_us=1000.0)
+    base, floored = _cm(), _cm(prefill_host_kernel_us=110.0)
     p64 = base.step(SHORT).time_s  # one 64-token prompt: the shape of A's and B's prefill steps
     a0, b0 = _scenario(base)
     a1, b1 = _scenario(floored)
     assert a0.first_token_s == pytest.approx(p64, rel=1e-9)
-    assert a1.first_token_s == pytest.approx(0.032, rel=1e-9)  # 32 layers x 1 ms: host-bound
-    assert b1.first_token_s - b1.arrival_s == pytest.approx(0.032, rel=1e-9)
+    assert a1.first_token_s == pytest.approx(0.03201, rel=1e-9)  # 291 kernels x 110 us: host-bound
+    assert b1.first_token_s - b1.arrival_s == pytest.approx(0.03201, rel=1e-9)
     # A's life holds both prefill steps (its own, and B's while it pauses); its decode steps are unchanged
-    assert a1.finish_s - a0.finish_s == pytest.approx(2 * (0.032 - p64), rel=1e-9)
+    assert a1.finish_s - a0.finish_s == pytest.approx(2 * (0.03201 - p64), rel=1e-9)
     assert b1.finish_s - b1.first_token_s == pytest.approx(b0.finish_s - b0.first_token_s, rel=1e-9)

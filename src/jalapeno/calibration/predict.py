@@ -72,7 +72,7 @@ def transfer_params(chip: str) -> dict[str, float]:
     out.update({f"fw.{fw}": float(ms) for fw, ms in eff.framework_overhead_ms.items()})
     # the stacks' eager-prefill host time per layer: host software, like the front ends (``fit_terms.py``'s
     # ``prefill_host.<stack>``; docs/fidelity.md step 12b)
-    out.update({f"prefill_host.{fw}": float(us) for fw, us in eff.framework_prefill_host_layer_us.items()})
+    out.update({f"prefill_host.{fw}": float(us) for fw, us in eff.framework_prefill_host_kernel_us.items()})
     return out
 
 

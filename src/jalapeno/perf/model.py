@@ -349,9 +349,6 @@ class CostModel:
         self._verify_s = VERIFY_HOST_US * 1e-6 if feats.spec_verify_unit and not chip_features else 0.0
         self._paging_s_per_token = PAGING_NS_PER_BLOCK * 1e-9 / PAGING_BLOCK_TOKENS \
             if feats.kv_page_table and not chip_features else 0.0
-        #: the host floor of a step that prefills (``efficiency.prefill_host_layer_us`` x the layers one stage's
-        #: host issues): such a step lasts max(this, its device time); 0 = none
-        self.prefill_host_s = self.eff.prefill_host_layer_us * 1e-6 * max(len(r) for r in self._stages)
         self._compile(ops)
         self.expert_slots = p.expert_slots(model.num_experts)
         self._routing = Routing.of(model.num_experts, model.experts_per_token, p.ep, self.expert_slots)
@@ -610,6 +607,9 @@ class CostModel:
         self._net_time = [self._overlapped(o) for o in net]
         m = self.model
         self.kernels = kernel_count(m, self.parallel.tp, self.parallel.ep, self.mtp_draft)
+        #: the host floor of a step that prefills (``efficiency.prefill_host_kernel_us`` x the step's kernels, the
+        #: count ``kernel_overhead_us`` multiplies): such a step lasts max(this, its device time); 0 = none
+        self.prefill_host_s = eff.prefill_host_kernel_us * 1e-6 * self.kernels
         self._overhead = overhead_vector(eff, m.num_layers, self._moe_layers(),
                                          m.num_experts / self.parallel.ep if m.num_experts else 0.0, self.kernels,
                                          self.chip.launch_us, self._fp8_moe_layers(), pdl_share(eff),

@@ -273,8 +273,10 @@ def fit(items: list[tuple[Point, SimSpec]], names: list[str], start: dict[str, f
         return stack_efficiency(s, efficiency_with(efficiency_of(s.chip),
                                                    {**fixed, **{back.get(k, k): v for k, v in vals.items() if "@" not in k}}))
 
+    held = {k[3:]: float(v) for k, v in fixed.items() if k.startswith("fw.")}  # a front end --start'ed and --fix'ed
+
     def latency(vals: dict[str, float]) -> dict[str, float]:
-        return {k.split("@", 1)[1]: v for k, v in vals.items() if "@" in k}
+        return {**held, **{k.split("@", 1)[1]: v for k, v in vals.items() if "@" in k}}
 
     def prompts(s: SimSpec) -> int:
         return max(1, min(per, MAX_FIT_REQUESTS // max(1, s.concurrency or 1)))

@@ -131,11 +131,12 @@ def dedupe(items: list[tuple[Point, SimSpec]], reruns: str = "median") -> list[t
 # ------------------------------------------------------------------------------------------------ predicting
 def efficiency_with(base: Efficiency, params: dict[str, float]) -> Efficiency:
     """``base`` with ``params`` applied: ``fw.<stack>`` are front ends (see :func:`_latency_ms`), ``fp8moe.<stack>``
-    a stack's ``framework_fp8_moe_layer_us`` entry, ``moe_compute.<dtype>`` an ``efficiency.moe_compute`` entry (0:
+    a stack's ``framework_fp8_moe_layer_us`` entry, ``prefill_host.<stack>`` its ``framework_prefill_host_kernel_us``
+    entry (the eager prefill's host time per layer, step 12b), ``moe_compute.<dtype>`` an ``efficiency.moe_compute`` entry (0:
     removed, the dtype's dense fraction), ``prefill_moe.<format>`` 0 drops that measured ``efficiency.prefill_moe``
     entry (a trial without it), anything else an efficiency field."""
     upd: dict = {k: float(v) for k, v in params.items()
-                 if not k.startswith(("fw.", "fp8moe.", "moe_compute.", "prefill_moe."))}
+                 if not k.startswith(("fw.", "fp8moe.", "moe_compute.", "prefill_moe.", "prefill_host."))}
     drop = {k.split(".", 1)[1] for k, v in params.items() if k.startswith("prefill_moe.")}
     if any(float(params[f"prefill_moe.{f}"]) != 0 for f in drop):
         raise SystemExit("prefill_moe.<format> takes 0 only (drop the measured entry); its values are chip facts")
@@ -144,6 +145,9 @@ def efficiency_with(base: Efficiency, params: dict[str, float]) -> Efficiency:
     fp8 = {k.split(".", 1)[1]: float(v) for k, v in params.items() if k.startswith("fp8moe.")}
     if fp8:
         upd["framework_fp8_moe_layer_us"] = {**base.framework_fp8_moe_layer_us, **fp8}
+    host = {k.split(".", 1)[1]: float(v) for k, v in params.items() if k.startswith("prefill_host.")}
+    if host:
+        upd["framework_prefill_host_kernel_us"] = {**base.framework_prefill_host_kernel_us, **host}
     moe = {k.split(".", 1)[1]: float(v) for k, v in params.items() if k.startswith("moe_compute.")}
     if moe:
         upd["moe_compute"] = {d: f for d, f in {**base.moe_compute, **moe}.items() if f > 0}
@@ -236,8 +240,15 @@ def report(name: str, items, preds) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ fitting
+#: bounds of a stack's eager-prefill host time per layer (``prefill_host.<stack>``, ``fit --host STACK``), us
+HOST_BOUNDS = (0.0, 5000.0)
+
+
 def _lib_name(n: str) -> str:
-    """This script's parameter name as the library's (``fw.vllm`` -> ``request_overhead_ms@vllm``)."""
+    """This script's parameter name as the library's (``fw.vllm`` -> ``request_overhead_ms@vllm``;
+    ``prefill_host.<stack>`` -> the resolved ``prefill_host_kernel_us``, one stack per fit)."""
+    if n.startswith("prefill_host."):
+        return "prefill_host_kernel_us"
     return f"request_overhead_ms@{n[3:]}" if n.startswith("fw.") else n
 
 
@@ -247,17 +258,25 @@ def fit(items: list[tuple[Point, SimSpec]], names: list[str], start: dict[str, f
     every fit point once; stops when no parameter moves by 1%. Returns (values, median |ln| at them, log)."""
     from jalapeno.calibration.gauss_newton import Spec, gauss_newton
 
-    spec_all = {**PARAMS, **FRAMEWORK_PARAMS, **OPTIONAL_PARAMS}
+    spec_all = {**PARAMS, **FRAMEWORK_PARAMS, **OPTIONAL_PARAMS,
+                **{n: (0.0, *HOST_BOUNDS) for n in names if n.startswith("prefill_host.")}}
     lib = [_lib_name(n) for n in names]
+    if len(set(lib)) < len(lib):
+        raise SystemExit("fit: one prefill_host.<stack> per fit (--host)")
     fixed = {k: v for k, v in start.items() if k not in names}
     x0 = {ln: float(np.clip(start.get(n, spec_all[n][0]), spec_all[n][1], spec_all[n][2])) for n, ln in zip(names, lib)}
+    #: the library name of the fitted stack host term -> this script's (its value goes to that stack only; a
+    #: linearised bump of the resolved field on another stack's point is a floor far below its prefill steps)
+    back = {ln: n for n, ln in zip(names, lib) if n.startswith("prefill_host.")}
 
     def eff(s: SimSpec, vals: dict[str, float]) -> Efficiency:
         return stack_efficiency(s, efficiency_with(efficiency_of(s.chip),
-                                                   {**fixed, **{k: v for k, v in vals.items() if "@" not in k}}))
+                                                   {**fixed, **{back.get(k, k): v for k, v in vals.items() if "@" not in k}}))
+
+    held = {k[3:]: float(v) for k, v in fixed.items() if k.startswith("fw.")}  # a front end --start'ed and --fix'ed
 
     def latency(vals: dict[str, float]) -> dict[str, float]:
-        return {k.split("@", 1)[1]: v for k, v in vals.items() if "@" in k}
+        return {**held, **{k.split("@", 1)[1]: v for k, v in vals.items() if "@" in k}}
 
     def prompts(s: SimSpec) -> int:
         return max(1, min(per, MAX_FIT_REQUESTS // max(1, s.concurrency or 1)))
@@ -357,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per", type=int, default=2, help="simulated requests per unit of concurrency")
     ap.add_argument("--max-iter", type=int, default=4, help="fit: Gauss-Newton iterations (one simulation of the fit set each)")
     ap.add_argument("--frameworks", action="store_true", help="fit: also fit the framework request latencies")
+    ap.add_argument("--host", help="fit: also fit this stack's eager-prefill host time per layer "
+                                   "(prefill_host.<stack>: a prefill step lasts max(host, device); step 12b)")
     ap.add_argument("--start", help="fit: start values (JSON)")
     ap.add_argument("--fix", action="append", help="fit: keep this parameter at its start value")
     ap.add_argument("--terms", choices=("kernel", "layer"), default="kernel",
@@ -429,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
             if a.frameworks:
                 names += [n for n in FRAMEWORK_PARAMS if any(framework_profile(s) == n[3:] for _, s in train)
                           and n not in (a.fix or [])]
+            if a.host:
+                names.append(f"prefill_host.{a.host}")
             start = {**(json.loads(a.start) if a.start else {})}
             if a.hold_decode:
                 names = [n for n in names if n not in DECODE_TERMS]

@@ -104,6 +104,8 @@ class _Recorder:
         if self.on:
             row = self._lin @ self._cm.features(shape) if (shape.prefill_tokens or shape.decode_tokens) \
                 else np.zeros(len(self._lin))
+            if shape.prefill_tokens and c.time_s <= getattr(self._cm, "prefill_host_s", 0.0):
+                row = np.zeros(len(self._lin))  # a host-bound prefill step: the device terms do not move it
             for i, d in self._fd:
                 row[i] = (d.cm.step(shape).time_s - c.time_s) / d.h
             self.calls.append((1, row, None))

@@ -66,7 +66,9 @@ _STRUCTURAL = ("layer_overhead_us", "moe_layer_overhead_us", "pdl_kernel_fractio
 def transfer_params(chip: str) -> dict[str, float]:
     """What a cross-vendor transfer moves from ``chip`` (``fit_terms.py eval --params``): its overhead fields that a
     fit set (``efficiency.fitted``), the per-layer and per-MoE-layer constants, and its per-stack front ends as
-    ``fw.<stack>``. Never a chip fact: ``ChipSpec.kernel_launch_us`` and the roofline fractions stay the target's."""
+    ``fw.<stack>``. The per-stack kernel-path terms (``framework_fp8_moe_layer_us``,
+    ``framework_prefill_host_kernel_us``: a stack's path on one vendor's kernels and host) stay with their chip
+    family, as the chip facts do (docs/fidelity.md step 12b). Never a chip fact: ``ChipSpec.kernel_launch_us`` and the roofline fractions stay the target's."""
     eff = efficiency_of(chip)
     out = {k: float(getattr(eff, k)) for k in TRANSFER_FIELDS if k in eff.fitted or k in _STRUCTURAL}
     out.update({f"fw.{fw}": float(ms) for fw, ms in eff.framework_overhead_ms.items()})

@@ -220,6 +220,16 @@ class Efficiency(_Strict):
     pdl_kernel_fraction: float = Field(default=0.0, ge=0, lt=1)
     #: this run launches its kernels with PDL (a launch flag, set per run: ``calibration.launch.launch_efficiency``)
     launch_pdl: bool = False
+    #: host time per GPU kernel of an eagerly run prefill step (the serving stack's Python forward issues every
+    #: kernel from the host), microseconds: a step that prefills lasts at least ``kernels x this`` (the kernel count
+    #: of ``kernel_overhead_us``, ``perf.model.kernel_count``: the device idles between kernels while the host
+    #: issues them) and otherwise its device time — max(host, device), not their sum: a short prompt on a fast
+    #: chip is host-bound, a long one device-bound. Usually set per stack by ``framework_prefill_host_kernel_us``
+    #: (``--framework``). 0: none
+    prefill_host_kernel_us: float = Field(default=0.0, ge=0)
+    #: per serving framework (``jalapeno.perf.frameworks`` key -> us): this chip family's fitted
+    #: ``prefill_host_kernel_us`` under that stack (B200: SGLang's eager DeepSeek-R1 prefill; docs/fidelity.md step 12b)
+    framework_prefill_host_kernel_us: dict[str, float] = Field(default_factory=dict)
     #: per serving framework (``jalapeno.perf.frameworks`` key -> us): this chip family's
     #: ``fp8_moe_layer_overhead_us`` under that stack (B200: TensorRT-LLM's FP8 block-scale MoE; docs/cost-model.md)
     framework_fp8_moe_layer_us: dict[str, float] = Field(default_factory=dict)
@@ -296,12 +306,12 @@ class Efficiency(_Strict):
             raise ValueError(f"prefill_moe format {bad[0]!r} is not one of {', '.join(EXPERT_FORMATS)}")
         return v
 
-    @field_validator("framework_fp8_moe_layer_us")
+    @field_validator("framework_fp8_moe_layer_us", "framework_prefill_host_kernel_us")
     @classmethod
-    def _stack_terms(cls, v: dict[str, float]) -> dict[str, float]:
+    def _stack_terms(cls, v: dict[str, float], info) -> dict[str, float]:
         for k, x in v.items():
             if x < 0:
-                raise ValueError(f"framework_fp8_moe_layer_us {k}={x} must be >= 0 microseconds per MoE layer")
+                raise ValueError(f"{info.field_name} {k}={x} must be >= 0 microseconds per layer")
         return v
 
     @field_validator("compute_by_rows")

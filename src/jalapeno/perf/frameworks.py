@@ -382,10 +382,19 @@ def apply_framework(efficiency, framework: str | ServingFramework | None):
 
 def stack_kernel_terms(efficiency, framework_key: str | None):
     """``efficiency`` with the chip's per-stack kernel terms of ``framework_key`` resolved: its
-    ``framework_fp8_moe_layer_us`` entry becomes ``fp8_moe_layer_overhead_us`` (unchanged when the chip has none
-    for that stack, or ``framework_key`` is None)."""
-    us = efficiency.framework_fp8_moe_layer_us.get(framework_key) if framework_key else None
-    return efficiency if us is None else efficiency.model_copy(update={"fp8_moe_layer_overhead_us": float(us)})
+    ``framework_fp8_moe_layer_us`` entry becomes ``fp8_moe_layer_overhead_us`` and its
+    ``framework_prefill_host_kernel_us`` entry ``prefill_host_kernel_us`` (each unchanged when the chip has none for
+    that stack, or ``framework_key`` is None)."""
+    if not framework_key:
+        return efficiency
+    upd = {}
+    us = efficiency.framework_fp8_moe_layer_us.get(framework_key)
+    if us is not None:
+        upd["fp8_moe_layer_overhead_us"] = float(us)
+    host = efficiency.framework_prefill_host_kernel_us.get(framework_key)
+    if host is not None:
+        upd["prefill_host_kernel_us"] = float(host)
+    return efficiency.model_copy(update=upd) if upd else efficiency
 
 
 def scheduling_policy(framework: str | ServingFramework | None) -> SchedulingPolicy:

@@ -616,6 +616,9 @@ class CostModel:
         self._net_time = [self._overlapped(o) for o in net]
         m = self.model
         self.kernels = kernel_count(m, self.parallel.tp, self.parallel.ep, self.mtp_draft)
+        #: the host floor of a step that prefills (``efficiency.prefill_host_kernel_us`` x the step's kernels, the
+        #: count ``kernel_overhead_us`` multiplies): such a step lasts max(this, its device time); 0 = none
+        self.prefill_host_s = eff.prefill_host_kernel_us * 1e-6 * self.kernels
         self._overhead = overhead_vector(eff, m.num_layers, self._moe_layers(),
                                          m.num_experts / self.parallel.ep if m.num_experts else 0.0, self.kernels,
                                          self.chip.launch_us, self._fp8_moe_layers(), pdl_share(eff),
@@ -789,6 +792,8 @@ class CostModel:
         t = float(self._rows_times(x[None, :], y[None, :])[0])
         if self._verify_s or self._masked_s:
             t = self._plus_step_extras(t, shape)
+        if shape.prefill_tokens and t < self.prefill_host_s:  # an eager prefill the host cannot issue faster
+            t = self.prefill_host_s
         n = self._n
         nc = self.chips_per_replica
         e = min(float(y[2 * n + 1]) + self.idle_w * t * nc, self.tdp_w * t * nc)
@@ -920,6 +925,8 @@ class CostModel:
         t = sum([c if c > m else m for c, m in zip(y[:n], y[n : 2 * n])]) + y[2 * n]
         if self._verify_s or self._masked_s:
             t = self._plus_step_extras(t, shape)
+        if shape.prefill_tokens and t < self.prefill_host_s:  # an eager prefill the host cannot issue faster
+            t = self.prefill_host_s
         nc = self.chips_per_replica
         e = min(y[2 * n + 1] + self.idle_w * t * nc, self.tdp_w * t * nc)
         return StepCost.of(t, e, y[2 * n + 2], y[2 * n + 3])

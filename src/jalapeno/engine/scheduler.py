@@ -220,7 +220,10 @@ class Scheduler:
             return None
         steps = 1
         if max_steps > 1 and k_left > 1 and not admission_may_change and len(chunks) == len(self.running):
-            steps = self._num_steps(chunks, k_left, per, max_len, grouped)
+            if grouped == len(chunks):  # the group alone (no prompt to check): what _num_steps would return
+                steps = self._multi_step(chunks, k_left, per, grouped)
+            else:
+                steps = self._num_steps(chunks, k_left, per, max_len, grouped)
         self.num_grouped = grouped
         nd = self._num_decodes
         start_sum = None
@@ -506,6 +509,19 @@ class Scheduler:
         bm = self.bm
         bs = bm.block_size
         free = bm.num_free
+        if grouped == len(chunks):  # the group alone (a KV-bound run's usual batch): nothing behind it to count or
+            # reserve for; the general path below with its walks over no chunk left out (the same K, the same blocks)
+            group = self.group
+            assert group is not None and k > 1
+            x = (k - 1) * per_step
+            if grouped * (-(-x // bs) + 1) > free:
+                rounds, rem = divmod(free, grouped)
+                k = min(k, (rounds * bs + group.slack_cut(rem)) // per_step + 1)
+                x = (k - 1) * per_step
+            if k > 1:
+                bm.take(group.blocks_for(x))
+                group.ahead += x
+            return k
         group = self.group if grouped else None
         rest = chunks[grouped:]
         # each sequence needs at most ceil((K-1)·per/bs) + 1 new blocks: if that fits, skip counting

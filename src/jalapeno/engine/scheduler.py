@@ -93,6 +93,8 @@ class Scheduler:
             self.group = DecodeGroup(block_manager.block_size)
         #: how many chunks at the head of the last batch are the group's
         self.num_grouped = 0
+        #: neither ``recv_interval`` nor ``balance_ranks`` counts steps (what applying a group-only batch may skip)
+        self._no_step_counts = config.recv_interval <= 1 and config.balance_ranks <= 1
 
     # --- queue management ---------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -619,6 +621,18 @@ class Scheduler:
         a stop token, ``max_tokens`` or ``max_model_len``, give back blocks reserved for rejected draft tokens
         or cut-off steps, and let decodes join the lockstep group. ``outputs``: append one
         :class:`RequestOutput` per sampled chunk (the per-request path; ``None`` for the simulator)."""
+        g = self.num_grouped
+        if g == len(batch.chunks) and g and self._no_step_counts:
+            # the lockstep group alone (a KV-bound run's usual batch): the members advance, nothing else is applied
+            # (the general path below with no chunk behind the group to walk: the same updates in the same order)
+            assert result.token_counts is None or result.counts_skip <= g, "only the group's counts may be left out"
+            up = StepUpdate()
+            self._advance_group(g, timing, self.config.num_speculative_tokens > 0 or timing.num_steps < batch.num_steps,
+                                up)
+            latency.add(timing.t_first - timing.t0, g)
+            if up.finished:
+                _drop_finished(self.running, up.finished, self.group.left_at)  # type: ignore[union-attr]
+            return up
         counts = result.token_counts
         skip = 0  # counts[j] is chunk skip + j's (the group's members may be left out: they gain a token a step)
         if counts is None:

@@ -179,6 +179,7 @@ def test_multi_step_length_is_the_largest_that_fits(extra_blocks):
 
     rng = random.Random(1)
     bs = 16
+    group_only = 0  # trials whose batch is the group alone (the scheduler's own path for it)
     for trial in range(60):
         n = rng.randint(1, 12)
         seqs = []
@@ -214,6 +215,8 @@ def test_multi_step_length_is_the_largest_that_fits(extra_blocks):
         assert sum(s.num_blocks for s in seqs) == held + (free - bm.num_free)
         for s, st in zip(seqs, starts):
             assert s.num_blocks >= -(-(st + batch.num_steps) // bs)
+        group_only += batch.num_grouped == n
+    assert group_only >= (5 if not extra_blocks else 0)
 
 
 @pytest.mark.parametrize("window", [40, 300, 5000])

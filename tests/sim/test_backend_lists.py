@@ -64,3 +64,54 @@ def test_counts_without_the_group_members_equal_the_full_list(model):
         if ref is not None:
             assert ref.skipped > 10
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("model", ["gpt-oss-120b", "llama-3.1-8b"])
+def test_group_only_batches_price_as_the_general_path(model):
+    """``SimBackend._execute_group`` (a batch that is the lockstep group alone, one routine) returns what the
+    general path (``_shapes`` + ``_execute_lists`` + ``_token_counts``, counts listed for every chunk) returns
+    for the same batch, batch by batch, in KV-starved closed loops (preemption events of the group alone, one-
+    and multi-step; a sliding-window model and a full-attention one); and the whole run is the same with the
+    routine replaced by the general path. The routine is taken (the test can fail)."""
+    from dataclasses import astuple
+
+    from jalapeno.engine import Engine, EngineConfig
+    from jalapeno.sim.backend import SimBackend
+    from jalapeno.sim.client import run_workload
+    from jalapeno.sim.factory import cost_model_for
+    from jalapeno.workload import inferencex_workload
+
+    def general(b, batch):
+        shape, nxt = b._shapes(batch, batch.num_steps > 1)
+        r = b._execute_lists(batch, shape, nxt)
+        return r.step_durations, r.duration_s, r.energy_j, [len(r.step_durations)] * r.counts_skip + list(r.token_counts)
+
+    wl = inferencex_workload(64, 300, concurrency=48, num_prompts=120, seed=7)  # contexts cross the 128 window
+    runs = []
+    for fast in (True, False):
+        b = SimBackend(cost_model_for(model, "h200"))
+        taken = {"one": 0, "multi": 0}
+        fused = b._execute_group
+
+        def checked(batch, g, steps, b=b, fused=fused, taken=taken):
+            ref = general(b, batch)
+            if not fast:
+                shape, nxt = b._shapes(batch, steps > 1)
+                return b._execute_lists(batch, shape, nxt)
+            r = fused(batch, g, steps)
+            assert (r.step_durations, r.duration_s, r.energy_j, [len(r.step_durations)] * r.counts_skip
+                    + list(r.token_counts)) == ref
+            assert type(r.duration_s) is type(ref[1]) and type(r.energy_j) is type(ref[2])
+            taken["multi" if steps > 1 else "one"] += 1
+            return r
+
+        b._execute_group = checked
+        e = Engine(b, EngineConfig(max_num_seqs=48, max_num_batched_tokens=2048, num_kv_blocks=500))
+        r = run_workload(e, wl)
+        v, c = e.itl_samples()
+        runs.append(([astuple(o) for o in r.outcomes], r.num_steps, r.duration_s, r.energy_j, v.tolist(), c.tolist(),
+                     e.scheduler.num_preemptions))
+        if fast:
+            assert taken["multi"] > 50 and taken["one"] > 5, taken
+    assert runs[0][-1] > 50  # KV-starved: preemptions happened
+    assert runs[0] == runs[1]

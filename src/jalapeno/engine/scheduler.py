@@ -93,6 +93,8 @@ class Scheduler:
             self.group = DecodeGroup(block_manager.block_size)
         #: how many chunks at the head of the last batch are the group's
         self.num_grouped = 0
+        #: neither ``recv_interval`` nor ``balance_ranks`` counts steps (what applying a group-only batch may skip)
+        self._no_step_counts = config.recv_interval <= 1 and config.balance_ranks <= 1
 
     # --- queue management ---------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -220,7 +222,10 @@ class Scheduler:
             return None
         steps = 1
         if max_steps > 1 and k_left > 1 and not admission_may_change and len(chunks) == len(self.running):
-            steps = self._num_steps(chunks, k_left, per, max_len, grouped)
+            if grouped == len(chunks):  # the group alone (no prompt to check): what _num_steps would return
+                steps = self._multi_step(chunks, k_left, per, grouped)
+            else:
+                steps = self._num_steps(chunks, k_left, per, max_len, grouped)
         self.num_grouped = grouped
         nd = self._num_decodes
         start_sum = None
@@ -506,6 +511,19 @@ class Scheduler:
         bm = self.bm
         bs = bm.block_size
         free = bm.num_free
+        if grouped == len(chunks):  # the group alone (a KV-bound run's usual batch): nothing behind it to count or
+            # reserve for; the general path below with its walks over no chunk left out (the same K, the same blocks)
+            group = self.group
+            assert group is not None and k > 1
+            x = (k - 1) * per_step
+            if grouped * (-(-x // bs) + 1) > free:
+                rounds, rem = divmod(free, grouped)
+                k = min(k, (rounds * bs + group.slack_cut(rem)) // per_step + 1)
+                x = (k - 1) * per_step
+            if k > 1:
+                bm.take(group.blocks_for(x))
+                group.ahead += x
+            return k
         group = self.group if grouped else None
         rest = chunks[grouped:]
         # each sequence needs at most ceil((K-1)·per/bs) + 1 new blocks: if that fits, skip counting
@@ -603,6 +621,18 @@ class Scheduler:
         a stop token, ``max_tokens`` or ``max_model_len``, give back blocks reserved for rejected draft tokens
         or cut-off steps, and let decodes join the lockstep group. ``outputs``: append one
         :class:`RequestOutput` per sampled chunk (the per-request path; ``None`` for the simulator)."""
+        g = self.num_grouped
+        if g == len(batch.chunks) and g and self._no_step_counts:
+            # the lockstep group alone (a KV-bound run's usual batch): the members advance, nothing else is applied
+            # (the general path below with no chunk behind the group to walk: the same updates in the same order)
+            assert result.token_counts is None or result.counts_skip <= g, "only the group's counts may be left out"
+            up = StepUpdate()
+            self._advance_group(g, timing, self.config.num_speculative_tokens > 0 or timing.num_steps < batch.num_steps,
+                                up)
+            latency.add(timing.t_first - timing.t0, g)
+            if up.finished:
+                _drop_finished(self.running, up.finished, self.group.left_at)  # type: ignore[union-attr]
+            return up
         counts = result.token_counts
         skip = 0  # counts[j] is chunk skip + j's (the group's members may be left out: they gain a token a step)
         if counts is None:

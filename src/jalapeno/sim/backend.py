@@ -433,6 +433,10 @@ class SimBackend(Backend):
         if self.adaptive is not None:
             return self._execute_adaptive(batch)
         steps = batch.num_steps
+        g = batch.num_grouped
+        if (g and g == len(batch.chunks) and steps <= _SCALAR_STEPS and self.trace is None and self.speculation is None
+                and not batch.loaded_tokens and type(self.cm) is CostModel):
+            return self._execute_group(batch, g, steps)
         shape, nxt = self._shapes(batch, steps > 1)
         # the scalar path only for the plain cost model (``self.cm`` may be swapped for a wrapper that records
         # the step/decode_steps calls, as calibration's TangentBackend does, or be a test's fake)
@@ -512,6 +516,30 @@ class SimBackend(Backend):
         # positional, in field order (tokens, duration_s, energy_j, step_durations, token_counts, counts_skip):
         # a dataclass's keyword call costs ≈ 1 µs more, once per event
         return StepResult([], float(sum(dl)), energy, dl, self._token_counts(batch, run, skip), skip)
+
+    def _execute_group(self, batch: ScheduledBatch, g: int, steps: int) -> StepResult:
+        """:meth:`execute` of a batch that is the lockstep group alone (``g`` members, no speculation, no KV load,
+        no trace, the plain cost model; a KV-bound run's usual event): :meth:`_shapes` (no chunk to walk, no
+        prefill, so no second shape), :meth:`_execute_lists` and :meth:`_token_counts` (nothing to count: the
+        members gain one token per step run) as one routine — the same shape, the same floats
+        (``tests/sim/test_backend_lists.py::test_group_only_batches_price_as_the_general_path``)."""
+        group = batch.group
+        assert group is not None
+        starts = batch.decode_start_sum
+        decode_ctx = (starts if batch.num_decodes == g and starts is not None else group.start_sum()) + g
+        window = self.window
+        if window:
+            decode_ctx_window, decode_below = group.window_sums(window, 1)
+            shape = StepShape.of(0, 0, 0.0, 0.0, 0, 0, g, g, decode_ctx, decode_ctx_window, decode_below)
+        else:
+            shape = StepShape.of(0, 0, 0.0, 0.0, 0, 0, g, g, decode_ctx, decode_ctx, 0, 0, 0)
+        cm = self.cm
+        if steps > 1:
+            dl, el = cm.decode_step_lists(shape, steps, batch.start_s, batch.stop_at_s)  # type: ignore[attr-defined]
+        else:
+            c = cm.step(shape)
+            dl, el = [c.time_s], [c.energy_j]
+        return StepResult([], float(sum(dl)), _numpy_sum(el), dl, [], g)
 
     def _token_counts(self, batch: ScheduledBatch, steps: int, skip: int = 0) -> Seq[int]:
         """Tokens each chunk gained over ``steps`` steps (every chunk of a multi-step batch samples), leaving out

@@ -20,6 +20,7 @@ from jalapeno.errors import CapacityError, ConfigError
 from jalapeno.hardware.schema import ChipSpec, Efficiency
 from jalapeno.models.arch import ModelArch
 from jalapeno.perf import dtypes as dt
+from jalapeno.perf.frameworks import VLLM_MEMORY
 from jalapeno.perf.network import collective, p2p
 from jalapeno.perf.ops import (
     IDX, NF, Dims, OpSpec, Routing, attention_dims, build_ops, features, kv_bytes_per_token_per_layer,
@@ -33,8 +34,7 @@ _CTX_COLS = [IDX["C"], IDX["Cw"], IDX["Cr"], IDX["Cwr"]]
 #: fraction of main memory (HBM/DRAM) the engine may use (vLLM's gpu_memory_utilization default): the
 #: default :class:`MemoryRule` (weights, activations and KV within it); a serving framework's rule replaces it
 MAIN_MEMORY_UTILIZATION = 0.9
-DEFAULT_MEMORY_RULE = MemoryRule("total", MAIN_MEMORY_UTILIZATION,
-                                 "vLLM gpu_memory_utilization default 0.9 (the simulator's default)")
+DEFAULT_MEMORY_RULE = VLLM_MEMORY  # the same rule a vLLM framework profile carries
 #: fraction of resident SRAM usable for weights/KV (compiled, statically scheduled: all of it)
 SRAM_UTILIZATION = 1.0
 #: when not all weights fit, the share of SRAM that pinned weights may take (the rest stages activations)

@@ -572,9 +572,9 @@ def drift_reference(threads: int | None = None) -> dict:
     return got
 
 
-def probe_samples(hardware) -> dict[str, list[float]]:
-    """The probe's own samples of the drift reference's steps: ``local.samples.json`` beside the chip YAML
-    (``--hardware`` a YAML path: ``<stem>.samples.json`` beside it), {} when there is none."""
+def _samples_file(hardware) -> dict:
+    """The probe's samples file beside the chip: ``local.samples.json`` (``--hardware`` a YAML path:
+    ``<stem>.samples.json`` beside it); {} when there is none."""
     from jalapeno.hardware.catalog import default_probe_dir
 
     if isinstance(hardware, str) and hardware.endswith((".yaml", ".yml")):
@@ -583,8 +583,19 @@ def probe_samples(hardware) -> dict[str, list[float]]:
         path = default_probe_dir() / f"{hardware}.samples.json"
     if not isinstance(hardware, str) or not path.is_file():
         return {}
-    seconds = json.loads(path.read_text()).get("seconds", {})
+    return json.loads(path.read_text())
+
+
+def probe_samples(hardware) -> dict[str, list[float]]:
+    """The probe's own samples of the drift reference's steps (:func:`_samples_file`), {} when there are none."""
+    seconds = _samples_file(hardware).get("seconds", {})
     return {drift_key(b, c): seconds[drift_key(b, c)] for b, c in DRIFT_SHAPES if drift_key(b, c) in seconds}
+
+
+def probe_statistic(hardware) -> str:
+    """The statistic the chip keeps of its repeated step timings (``probe.STEP_STATISTIC``: ``median`` since the
+    sixteenth session); ``min`` for a samples file written before it said."""
+    return str(_samples_file(hardware).get("statistic", "min"))
 
 
 def drift_keys(conc: int, isl: int) -> list[str]:
@@ -594,12 +605,14 @@ def drift_keys(conc: int, isl: int) -> list[str]:
     return [drift_key(1 if conc == 1 else max(b for b, _ in DRIFT_SHAPES), ctx)]
 
 
-def drift_ratio(d: dict, ref_stat: str = "median", probe_stat: str = "min",
+def drift_ratio(d: dict, ref_stat: str = "median", probe_stat: str | None = None,
                 keys: list[str] | None = None) -> float | None:
     """A point's drift ratio: over the reference's shapes (or only ``keys``), the geometric mean of (the reference before and after the
     point, its samples pooled, by ``ref_stat``) / (the probe's samples of the same step by ``probe_stat``); ``min``
-    or ``median``. >1: the machine is slower now than the chip as probed. None without both sides."""
+    or ``median``, by default the statistic the chip kept (``d["probe_statistic"]``, ``min`` before the sixteenth
+    session). >1: the machine is slower now than the chip as probed. None without both sides."""
     stat = {"min": np.min, "median": np.median}
+    probe_stat = probe_stat or d.get("probe_statistic", "min")
     logs = []
     for key, probe in (d.get("probe") or {}).items():
         if keys is not None and key not in keys:
@@ -695,7 +708,8 @@ def drift_report(points: list[dict], hardware, trace: Path | None, max_num_seqs:
         row["contention"] = contention(p)
         rows.append(row)
         mp = row["decode_measured_over_priced"]
-        print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} drift: reference / probe {k:.3f} (median/min of "
+        print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} drift: reference / probe {k:.3f} "
+              f"(median/{d.get('probe_statistic', 'min')} of "
               f"{row['matched'][0].split(' decode ')[1]}; every shape {row['ratio_all_shapes']:.3f}; "
               f"median/median {row['ratio_median_median']:.3f}, min/min {row['ratio_min_min']:.3f}; after / before "
               f"{row['before_after']:.3f})" + (f"; served decode steps measured / priced {mp:.3f} "
@@ -780,7 +794,8 @@ def run_points(args: argparse.Namespace, grid: dict[str, list[int]], todo: list[
                 continue
             wall = time.perf_counter() - t0
             if args.drift_ref:
-                p["drift"] = {"before": ref0, "after": drift_reference(args.threads), "probe": args.probe_samples}
+                p["drift"] = {"before": ref0, "after": drift_reference(args.threads), "probe": args.probe_samples,
+                              "probe_statistic": args.probe_statistic}
             p.update(concurrency=conc, isl=isl, osl=osl, prompts=n, range_ratio=args.random_range_ratio,
                      hardware=args.hardware, device=args.device,
                      load_before=load0, load_after=os.getloadavg()[0], wall_s=wall,
@@ -794,7 +809,7 @@ def run_points(args: argparse.Namespace, grid: dict[str, list[int]], todo: list[
             k_drift = drift_ratio(p.get("drift") or {}, keys=drift_keys(conc, isl))
             if k_drift is not None:
                 print(f"  drift: the reference's matching step before / after the point over the probe's (median / "
-                      f"min): {k_drift:.3f}", flush=True)
+                      f"{args.probe_statistic}): {k_drift:.3f}", flush=True)
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -1075,6 +1090,7 @@ def _main() -> None:
     if args.offline and args.step_trace is None:
         ap.error("--offline needs --step-trace DIR (where its traces go)")
     args.probe_samples = probe_samples(args.hardware) if args.drift_ref else {}
+    args.probe_statistic = probe_statistic(args.hardware)
     if args.drift_ref and not args.probe_samples:
         raise ConfigError(f"--drift-ref: no probe samples of the served model's decode steps for --hardware "
                           f"{args.hardware} (local.samples.json, written by `jalapeno hardware probe`); probe first")

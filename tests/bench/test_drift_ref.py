@@ -30,6 +30,20 @@ def test_the_drift_ratio_is_the_geometric_mean_of_reference_over_probe(sve) -> N
     assert sve.drift_ratio(d, "median", "median") == pytest.approx(np.sqrt(0.75 * 1.3))
     assert sve.drift_ratio(d, "min", "min") == pytest.approx(np.sqrt(1.2 * 1.1))
     assert sve.drift_ratio({"probe": d["probe"]}) is None and sve.drift_ratio({}) is None
+    # a point recorded against a chip that keeps its steps' median (the probe since the sixteenth session) is
+    # compared with the probe's median by default: a 1.5 / 2.0, b 2.6 / 2.0
+    assert sve.drift_ratio({**d, "probe_statistic": "median"}) == pytest.approx(np.sqrt(0.75 * 1.3))
+
+
+def test_the_probe_statistic_is_read_from_the_samples_file(sve, tmp_path) -> None:
+    """The chip's samples file says which statistic the YAML kept; one written before it said is the best (min)."""
+    chip = tmp_path / "local.yaml"
+    chip.write_text("{}\n")
+    side = tmp_path / "local.samples.json"
+    side.write_text('{"seconds": {}}')
+    assert sve.probe_statistic(str(chip)) == "min"
+    side.write_text('{"statistic": "median", "seconds": {}}')
+    assert sve.probe_statistic(str(chip)) == "median"
 
 
 def test_each_point_is_matched_to_the_reference_step_of_its_batch_and_context(sve) -> None:

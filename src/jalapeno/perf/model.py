@@ -920,7 +920,7 @@ class CostModel:
             return StepCost(0.0, 0.0)
         if self._small_m:
             return self._step_rows(shape)
-        y = self._M.dot(self._x(shape)).tolist()
+        y: list[float] = self._M.dot(self._x(shape)).tolist()
         n = self._n
         t = sum([c if c > m else m for c, m in zip(y[:n], y[n : 2 * n])]) + y[2 * n]
         if self._verify_s or self._masked_s:
@@ -1018,7 +1018,8 @@ class CostModel:
             dcw = float(shape.decode_below_window)
             if shape.decode_ctx_sum_window + km * dcw > d * window:
                 return None  # the window cap binds inside the run
-        y0 = self._M.dot(self._x(shape)).tolist()
+        y0: list[float] = self._M.dot(self._x(shape)).tolist()
+        g: list[float]
         if self.kv_sram_tokens:
             slopes = self._tier_slopes(shape, km, dcw)
             if slopes is None:

@@ -360,7 +360,9 @@ class CostModel:
             if feats.kv_page_table and not chip_features else 0.0
         self._compile(ops)
         self.expert_slots = p.expert_slots(model.num_experts)
-        self._routing = Routing.of(model.num_experts, model.experts_per_token, p.ep, self.expert_slots)
+        #: the features' routing statistics (a test may swap in the balanced model's plain 1 - k/E)
+        self._routing: Routing | float = Routing.of(model.num_experts, model.experts_per_token, p.ep,
+                                                    self.expert_slots)
 
     # ------------------------------------------------------------------ validation & placement
     def _validate(self) -> None:

@@ -30,14 +30,6 @@ from jalapeno.workload import Workload
 if TYPE_CHECKING:
     from jalapeno.engine.engine import Engine
     from jalapeno.sim.early_stop import EarlyStop
-try:  # a compile-time hint for mypyc (benchmarks/mypyc_build.sh); without mypy_extensions, a no-op
-    from mypy_extensions import mypyc_attr
-except ImportError:  # pragma: no cover
-    mypyc_attr = lambda *args, **kwargs: _unchanged  # type: ignore[assignment]  # noqa: E731
-
-
-def _unchanged(cls: type) -> type:
-    return cls
 
 
 @dataclass
@@ -99,7 +91,6 @@ class Call:
         self.arrive_s = send_s if arrive_s < 0 else arrive_s
 
 
-@mypyc_attr(native_class=False)  # compiled: a plain Python Protocol (isinstance checks it at run time)
 @runtime_checkable
 class Target(Protocol):
     """What the simulated client drives: one engine (:class:`EngineTarget`) or a cluster of them. A target may
@@ -140,7 +131,7 @@ class Client:
 
     def release(self, now: float) -> list[Call]:
         """Calls that reach the engine by ``now`` (sent at least ``request_latency_s`` earlier)."""
-        can_start = self.next_chain < self.n and self.in_flight < self.limit  # type: ignore[operator]
+        can_start = self.next_chain < self.n and self.in_flight < self.limit
         sent = self._send(now, can_start) if self.due or can_start else []  # nothing to send: no call
         self._freed.clear()
         in_transit = self.in_transit
@@ -176,15 +167,15 @@ class Client:
         freed = sorted(self._freed)
         n, limit = self.n, self.limit
         chain, in_flight = self.next_chain, self.in_flight
-        while chain < n and in_flight < limit:  # type: ignore[operator]
+        while chain < n and in_flight < limit:
             a = 0.0 if arr is None else arr[chain]
             if a > now:
                 break
             t = a
             if freed:  # busy slots at time x = in_flight + completions after x; must be < limit
-                room = limit - in_flight  # type: ignore[operator]  # >= 1
+                room = limit - in_flight  # >= 1
                 if room <= len(freed):
-                    t = max(a, freed[-room])  # type: ignore[index]
+                    t = max(a, freed[-room])
             k = chain * calls
             out.append(Call(chain, 0, ins[k], outs[k], t, t))
             chain += 1
@@ -197,7 +188,7 @@ class Client:
         t: float | None = None
         if self.due:
             t = self.due[0].send_s + self.delay
-        elif self._arr is not None and self.next_chain < self.n and self.in_flight < self.limit:  # type: ignore[operator]
+        elif self._arr is not None and self.next_chain < self.n and self.in_flight < self.limit:
             t = self._arr[self.next_chain] + self.delay
         if self.in_transit:
             t = self.in_transit[0][0] if t is None else min(t, self.in_transit[0][0])
@@ -215,21 +206,20 @@ class Client:
         # start_s, error): a dataclass's keyword call costs ≈ 0.7 µs more, once per request. ``itl_s`` is empty:
         # the engines pool inter-token gaps (SimResult.itl_values), none per request
         self.outcomes.append(RequestOutcome(ok, seq.prompt_len, seq.num_output_tokens,
-                                            (seq.first_token_s or t) - call.send_s, t - call.send_s, (), None,  # type: ignore[operator]
+                                            (seq.first_token_s or t) - call.send_s, t - call.send_s, (), None,
                                             call.send_s, "" if ok else "aborted"))
         if call.index + 1 < self.calls:
             k = call.chain * self.calls + call.index + 1
             p = call.prompt_len + seq.num_output_tokens + self._in[k]
-            self.due.append(Call(call.chain, call.index + 1, p, self._out[k], t, call.chain_start_s))  # type: ignore[arg-type]
+            self.due.append(Call(call.chain, call.index + 1, p, self._out[k], t, call.chain_start_s))
             return
         if self.calls > 1:
-            self.chain_e2el.append(t - call.chain_start_s)  # type: ignore[operator]
+            self.chain_e2el.append(t - call.chain_start_s)
         self.in_flight -= 1
         if self.limit != math.inf:
-            self._freed.append(t)  # type: ignore[arg-type]
+            self._freed.append(t)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # compiled: tests subclass it
 class EngineTarget:
     """One engine as a client target."""
 
@@ -323,7 +313,7 @@ def _drive(target: Target, wl: Workload, early_stop: "EarlyStop | None") -> SimR
     per_token = getattr(target, "request_latency_per_token_s", None)
     client = Client(wl, target.request_latency_s(), per_token() if per_token else 0.0)
     if early_stop is not None:
-        early_stop.start(wl.concurrency if wl.closed_loop else (wl.max_concurrency or 1), wl.num_chains * wl.chain_calls)  # type: ignore[arg-type]
+        early_stop.start(wl.concurrency if wl.closed_loop else (wl.max_concurrency or 1), wl.num_chains * wl.chain_calls)
     last_finish = 0.0
     submit_many = getattr(target, "submit_many", None)
     if submit_many is None:  # a target of its own (tests): one call at a time

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from itertools import accumulate
+from typing import Any
 
 import numpy as np
 
@@ -539,8 +540,9 @@ class CostModel:
         kv_level = main if main is not None else sram
         a_level = sram if sram is not None else main
         assert kv_level is not None and a_level is not None
-        self.levels = {"W": main if main is not None else sram, "WS": sram if sram is not None else main,
-                       "KV": kv_level, "A": a_level}
+        #: symbolic level -> memory level (Any: typed, every use would need the None case mypy cannot rule out)
+        self.levels: dict[str, Any] = {"W": main if main is not None else sram,
+                                       "WS": sram if sram is not None else main, "KV": kv_level, "A": a_level}
         if kvs is not None:
             self.levels["KVS"] = kvs
 
@@ -584,10 +586,10 @@ class CostModel:
 
     def _bw(self, sym: str) -> float:
         lv = self.levels[sym]
-        bw = float(lv.bandwidth_tbps) * 1e12 * self.eff.memory.get(lv.name, self.eff.memory_default)  # type: ignore[union-attr]
+        bw = float(lv.bandwidth_tbps) * 1e12 * self.eff.memory.get(lv.name, self.eff.memory_default)
         if bw <= 0:
             raise ConfigError(
-                f"{self.chip.key}: bandwidth of memory level {lv.name!r} is unknown; fill it in the hardware file"  # type: ignore[union-attr]
+                f"{self.chip.key}: bandwidth of memory level {lv.name!r} is unknown; fill it in the hardware file"
             )
         return bw
 
@@ -603,8 +605,8 @@ class CostModel:
 
     def _pj_byte(self, sym: str) -> float:
         lv = self.levels[sym]
-        e = self.chip.energy.pj_per_byte.get(lv.name)  # type: ignore[union-attr]
-        return e if e is not None else FALLBACK_PJ_PER_BYTE[lv.kind]  # type: ignore[union-attr]
+        e = self.chip.energy.pj_per_byte.get(lv.name)
+        return e if e is not None else FALLBACK_PJ_PER_BYTE[lv.kind]
 
     def _compile(self, ops: list[OpSpec]) -> None:
         eff = self.eff
@@ -716,7 +718,8 @@ class CostModel:
             d = o.dtype or self.compute_dtypes["attn_math"]
             used = self.eff.moe_compute.get(d)
             rate = self.chip.peak_flops(d) * used if used else self._rate(o.dtype)
-            v = v + vec(Tp=max(0.0, per_token * (1.0 / (self.chip.peak_flops(d) * k.compute) - 1.0 / rate)))  # type: ignore[operator]
+            inv = 1.0 / (self.chip.peak_flops(d) * k.compute)  # type: ignore[operator]
+            v = v + vec(Tp=max(0.0, per_token * (inv - 1.0 / rate)))
         return v
 
     def _dequant_time(self, o: OpSpec) -> np.ndarray | float:
@@ -875,7 +878,7 @@ class CostModel:
     @property
     def weight_location(self) -> str:
         """Memory level the weights are read from ("sram" when all are resident, else main memory)."""
-        return self.levels["WS" if self.weights_in_sram else "W"].name  # type: ignore[union-attr]
+        return self.levels["WS" if self.weights_in_sram else "W"].name
 
     def _x(self, shape: StepShape) -> np.ndarray:
         """The step's features as an array: :func:`features` (memoised per routing) and the KV tiers' ones."""
@@ -1119,12 +1122,12 @@ class CostModel:
             fl = float(o.flops @ x[:NF]) * o.mult
             by: dict[str, float] = {}
             for s, c in o.bytes.items():
-                name = self.levels[s].name  # type: ignore[union-attr]
+                name = self.levels[s].name
                 by[name] = by.get(name, 0.0) + float(c[:NF] @ x[:NF]) * o.mult
             if self.kv_sram_tokens and "KV" in o.bytes:  # the SRAM tier's share of the decode KV read
                 kv = o.bytes["KV"]
                 moved = float(kv[IDX["C"]] * x[NF] + kv[IDX["Cw"]] * x[NF + 1]) * o.mult
-                main_name, sram_name = self.levels["KV"].name, self.levels["KVS"].name  # type: ignore[union-attr]
+                main_name, sram_name = self.levels["KV"].name, self.levels["KVS"].name
                 by[main_name] = by.get(main_name, 0.0) - moved
                 by[sram_name] = by.get(sram_name, 0.0) + moved
             bound = "compute" if tc >= tm else "memory"
@@ -1192,17 +1195,17 @@ class CostModel:
                 return float(lv.capacity_gb) * 1e9 * SRAM_UTILIZATION
             return rule.weight_cap(float(lv.capacity_gb) * 1e9)
 
-        on_level = {self.levels["W"].name: self.main_weight_bytes_per_chip}  # type: ignore[union-attr]
-        on_level[self.levels["WS"].name] = on_level.get(self.levels["WS"].name, 0.0) + self.sram_weight_bytes_per_chip  # type: ignore[union-attr]
+        on_level = {self.levels["W"].name: self.main_weight_bytes_per_chip}
+        on_level[self.levels["WS"].name] = on_level.get(self.levels["WS"].name, 0.0) + self.sram_weight_bytes_per_chip
         if self.kv_sram_bytes:  # the SRAM KV tier's share is taken before activations
-            kvs = self.levels["KVS"].name  # type: ignore[union-attr]
+            kvs = self.levels["KVS"].name
             on_level[kvs] = on_level.get(kvs, 0.0) + self.kv_sram_bytes
         # activations live with the KV cache, or spill to it when SRAM is full
-        acts = reserve if lv_a is lv_kv or on_level.get(lv_a.name, 0.0) + reserve > usable(lv_a) else 0.0  # type: ignore[union-attr]
-        if lv_kv.kind == "sram":  # type: ignore[union-attr]
-            free = usable(lv_kv) - on_level.get(lv_kv.name, 0.0) - acts  # type: ignore[union-attr]
+        acts = reserve if lv_a is lv_kv or on_level.get(lv_a.name, 0.0) + reserve > usable(lv_a) else 0.0
+        if lv_kv.kind == "sram":
+            free = usable(lv_kv) - on_level.get(lv_kv.name, 0.0) - acts
         else:  # main memory: the serving stack's rule (vLLM / SGLang / TensorRT-LLM semantics)
-            free = rule.kv_bytes(float(lv_kv.capacity_gb) * 1e9, on_level.get(lv_kv.name, 0.0), acts)  # type: ignore[union-attr]
+            free = rule.kv_bytes(float(lv_kv.capacity_gb) * 1e9, on_level.get(lv_kv.name, 0.0), acts)
         per_layer = kv_bytes_per_token_per_layer(m, self._dims, self.kv_bytes_per_element)
         max_stage = max(sum(not m.is_linear_layer(i) for i in r) for r in self._stages)  # layers with a KV cache
         per_chip_token = per_layer * max_stage
@@ -1215,28 +1218,28 @@ class CostModel:
                 f"does not fit: the weights ({self.weight_bytes_per_chip / 1e9:.1f} GB per chip) and activations"
                 + (f" and the linear-attention state of {max_seqs} sequences ({state_reserve / 1e9:.1f} GB)"
                    if state_reserve else "") +
-                f" leave no room for the KV cache in {lv_kv.name} (model {m.name} on "  # type: ignore[union-attr]
+                f" leave no room for the KV cache in {lv_kv.name} (model {m.name} on "
                 f"{p.chips_per_replica}x{self.chip.key}, {p.describe()}); try more chips, a smaller weight dtype "
                 f"or a smaller token budget per step (--max-num-batched-tokens, now {max_batch_tokens})"
             )
         tokens = int(free // per_chip_token) * (tp if p.dp_attention else 1) + self.kv_sram_tokens
         notes = []
         if self.kv_sram_tokens:
-            notes.append(f"{self.kv_sram_bytes / 1e9:g} GB of KV per chip in {self.levels['KVS'].name} "  # type: ignore[union-attr]
-                         f"({self.kv_sram_tokens:,} tokens), the rest in {lv_kv.name}")  # type: ignore[union-attr]
+            notes.append(f"{self.kv_sram_bytes / 1e9:g} GB of KV per chip in {self.levels['KVS'].name} "
+                         f"({self.kv_sram_tokens:,} tokens), the rest in {lv_kv.name}")
         if self.kv_offload is not None:
             notes.append(f"KV offload tier {self.kv_offload.name}: {self.kv_offload.capacity_gb:g} GB per chip "
                          f"({self.kv_offload_tokens:,} tokens) at {self.kv_offload.bandwidth_gbps:g} GB/s")
-        if (rule.kind, rule.fraction) != ("total", MAIN_MEMORY_UTILIZATION) and lv_kv.kind != "sram":  # type: ignore[union-attr]
+        if (rule.kind, rule.fraction) != ("total", MAIN_MEMORY_UTILIZATION) and lv_kv.kind != "sram":
             notes.append(f"main memory budgeted as {rule.describe()} ({rule.kind} rule)")
         if self.weights_in_sram:
-            notes.append(f"weights resident in {lv_w.name}")  # type: ignore[union-attr]
+            notes.append(f"weights resident in {lv_w.name}")
         elif self.sram_weight_bytes_per_chip:
             notes.append(f"{self.sram_weight_bytes_per_chip / 1e9:.2f} GB of weights per chip pinned in "
-                         f"{self.levels['WS'].name}, the rest in {self.levels['W'].name}")  # type: ignore[union-attr]
+                         f"{self.levels['WS'].name}, the rest in {self.levels['W'].name}")
         return MemoryPlan(
             capacity_bytes_per_chip=usable(lv_w), weight_bytes_per_chip=self.weight_bytes_per_chip,
-            weight_location=lv_w.name, kv_location=lv_kv.name, activation_reserve_bytes=reserve,  # type: ignore[union-attr]
+            weight_location=lv_w.name, kv_location=lv_kv.name, activation_reserve_bytes=reserve,
             kv_bytes_available_per_chip=free, kv_bytes_per_token=kv_per_token, kv_capacity_tokens=tokens,
             weights_in_sram=self.weights_in_sram, sram_weight_bytes_per_chip=self.sram_weight_bytes_per_chip,
             notes=tuple(notes), state_bytes_per_sequence=state_seq * (1 if p.dp_attention else tp),

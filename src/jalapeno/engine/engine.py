@@ -71,7 +71,7 @@ class Engine:
             self.config = config = dataclasses.replace(config, max_model_len=cap)
         #: the longest sequence (tokens) add_sequence accepts: both checks below as one comparison
         self._max_add = min(num_blocks * config.block_size - 1 - config.num_speculative_tokens,
-                            config.max_model_len - 1)
+                            config.max_model_len - 1)  # type: ignore[operator]
         self.scheduler = Scheduler(config, self.block_manager, on_free=backend.free_sequence)
         self.clock: Clock = clock or (VirtualClock() if backend.capabilities.virtual_time else WallClock())
         self._max_steps = max(1, int(backend.max_multi_step))

@@ -34,7 +34,17 @@ import itertools
 from jalapeno.engine.batch import SeqChunk
 from jalapeno.engine.sequence import Sequence
 
+try:  # a compile-time hint for mypyc (benchmarks/mypyc_build.sh); without mypy_extensions, a no-op
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover
+    mypyc_attr = lambda *args, **kwargs: _unchanged  # type: ignore[assignment]  # noqa: E731
 
+
+def _unchanged(cls: type) -> type:
+    return cls
+
+
+@mypyc_attr(native_class=False)  # compiled: a plain Python class (a property over a dataclass field)
 class LockstepChunk(SeqChunk):
     """A member's decode chunk: ``start`` is always its sequence's computed-token count (set is ignored)."""
 
@@ -50,6 +60,7 @@ def _read_only(seq: Sequence, value: object) -> None:
     raise RuntimeError(f"sequence {seq.seq_id} is in a lockstep decode group: its counters are read-only")
 
 
+@mypyc_attr(native_class=False)  # compiled: a plain Python class (members' __class__ is swapped to it)
 class LockstepSequence(Sequence):
     """A group member: its counters follow the group's step count (the class of a member, never built)."""
 
@@ -358,13 +369,13 @@ class _ChunkList:
     list; the next :meth:`lend` rebuilds it from the group's dicts."""
 
     def __init__(self) -> None:
-        self.chunks: list[LockstepChunk] | None = None
+        self.chunks: list[SeqChunk] | None = None
         self.order: list[int] = []  # join numbers, ascending, parallel to ``chunks``
         self.lent: int | None = None  # members' chunks at the head of the lent list
         self.pending: list[int] = []  # indices of members that left while lent
         self.gone = -1  # join number of the member whose chunk the borrower deleted (its remove is a no-op)
 
-    def add(self, ch: LockstepChunk, jn: int) -> None:
+    def add(self, ch: SeqChunk, jn: int) -> None:
         self.reclaim()
         if self.chunks is not None:
             self.chunks.append(ch)
@@ -383,7 +394,7 @@ class _ChunkList:
             self.pending = [i - 1 if i > j else i for i in self.pending]
         self.gone = jn
 
-    def remove(self, ch: LockstepChunk, jn: int) -> None:
+    def remove(self, ch: SeqChunk, jn: int) -> None:
         if jn == self.gone:  # its chunk is already out (:meth:`deleted`)
             self.gone = -1
             return
@@ -430,7 +441,7 @@ class _ChunkList:
             self.pending.clear()
         self.lent = None
 
-    def lend(self, members: dict[Sequence, LockstepChunk], jn: dict[Sequence, int]) -> list[LockstepChunk]:
+    def lend(self, members: dict[Sequence, LockstepChunk], jn: dict[Sequence, int]) -> list[SeqChunk]:
         self.reclaim()
         if self.chunks is None:
             self.chunks = list(members.values())

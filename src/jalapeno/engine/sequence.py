@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from jalapeno.errors import RequestError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from jalapeno.engine.batch import SeqChunk
     from jalapeno.engine.lockstep import DecodeGroup
 
 FinishReason = Literal["length", "stop", "abort"]
@@ -122,7 +123,7 @@ class Sequence:
         self.num_output_tokens = 0
         self.sampling = sampling or SamplingParams()
         self.max_tokens = self.sampling.max_tokens  # hot-path copy of sampling.max_tokens
-        self.decode_chunk = None  # the scheduler's reusable decode SeqChunk for this sequence
+        self.decode_chunk: SeqChunk | None = None  # the scheduler's reusable decode SeqChunk for this sequence
         #: the lockstep decode group whose step counter this sequence's counters follow (simulation only; then
         #: the sequence is a :class:`~jalapeno.engine.lockstep.LockstepSequence`), else None
         self.group: DecodeGroup | None = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from itertools import accumulate
+from typing import Any
 
 import numpy as np
 
@@ -360,7 +361,9 @@ class CostModel:
             if feats.kv_page_table and not chip_features else 0.0
         self._compile(ops)
         self.expert_slots = p.expert_slots(model.num_experts)
-        self._routing = Routing.of(model.num_experts, model.experts_per_token, p.ep, self.expert_slots)
+        #: the features' routing statistics (a test may swap in the balanced model's plain 1 - k/E)
+        self._routing: Routing | float = Routing.of(model.num_experts, model.experts_per_token, p.ep,
+                                                    self.expert_slots)
 
     # ------------------------------------------------------------------ validation & placement
     def _validate(self) -> None:
@@ -537,8 +540,9 @@ class CostModel:
         kv_level = main if main is not None else sram
         a_level = sram if sram is not None else main
         assert kv_level is not None and a_level is not None
-        self.levels = {"W": main if main is not None else sram, "WS": sram if sram is not None else main,
-                       "KV": kv_level, "A": a_level}
+        #: symbolic level -> memory level (Any: typed, every use would need the None case mypy cannot rule out)
+        self.levels: dict[str, Any] = {"W": main if main is not None else sram,
+                                       "WS": sram if sram is not None else main, "KV": kv_level, "A": a_level}
         if kvs is not None:
             self.levels["KVS"] = kvs
 
@@ -714,7 +718,8 @@ class CostModel:
             d = o.dtype or self.compute_dtypes["attn_math"]
             used = self.eff.moe_compute.get(d)
             rate = self.chip.peak_flops(d) * used if used else self._rate(o.dtype)
-            v = v + vec(Tp=max(0.0, per_token * (1.0 / (self.chip.peak_flops(d) * k.compute) - 1.0 / rate)))
+            inv = 1.0 / (self.chip.peak_flops(d) * k.compute)  # type: ignore[operator]
+            v = v + vec(Tp=max(0.0, per_token * (inv - 1.0 / rate)))
         return v
 
     def _dequant_time(self, o: OpSpec) -> np.ndarray | float:
@@ -920,7 +925,7 @@ class CostModel:
             return StepCost(0.0, 0.0)
         if self._small_m:
             return self._step_rows(shape)
-        y = self._M.dot(self._x(shape)).tolist()
+        y: list[float] = self._M.dot(self._x(shape)).tolist()
         n = self._n
         t = sum([c if c > m else m for c, m in zip(y[:n], y[n : 2 * n])]) + y[2 * n]
         if self._verify_s or self._masked_s:
@@ -954,12 +959,12 @@ class CostModel:
         ``stop``, step ends being ``start + d1``, ``+ d2``, ... summed one by one (the steps after it are not
         priced: a multi-step batch cut at an arrival)."""
         if shape.prefill_tokens or k <= 0 or not shape.decode_tokens:
-            t, e = self.decode_steps(shape, k)
-            return _cut(t.tolist(), e.tolist(), start, stop)
+            ta, ea = self.decode_steps(shape, k)
+            return _cut(ta.tolist(), ea.tolist(), start, stop)
         line = self._affine_line(shape, k)
         if line is None:
-            t, e = self._decode_steps_matrix(shape, k)
-            return _cut(t.tolist(), e.tolist(), start, stop)
+            ta, ea = self._decode_steps_matrix(shape, k)
+            return _cut(ta.tolist(), ea.tolist(), start, stop)
         a_t, b_t, a_e, b_e = line
         verify = self._verify_s if shape.decode_tokens > shape.decode_seqs else 0.0
         nc, idle, tdp = self.chips_per_replica, self.idle_w, self.tdp_w
@@ -969,7 +974,7 @@ class CostModel:
             for j in range(k):  # b·j with an int j is b·float(j): an exact conversion
                 t = a_t + b_t * j
                 x, cap = a_e + b_e * j + idle * t * nc, tdp * t * nc
-                ts.append(t)
+                ts.append(t)  # type: ignore[arg-type]
                 es.append(cap if cap < x else x)
             return ts, es
         end = start
@@ -979,7 +984,7 @@ class CostModel:
             if verify:
                 t = t + verify
             x, cap = a_e + b_e * i + idle * t * nc, tdp * t * nc
-            ts.append(t)
+            ts.append(t)  # type: ignore[arg-type]
             es.append(cap if cap < x else x)
             if stop is not None:
                 end += t
@@ -994,7 +999,7 @@ class CostModel:
             return None
         a_t, b_t, a_e, b_e = line
         nc = self.chips_per_replica
-        i = np.arange(k, dtype=np.float64)
+        i: np.ndarray = np.arange(k, dtype=np.float64)
         t = a_t + b_t * i
         if self._verify_s and shape.decode_tokens > shape.decode_seqs:
             t = t + self._verify_s
@@ -1018,7 +1023,8 @@ class CostModel:
             dcw = float(shape.decode_below_window)
             if shape.decode_ctx_sum_window + km * dcw > d * window:
                 return None  # the window cap binds inside the run
-        y0 = self._M.dot(self._x(shape)).tolist()
+        y0: list[float] = self._M.dot(self._x(shape)).tolist()
+        g: list[float]
         if self.kv_sram_tokens:
             slopes = self._tier_slopes(shape, km, dcw)
             if slopes is None:
@@ -1073,11 +1079,11 @@ class CostModel:
         x = self._x(shape)
         X = np.empty((k, x.shape[0]), dtype=x.dtype)
         X[:] = x
-        i = np.arange(k, dtype=float)
+        i: np.ndarray = np.arange(k, dtype=float)
         d = shape.decode_seqs
         r = shape.decode_tokens / d if d else 0.0
         w = self.model.attention_window
-        c = shape.decode_ctx_sum + i * d
+        c: np.ndarray = shape.decode_ctx_sum + i * d
         if w:
             cw = np.minimum(shape.decode_ctx_sum_window + i * shape.decode_below_window, float(d * w))
         elif shape.decode_ctx_sum_window == shape.decode_ctx_sum:
@@ -1141,9 +1147,9 @@ class CostModel:
             OpCost(n, f, b, nb, t, bd, t / total if total else 0.0, d, ly) for n, f, b, nb, t, bd, d, ly in rows
         )
         bytes_by: dict[str, float] = {}
-        for o in ops:
-            for k, v in o.bytes.items():
-                bytes_by[k] = bytes_by.get(k, 0.0) + v
+        for oc in ops:
+            for k, vb in oc.bytes.items():
+                bytes_by[k] = bytes_by.get(k, 0.0) + vb
         cost = self.step(shape)
         layer_t = sum(o.time_s for o in ops if o.layers and o.name not in ("pp_handoff", "overhead"))
         max_stage = max(len(r) for r in self._stages)

@@ -94,7 +94,7 @@ class Routing:
 def routing_terms(t: int, moe: "float | Routing") -> tuple[float, float, float]:
     """The ``U``, ``Ue`` and ``Tm`` features of a step of ``t`` tokens (they depend on nothing else)."""
     ro = moe if isinstance(moe, Routing) else None
-    u = 1.0 - (ro.keep if ro is not None else moe) ** t
+    u = 1.0 - (ro.keep if ro is not None else moe) ** t  # type: ignore[operator]
     ue, tm = u, float(t)
     if ro is not None and ro.z and t:
         ue = min(1.0, u + ro.z * math.sqrt(u * (1.0 - u) / ro.experts_per_rank))
@@ -256,7 +256,7 @@ class _Ops:
 
     def layer(self, name, layer_ids, dtype, flops, w_read, w_stored, kv=None, act=None) -> None:
         n = len(layer_ids)
-        by = {"W": (vec(one=w_read) if np.isscalar(w_read) else w_read) * n}
+        by: dict = {"W": (vec(one=w_read) if np.isscalar(w_read) else w_read) * n}  # type: ignore[arg-type]
         if kv is not None:
             by["KV"] = kv * n
         if act is not None:

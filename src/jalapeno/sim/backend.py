@@ -41,6 +41,15 @@ from jalapeno.perf.shape import StepShape, _pairs
 if TYPE_CHECKING:  # pragma: no cover
     from jalapeno.speculative.proposer import AdaptiveK, KPolicy
 
+try:  # a compile-time hint for mypyc (benchmarks/mypyc_build.sh); without mypy_extensions, a no-op
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover
+    mypyc_attr = lambda *args, **kwargs: _unchanged  # type: ignore[assignment]  # noqa: E731
+
+
+def _unchanged(cls: type) -> type:
+    return cls
+
 #: denominator of the fixed-point accepted-length accumulator
 _ONE = 1 << 32
 _start = attrgetter("start")
@@ -138,6 +147,7 @@ class Speculation:
         return total
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled: calibration's TangentBackend and tests subclass it
 class SimBackend(Backend):
     """Backend that prices steps with a cost model on a virtual clock, over length-only sequences."""
 
@@ -177,7 +187,7 @@ class SimBackend(Backend):
             from jalapeno.perf.mtp import mtp_draft_cost_model
 
             self.mtp_cm = mtp_draft_cost_model(cost_model)
-        self._plan = None
+        self._plan: Any = None  # the memory plan, once asked (Any: a cost model of a test may return its own)
         self.trace: list[dict] | None = [] if keep_trace else None
 
     def memory_plan(self):

@@ -31,17 +31,9 @@ import bisect
 import heapq
 import itertools
 
+from jalapeno._mypyc import mypyc_attr  # a compile-time hint (benchmarks/mypyc_build.sh); plain Python: a no-op
 from jalapeno.engine.batch import SeqChunk
 from jalapeno.engine.sequence import Sequence
-
-try:  # a compile-time hint for mypyc (benchmarks/mypyc_build.sh); without mypy_extensions, a no-op
-    from mypy_extensions import mypyc_attr
-except ImportError:  # pragma: no cover
-    mypyc_attr = lambda *args, **kwargs: _unchanged  # type: ignore[assignment]  # noqa: E731
-
-
-def _unchanged(cls: type) -> type:
-    return cls
 
 
 @mypyc_attr(native_class=False)  # compiled: a plain Python class (a property over a dataclass field)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence as Seq
 
 import numpy as np
 
+from jalapeno._mypyc import mypyc_attr  # a compile-time hint (benchmarks/mypyc_build.sh); plain Python: a no-op
 from jalapeno.engine.batch import ScheduledBatch, StepResult
 from jalapeno.engine.interface import Backend, Capabilities
 from jalapeno.errors import ConfigError
@@ -40,15 +41,6 @@ from jalapeno.perf.shape import StepShape, _pairs
 
 if TYPE_CHECKING:  # pragma: no cover
     from jalapeno.speculative.proposer import AdaptiveK, KPolicy
-
-try:  # a compile-time hint for mypyc (benchmarks/mypyc_build.sh); without mypy_extensions, a no-op
-    from mypy_extensions import mypyc_attr
-except ImportError:  # pragma: no cover
-    mypyc_attr = lambda *args, **kwargs: _unchanged  # type: ignore[assignment]  # noqa: E731
-
-
-def _unchanged(cls: type) -> type:
-    return cls
 
 #: denominator of the fixed-point accepted-length accumulator
 _ONE = 1 << 32

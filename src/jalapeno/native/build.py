@@ -141,8 +141,9 @@ def build(*, log=print) -> Path:
         stage.mkdir()
         try:
             modules = {}
-            for mod, f in produced.items():
-                modules[mod] = mod + abi
+            for mod, f in produced.items():  # in the package's layout (compiled modules set __file__ so)
+                modules[mod] = str(f.relative_to(tmp))
+                (stage / modules[mod]).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(f, stage / modules[mod])
             manifest = {
                 "format": native.FORMAT, "digest": digest, "abi": abi, "python": sys.version.split()[0],

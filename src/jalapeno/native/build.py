@@ -212,7 +212,7 @@ def clean(*, log=print) -> int:
 
 def in_tree_extensions(pkg: Path | None = None) -> list[Path]:
     """Compiled modules inside the source tree (an in-place mypyc build, e.g. the old
-    ``benchmarks/mypyc_build.sh``): they win over the ``.py`` files at import whatever the sources say."""
+    ``benchmarks/mypyc_build.sh`` of the sixteenth session, now removed): they win over the ``.py`` files at import whatever the sources say."""
     pkg = package_dir() if pkg is None else pkg
     out = []
     for m in native.MODULES:

@@ -116,9 +116,16 @@ def build(*, log=print) -> Path:
     abi = native.abi_tag()
     opt = os.environ.get("MYPYC_OPT_LEVEL", "3")
     t0 = time.monotonic()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise NativeBuildError(f"cannot write the native build cache {root} ({exc.strerror or exc}): set "
+                               "JALAPENO_CACHE to a writable folder; the tree stays pure Python") from None
     log(f"compiling {len(native.MODULES)} modules of {pkg} with mypyc {mypy_version} (-O{opt}): about a minute "
         "of one core")
-    root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="jalapeno-native-") as name:
         tmp = Path(name)
         _copy_sources(pkg, tmp / "jalapeno")

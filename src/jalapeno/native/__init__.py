@@ -14,8 +14,8 @@ says why). :func:`active` says which modules came from a build.
 import os
 import sys
 
-#: the modules compiled, in one place (``engine/sequence.py``, ``batch.py``, ``timing.py``, ``perf/shape.py`` and
-#: ``sim/client.py`` are not: mypyc cannot take them as written, docs/performance.md, sixteenth session)
+#: the modules compiled, in one place (``engine/sequence.py``, ``batch.py``, ``timing.py``, ``perf/shape.py`` are
+#: not: mypyc cannot take them as written, docs/performance.md, sixteenth session)
 MODULES = (
     "jalapeno.engine.scheduler",
     "jalapeno.engine.lockstep",
@@ -24,6 +24,7 @@ MODULES = (
     "jalapeno.sim.backend",
     "jalapeno.perf.model",
     "jalapeno.perf.ops",
+    "jalapeno.sim.client",
 )
 #: ``JALAPENO_NATIVE=0`` turns the build off for a process (pure Python even where a current build exists)
 ENV = "JALAPENO_NATIVE"

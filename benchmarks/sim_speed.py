@@ -1,7 +1,7 @@
 """Wall time of `jalapeno simulate` (the whole CLI process) on the InferenceX-sized targets, on one core, and of
 `jalapeno sweep` on InferenceX's 270-point grid, on two.
 
-    python benchmarks/sim_speed.py [--repeat 3] [--no-compile] [--only TEXT] [--growth]
+    python benchmarks/sim_speed.py [--repeat 3] [--no-compile] [--only TEXT] [--growth] [--native]
 
 Targets (docs/engine.md, issue #4): DeepSeek-R1 FP8 on 8xH200 TP8 EP8, 1k/1k at concurrency 64 (640 requests)
 <= 0.5 s; 1k/8k at concurrency 256 (2,560 requests, ~21M simulated tokens) <= 2 s, on one core. Issue #17
@@ -17,6 +17,10 @@ the best wall time and the best CPU time (user + sys of the child), the simulate
 import-only time of the CLI and the load average before and after. By default the package's sources are
 byte-compiled first (``compileall``), as an installed package is: with ``PYTHONDONTWRITEBYTECODE`` set
 (some dev shells do) every run would otherwise recompile jalapeño's modules (≈ 0.1 s).
+
+``--native``: each single-point case runs pure (``JALAPENO_NATIVE=0``) and with the native build
+(``jalapeno build-native``, which must be current for this tree), alternating, ``--repeat`` times each; prints
+both best times, their ratio and whether the two JSON outputs are byte-identical (sweeps and growth are skipped).
 """
 
 from __future__ import annotations
@@ -88,8 +92,14 @@ def _pin(cpu: int):
     return pin
 
 
-def timed(argv: list[str], cpu: int | None) -> tuple[float, float, str]:
+def timed(argv: list[str], cpu: int | None, native: bool | None = None) -> tuple[float, float, str]:
+    """``native``: None leaves the environment as it is; False runs pure Python (``JALAPENO_NATIVE=0``); True
+    lets a current native build load."""
     env = {**os.environ, **ONE_THREAD}
+    if native is not None:
+        env.pop("JALAPENO_NATIVE", None)
+        if not native:
+            env["JALAPENO_NATIVE"] = "0"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     p = subprocess.run(argv, capture_output=True, text=True, env=env, preexec_fn=None if cpu is None else _pin(cpu))
@@ -108,6 +118,8 @@ def main() -> None:
     ap.add_argument("--no-compile", action="store_true", help="do not byte-compile the package first")
     ap.add_argument("--only", default="", help="run only the cases whose name contains this text")
     ap.add_argument("--growth", action="store_true", help="also print time vs concurrency and vs requests")
+    ap.add_argument("--native", action="store_true",
+                    help="run each single-point case pure and with the native build, alternating, side by side")
     args = ap.parse_args()
     if not args.no_compile:
         import jalapeno
@@ -118,6 +130,12 @@ def main() -> None:
         cpu = max(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
     load0 = os.getloadavg()
     cli = [sys.executable, "-m", "jalapeno.cli"]
+    if args.native:
+        native_cases(args, cli, cpu)
+        load1 = os.getloadavg()
+        print(f"load average {', '.join(f'{x:.1f}' for x in load0)} before, {', '.join(f'{x:.1f}' for x in load1)} "
+              f"after, on {os.cpu_count()} cores")
+        return
     imp = min(timed([sys.executable, "-c", "import jalapeno.cli"], cpu)[:2] for _ in range(args.repeat))
     print(f"pinned to CPU {cpu}; best of {args.repeat}")
     print(f"{'case':36s} {'wall s':>8s} {'cpu s':>8s} {'target':>7s} {'steps':>9s} {'sim tokens':>11s}")
@@ -153,6 +171,41 @@ def main() -> None:
     fmt = lambda la: ", ".join(f"{x:.1f}" for x in la)  # noqa: E731
     print(f"load average {fmt(load0)} before, {fmt(load1)} after, on {os.cpu_count()} cores "
           "(wall times inflate with load; CPU times much less)")
+
+
+#: run in a child: which compiled modules this tree loads from a native build, and why not
+_PROBE = ("import importlib, json, jalapeno.native as n\n"
+          "for m in n.MODULES: importlib.import_module(m)\n"
+          "print(json.dumps([sorted(n.active()), len(n.MODULES), n.served()[1]]))")
+
+
+def native_cases(args: argparse.Namespace, cli: list[str], cpu: int) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JALAPENO_NATIVE"}
+    p = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env)
+    try:
+        loaded, total, why = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise SystemExit(f"--native: the probe failed: {p.stderr.strip()[-500:]}") from None
+    if len(loaded) != total:
+        raise SystemExit(f"--native: no current native build for this tree ({why or loaded}): run jalapeno "
+                         "build-native")
+    print(f"pinned to CPU {cpu}; best of {args.repeat}, pure (JALAPENO_NATIVE=0) and native alternating; "
+          f"{total} modules compiled")
+    print(f"{'case':44s} {'pure wall':>9s} {'cpu':>6s} {'native wall':>11s} {'cpu':>6s} {'cpu ratio':>9s} "
+          f"{'target':>6s} identical")
+    for name, (flags, target) in CASES.items():
+        if args.only not in name:
+            continue
+        argv = [*cli, "simulate", *flags.split(), "--json"]
+        runs: dict[bool, list] = {False: [], True: []}
+        for _ in range(args.repeat):
+            for native in (False, True):
+                runs[native].append(timed(argv, cpu, native))
+        best = {k: (min(r[0] for r in v), min(r[1] for r in v)) for k, v in runs.items()}
+        same = len({r[2] for v in runs.values() for r in v}) == 1
+        ok = "ok" if best[True][0] <= target else "MISSED"
+        print(f"{name:44s} {best[False][0]:9.2f} {best[False][1]:6.2f} {best[True][0]:11.2f} {best[True][1]:6.2f} "
+              f"{best[False][1] / best[True][1]:8.2f}x {target:6.1f} {same}  {ok}")
 
 
 if __name__ == "__main__":

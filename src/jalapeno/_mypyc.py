@@ -1,5 +1,6 @@
-"""mypyc's class hints for the modules `benchmarks/mypyc_build.sh` compiles: ``mypy_extensions.mypyc_attr`` where
-it is installed, else a decorator that returns the class unchanged (plain Python needs neither)."""
+"""mypyc's class hints for the modules ``jalapeno build-native`` compiles (``jalapeno.native.MODULES``):
+``mypy_extensions.mypyc_attr`` where it is installed, else a decorator that returns the class unchanged (plain
+Python needs neither)."""
 
 from __future__ import annotations
 

@@ -43,6 +43,7 @@ COMMAND_PACKAGES = [
     "report",
     "calibration",
     "design",
+    "native",
 ]
 
 
@@ -62,6 +63,7 @@ COMMAND_OWNERS = {
     "demo": "demo",
     "calibrate": "calibration",
     "design": "design",
+    "build-native": "native",
 }
 
 

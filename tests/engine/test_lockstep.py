@@ -16,11 +16,12 @@ from jalapeno.workload import inferencex_workload
 from jalapeno.sim.client import run_workload
 
 
-def engine(*, lockstep, max_steps=1 << 30, kv_tokens=1 << 20, k=0, spec=None, max_num_seqs=48):
-    b = SimBackend(FakeCostModel(kv_tokens=kv_tokens), speculation=spec, keep_trace=True)
+def engine(*, lockstep, max_steps=1 << 30, kv_tokens=1 << 20, k=0, spec=None, max_num_seqs=48, cls=Engine,
+           backend=SimBackend):
+    b = backend(FakeCostModel(kv_tokens=kv_tokens), speculation=spec, keep_trace=True)
     b.max_multi_step = max_steps
     cfg = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=2048, block_size=16, num_speculative_tokens=k)
-    e = Engine(b, cfg)
+    e = cls(b, cfg)
     if not lockstep:
         e.scheduler.group = None
     return e
@@ -38,24 +39,28 @@ def snapshot(e):
             e.num_steps, e.tokens_generated, e.prompt_tokens_computed, e.energy_j)
 
 
+class RecordingEngine(Engine):
+    """Snapshots after every step (a subclass: instrumenting works the same on the native build, where an
+    engine's methods cannot be replaced on the instance)."""
+
+    snaps: list
+    grouped: int
+
+    def step_finished(self):
+        done = super().step_finished()
+        self.grouped += self.scheduler.num_grouped > 0
+        self.snaps.append(snapshot(self))
+        return done
+
+
 def run(wl, *, lockstep, **kw):
     """Run ``wl``; returns the result, the backend trace, the engine, every step's snapshot and how many
     steps had group members at the head of the batch."""
-    e = engine(lockstep=lockstep, **kw)
-    snaps = []
-    grouped = 0
-    step = e.step_finished
-
-    def recording():
-        nonlocal grouped
-        done = step()
-        grouped += e.scheduler.num_grouped > 0
-        snaps.append(snapshot(e))
-        return done
-
-    e.step_finished = recording
+    e = engine(lockstep=lockstep, cls=RecordingEngine, **kw)
+    e.snaps, e.grouped = [], 0
     r = run_workload(e, wl)
-    return r, e.backend.trace, e, snaps, grouped
+    assert e.snaps  # the recording ran
+    return r, e.backend.trace, e, e.snaps, e.grouped
 
 
 def outcomes(r):
@@ -225,16 +230,11 @@ def test_sliding_window_shapes_equal_the_walk(window):
     # shape (first and next step) equals the per-sequence walk's, and both equal a brute-force count
     from types import SimpleNamespace
 
-    def go(lockstep):
-        e = engine(lockstep=lockstep, kv_tokens=120 * 16)
-        b = e.backend
-        b.cm.model = SimpleNamespace(sliding_window=window, num_layers=4)
-        b.window = window
-        shapes = []
-        orig = b._shapes
+    shapes = []
 
-        def record(batch, multi):
-            first, nxt = orig(batch, multi)
+    class Recording(SimBackend):  # a subclass: the native build's backend methods cannot be replaced per instance
+        def _shapes(self, batch, multi):
+            first, nxt = super()._shapes(batch, multi)
             dec = batch.chunks[: batch.num_decodes]
             ctx = [c.start + c.num_tokens for c in dec]
             assert first.decode_ctx_sum_window == sum(min(x, window) for x in ctx)
@@ -242,9 +242,14 @@ def test_sliding_window_shapes_equal_the_walk(window):
             shapes.append((first, nxt))
             return first, nxt
 
-        b._shapes = record
+    def go(lockstep):
+        shapes.clear()
+        e = engine(lockstep=lockstep, kv_tokens=120 * 16, backend=Recording)
+        b = e.backend
+        b.cm.model = SimpleNamespace(sliding_window=window, num_layers=4)
+        b.window = window
         r = run_workload(e, inferencex_workload(300, 400, concurrency=40, num_prompts=120, seed=4))
-        return shapes, outcomes(r), e.scheduler.num_preemptions
+        return list(shapes), outcomes(r), e.scheduler.num_preemptions
 
     off, on = go(False), go(True)
     assert on == off

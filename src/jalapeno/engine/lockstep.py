@@ -31,7 +31,7 @@ import bisect
 import heapq
 import itertools
 
-from jalapeno._mypyc import mypyc_attr  # a compile-time hint (benchmarks/mypyc_build.sh); plain Python: a no-op
+from jalapeno._mypyc import mypyc_attr  # a compile-time hint (jalapeno build-native); plain Python: a no-op
 from jalapeno.engine.batch import SeqChunk
 from jalapeno.engine.sequence import Sequence
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from jalapeno._mypyc import mypyc_attr  # a compile-time hint (jalapeno build-native); plain Python: a no-op
 from jalapeno.errors import CapacityError, ConfigError
 from jalapeno.hardware.schema import ChipSpec, Efficiency
 from jalapeno.models.arch import ModelArch
@@ -263,6 +264,7 @@ def _cut(ts: list[float], es: list[float], start: float, stop: float | None) -> 
     return ts[:run], es[:run]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled: tests instrument it by subclassing
 class CostModel:
     """Step time/energy of ``model`` on ``parallel.tp * parallel.pp`` chips of ``chip`` (one replica).
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence as Seq
 
 import numpy as np
 
-from jalapeno._mypyc import mypyc_attr  # a compile-time hint (benchmarks/mypyc_build.sh); plain Python: a no-op
+from jalapeno._mypyc import mypyc_attr  # a compile-time hint (jalapeno build-native); plain Python: a no-op
 from jalapeno.engine.batch import ScheduledBatch, StepResult
 from jalapeno.engine.interface import Backend, Capabilities
 from jalapeno.errors import ConfigError

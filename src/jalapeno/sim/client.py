@@ -19,12 +19,14 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
+from jalapeno._mypyc import mypyc_attr  # a compile-time hint (jalapeno build-native); plain Python: a no-op
 from jalapeno.metrics import SLO, RequestOutcome, compute_metrics
 from jalapeno.engine.sequence import SamplingParams, Sequence
+from jalapeno.sim.target import Target  # a Protocol, in a module of its own: stays one where this one is compiled
 from jalapeno.workload import Workload
 
 if TYPE_CHECKING:
@@ -91,21 +93,6 @@ class Call:
         self.arrive_s = send_s if arrive_s < 0 else arrive_s
 
 
-@runtime_checkable
-class Target(Protocol):
-    """What the simulated client drives: one engine (:class:`EngineTarget`) or a cluster of them. A target may
-    also have ``submit_many(calls)`` (each call in order, as ``submit`` would take them one by one): the
-    client then hands over each release's calls at once."""
-
-    def now(self) -> float: ...
-    def request_latency_s(self) -> float: ...
-    def busy(self) -> bool: ...
-    def wait_until(self, t: float) -> None: ...
-    def submit(self, call: Call) -> None: ...
-    def advance(self, horizon: float | None) -> list[Sequence]: ...
-    def result_parts(self) -> tuple[float, int, np.ndarray, np.ndarray]: ...
-
-
 class Client:
     """The load generator's state: which calls are due, and what came back."""
 
@@ -113,7 +100,9 @@ class Client:
         self.wl = wl
         self.n = wl.num_chains
         self.calls = wl.chain_calls
-        self.limit = wl.concurrency if wl.closed_loop else (wl.max_concurrency or math.inf)
+        # an int, or math.inf (Any: compiled, it stays the Python object it is, as the comparisons and the index
+        # freed[-room] need)
+        self.limit: Any = wl.concurrency if wl.closed_loop else (wl.max_concurrency or math.inf)
         self.next_chain = 0
         self.in_flight = 0
         self.due: deque[Call] = deque()  # follow-up calls, sent at once
@@ -206,20 +195,23 @@ class Client:
         # start_s, error): a dataclass's keyword call costs ≈ 0.7 µs more, once per request. ``itl_s`` is empty:
         # the engines pool inter-token gaps (SimResult.itl_values), none per request
         self.outcomes.append(RequestOutcome(ok, seq.prompt_len, seq.num_output_tokens,
-                                            (seq.first_token_s or t) - call.send_s, t - call.send_s, (), None,
+                                            (seq.first_token_s or t) - call.send_s, t - call.send_s,  # type: ignore[operator]
+                                            (), None,
                                             call.send_s, "" if ok else "aborted"))
         if call.index + 1 < self.calls:
             k = call.chain * self.calls + call.index + 1
             p = call.prompt_len + seq.num_output_tokens + self._in[k]
-            self.due.append(Call(call.chain, call.index + 1, p, self._out[k], t, call.chain_start_s))
+            self.due.append(Call(call.chain, call.index + 1, p, self._out[k], t,  # type: ignore[arg-type]
+                                 call.chain_start_s))
             return
         if self.calls > 1:
-            self.chain_e2el.append(t - call.chain_start_s)
+            self.chain_e2el.append(t - call.chain_start_s)  # type: ignore[operator]
         self.in_flight -= 1
         if self.limit != math.inf:
-            self._freed.append(t)
+            self._freed.append(t)  # type: ignore[arg-type]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled: tests subclass it
 class EngineTarget:
     """One engine as a client target."""
 
@@ -313,7 +305,8 @@ def _drive(target: Target, wl: Workload, early_stop: "EarlyStop | None") -> SimR
     per_token = getattr(target, "request_latency_per_token_s", None)
     client = Client(wl, target.request_latency_s(), per_token() if per_token else 0.0)
     if early_stop is not None:
-        early_stop.start(wl.concurrency if wl.closed_loop else (wl.max_concurrency or 1), wl.num_chains * wl.chain_calls)
+        early_stop.start(wl.concurrency if wl.closed_loop else (wl.max_concurrency or 1),  # type: ignore[arg-type]
+                         wl.num_chains * wl.chain_calls)
     last_finish = 0.0
     submit_many = getattr(target, "submit_many", None)
     if submit_many is None:  # a target of its own (tests): one call at a time

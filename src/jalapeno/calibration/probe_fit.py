@@ -60,7 +60,9 @@ def rows_table(res: ProbeResult, compute_default: float, cap: int, scale: float 
     compute-bound, 16-32 rows, is at or above the fp32 matmul peak: its GEMMs are not small-M-starved; what makes
     its steps grow with the batch is compute that does not hide under the weight stream, the overlap); above it,
     PyTorch's GEMM at ROWS_KN, each row count's TFLOPS over the largest's times ``compute_default`` (the fraction a
-    real prefill step reached: the table meets it at the prefill's rows). None when the PyTorch rows were not
+    real prefill step reached: the table meets it at the prefill's rows), from ``cap + 1`` rows on (that entry:
+    PyTorch's rate at the largest measured row count within the crossover, so the table steps at the switch of
+    path instead of interpolating from the kernel's rate). None when the PyTorch rows were not
     measured. ``compute_default`` is relative to the matmul microbenchmark's peak and may exceed 1 (real prefill
     steps beat it); the kernel's rows never do (its GEMMs reach the microbenchmark's rate, not the prefill's), and
     every entry is then divided by ``scale``, what the peak is raised by. Entries are capped at ``ceiling`` (the fit
@@ -72,6 +74,13 @@ def rows_table(res: ProbeResult, compute_default: float, cap: int, scale: float 
     top = res.rows_tflops[max(res.rows_tflops)]
     out = {m: min(compute_default, 1.0) / scale for m in ROWS_TABLE if m <= cap}
     out.update({m: compute_default * v / top / scale for m, v in res.rows_tflops.items() if m > cap})
+    below = [m for m in res.rows_tflops if m <= cap]
+    if below and any(m > cap for m in res.rows_tflops):
+        # one row past the crossover the step runs PyTorch at (about) its rate at the crossover's rows, not the
+        # kernel's: without this entry the table would interpolate from the kernel's rate up to PyTorch's next
+        # measured row count (128 -> 512), pricing the PyTorch path's 129-511-row steps (mixed steps, short
+        # prefills beside decode rows) at up to the kernel's rate (issue 16, seventeenth session)
+        out[cap + 1] = compute_default * res.rows_tflops[max(below)] / top / scale
     return {m: round(min(ceiling, v), 5) for m, v in sorted(out.items())}
 
 

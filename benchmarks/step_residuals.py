@@ -132,12 +132,12 @@ def run_steps(run: Path, hardware: str | None = None, max_num_seqs: int | None =
 def rows_fixed(path: Path) -> dict[int, float] | None:
     """Rewrite the chip YAML at ``path`` in place with the ``compute_by_rows`` entry ``jalapeno calibrate --probe``
     writes since the seventeenth session (``probe_fit.rows_table``): one row past the fused crossover, PyTorch's GEMM
-    rate at the largest measured row count within it, scaled as the table's PyTorch entries are (proportional to the
+    rate at the crossover's rows (``probe_fit.pytorch_rate_at``), scaled as the table's PyTorch entries are (proportional to the
     probe's by-rows TFLOPS). For re-pricing committed runs without re-running calibrate (which reproduces every other
     fitted figure of their chips unchanged); returns the new table, None when the chip has no such table."""
     import yaml
 
-    from jalapeno.calibration.probe_fit import probe_from_chip
+    from jalapeno.calibration.probe_fit import probe_from_chip, pytorch_rate_at
     from jalapeno.hardware.catalog import load_spec_file
 
     spec = load_spec_file(path)
@@ -148,11 +148,11 @@ def rows_fixed(path: Path) -> dict[int, float] | None:
         return None
     cap = int(ex.fused_max_batch.value)
     above = [m for m in table if m > cap and m in rates]
-    below = [m for m in rates if m <= cap]
-    if not above or not below:
+    at_cap = pytorch_rate_at(rates, cap)
+    if not above or at_cap is None:
         return None
     top = max(above)
-    table[cap + 1] = round(table[top] * rates[max(below)] / rates[top], 5)
+    table[cap + 1] = round(table[top] * at_cap / rates[top], 5)
     doc = yaml.safe_load(path.read_text())
     doc["efficiency"]["compute_by_rows"] = dict(sorted(table.items()))
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

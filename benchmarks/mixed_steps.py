@@ -249,7 +249,8 @@ def across_policies(chip_path: str | None, ab: str, rounds: int, alternations: i
                   f"{priced[a] / priced[b]:.3f}", flush=True)
 
 
-def engine_run(chip_path: str | None, conc: int, isl: int, osl: int, per_slot: int = 3) -> None:
+def engine_run(chip_path: str | None, conc: int, isl: int, osl: int, per_slot: int = 3,
+               threads: int | None = None) -> None:
     """``--engine C,ISL,OSL``: the served closed loop without the server: ``jalapeno serve``'s engine (SmolLM2-135M
     GGUF, the probed execution choices, the server's thread policy unless the environment sets one) runs
     ``per_slot`` x C requests of the bench's lengths (random dataset, range ratio 0.8, seed 0), C in flight, in
@@ -272,6 +273,10 @@ def engine_run(chip_path: str | None, conc: int, isl: int, osl: int, per_slot: i
 
     served = build_torch(None, engine_config=EngineConfig(max_num_seqs=conc))
     engine = served.engine
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
     chip = load_spec_file(chip_path) if chip_path else get_chip("local")
     cm = cost_model_for("smollm2-135m", chip, precision="fp32", kv="fp32")
     n = max(4, per_slot * conc)
@@ -327,7 +332,8 @@ def engine_run(chip_path: str | None, conc: int, isl: int, osl: int, per_slot: i
               f"{np.median(flt):.0f} minor page faults, {np.median(sys_s) * 1e3:.1f} ms system CPU", flush=True)
 
 
-def captured_run(chip_path: str | None, conc: int, isl: int, osl: int, rounds: int, min_rows: int = 24) -> None:
+def captured_run(chip_path: str | None, conc: int, isl: int, osl: int, rounds: int, min_rows: int = 24,
+                 threads: int | None = None) -> None:
     """``--captured C,ISL,OSL``: the closed loop of ``--engine`` until its first mixed step beside at least
     ``min_rows`` decode rows (real SmolLM2 weights and KV, the engine's block tables and contexts); then that very
     step is timed again and again in interleaved rounds beside its parts (its prompts alone, its decode rows alone on
@@ -350,6 +356,8 @@ def captured_run(chip_path: str | None, conc: int, isl: int, osl: int, rounds: i
 
     engine = build_torch(None, engine_config=EngineConfig(max_num_seqs=conc)).engine
     runner = engine.backend.runner
+    if threads is not None:
+        torch.set_num_threads(threads)
     chip = load_spec_file(chip_path) if chip_path else get_chip("local")
     cm = cost_model_for("smollm2-135m", chip, precision="fp32", kv="fp32")
     n = max(4, 3 * conc)
@@ -447,6 +455,7 @@ def main() -> None:
     ap.add_argument("--samples-json", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--captured", default=None, metavar="C,ISL,OSL",
                     help="the engine's first mixed step beside >= 24 decode rows, timed against its parts")
+    ap.add_argument("--threads", type=int, default=None, help="with --engine: torch threads (default: the probed)")
     ap.add_argument("--engine", default=None, metavar="C,ISL,OSL",
                     help="the served closed loop offline (no server): steps by shape, measured / priced")
     args = ap.parse_args()
@@ -454,10 +463,10 @@ def main() -> None:
         raise SystemExit("--rounds must be >= 1 and --policies >= 0")
     if args.captured:
         conc, isl, osl = (int(x) for x in args.captured.split(","))
-        captured_run(args.chip, conc, isl, osl, args.rounds)
+        captured_run(args.chip, conc, isl, osl, args.rounds, threads=args.threads)
     elif args.engine:
         conc, isl, osl = (int(x) for x in args.engine.split(","))
-        engine_run(args.chip, conc, isl, osl)
+        engine_run(args.chip, conc, isl, osl, threads=args.threads)
     elif args.ab is None:
         isolated(args.chip)
     elif args.policies:

@@ -461,12 +461,18 @@ def main() -> None:
     args = ap.parse_args()
     if args.rounds < 1 or args.policies < 0:
         raise SystemExit("--rounds must be >= 1 and --policies >= 0")
-    if args.captured:
-        conc, isl, osl = (int(x) for x in args.captured.split(","))
-        captured_run(args.chip, conc, isl, osl, args.rounds, threads=args.threads)
-    elif args.engine:
-        conc, isl, osl = (int(x) for x in args.engine.split(","))
-        engine_run(args.chip, conc, isl, osl, threads=args.threads)
+    if args.captured or args.engine:
+        flag, text = ("--captured", args.captured) if args.captured else ("--engine", args.engine)
+        try:
+            conc, isl, osl = (int(x) for x in text.split(","))
+        except ValueError:
+            raise SystemExit(f"{flag} {text!r}: give C,ISL,OSL as three integers, e.g. {flag} 32,128,64") from None
+        if min(conc, isl, osl) < 1:
+            raise SystemExit(f"{flag} {text!r}: C, ISL and OSL must be positive")
+        if args.captured:
+            captured_run(args.chip, conc, isl, osl, args.rounds, threads=args.threads)
+        else:
+            engine_run(args.chip, conc, isl, osl, threads=args.threads)
     elif args.ab is None:
         isolated(args.chip)
     elif args.policies:

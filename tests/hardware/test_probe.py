@@ -207,12 +207,14 @@ def test_prefill_step_is_measured_through_the_runner() -> None:
 
 def test_rows_table_follows_the_path_the_engine_takes() -> None:
     """Up to the fused crossover the kernel's GEMMs at compute_default; above it PyTorch's, scaled so the largest
-    row count meets compute_default: 0.05 / 0.1 TFLOPS at 32 / 512 rows with fraction 0.8 -> 0.4 / 0.8."""
+    row count meets compute_default: 0.05 / 0.1 TFLOPS at 32 / 512 rows with fraction 0.8 -> 0.4 / 0.8; one row past
+    the crossover PyTorch's rate at the crossover (0.03 measured at 8 -> 0.24; at 128, log2-linear between 32 and
+    512: 0.075 -> 0.6; seventeenth session)."""
     from jalapeno.calibration.probe_fit import rows_table
 
     res = pr.ProbeResult("cpu", "hand-made", 16.0, rows_tflops={1: 0.01, 8: 0.03, 32: 0.05, 512: 0.1})
-    assert rows_table(res, 0.8, 8) == {1: 0.8, 4: 0.8, 8: 0.8, 32: 0.4, 512: 0.8}
-    assert rows_table(res, 0.8, 128) == {m: 0.8 for m in pr.ROWS_TABLE}
+    assert rows_table(res, 0.8, 8) == {1: 0.8, 4: 0.8, 8: 0.8, 9: 0.24, 32: 0.4, 512: 0.8}
+    assert rows_table(res, 0.8, 128) == {**{m: 0.8 for m in pr.ROWS_TABLE}, 129: 0.6}
     assert rows_table(pr.ProbeResult("cpu", "hand-made", 16.0, rows_tflops={512: 0.1}), 0.8, 8) is None
 
 
@@ -247,7 +249,7 @@ def test_overlap_fit_recovers_the_terms_that_made_the_steps(tmp_path: Path, hand
     eff = ChipSpec.model_validate(fitted_chip_dict(res, "local", "hand-made for tests")).efficiency
     assert eff.memory_default == pytest.approx(0.6, abs=1e-3)
     assert eff.compute_memory_overlap == pytest.approx(0.4)
-    assert eff.compute_by_rows == {1: 1.0, 4: 1.0, 8: 1.0, 32: 0.5, 512: 1.0}
+    assert eff.compute_by_rows == {1: 1.0, 4: 1.0, 8: 1.0, 9: 0.3, 32: 0.5, 512: 1.0}  # 9: PyTorch at 8 rows
     assert eff.fitted["compute_memory_overlap"].status == "fitted"
     assert "(worst 0.0%)" in eff.fitted["compute_memory_overlap"].note
     plain = load_spec_file(pr.write_chip(res, tmp_path, "local", "hand-made for tests")).efficiency

@@ -303,16 +303,23 @@ def step_kind(step: LinedStep, panel_min_rows: int | None = None) -> str:
     return f"mixed {len(pre)} prompt{'s' if len(pre) > 1 else ''} + decode"
 
 
+def priced_steps(lineup: Lineup, cost_model) -> list[tuple[LinedStep, float, float]]:
+    """Every step of ``lineup`` (its exact batch) as (step, measured s, priced s on ``cost_model``)."""
+    from jalapeno.perf.shape import StepShape
+
+    out = []
+    for s in lineup.steps:
+        pre, dec = s.shape()
+        out.append((s, s.duration, cost_model.step(StepShape.from_lists(prefill=pre, decode_ctx=dec)).time_s))
+    return out
+
+
 def price_by_kind(lineup: Lineup, cost_model, panel_min_rows: int | None = None) -> list[dict]:
     """Every step of ``lineup`` (its exact batch) against its price on ``cost_model``, grouped by
     :func:`step_kind`: steps, measured and priced seconds in all, the median ratio measured / priced."""
-    from jalapeno.perf.shape import StepShape
-
     groups: dict[str, list[tuple[float, float]]] = {}
-    for s in lineup.steps:
-        pre, dec = s.shape()
-        priced = cost_model.step(StepShape.from_lists(prefill=pre, decode_ctx=dec)).time_s
-        groups.setdefault(step_kind(s, panel_min_rows), []).append((s.duration, priced))
+    for s, measured, priced in priced_steps(lineup, cost_model):
+        groups.setdefault(step_kind(s, panel_min_rows), []).append((measured, priced))
     order = sorted(groups, key=lambda k: (not k.startswith("decode"), int(k.split("=")[1].split("-")[0].split()[0])
                                           if k.startswith("decode") else 0, k))
     return [{"kind": k, "steps": len(groups[k]), "measured_s": sum(m for m, _ in groups[k]),

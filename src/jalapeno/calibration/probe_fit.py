@@ -53,6 +53,18 @@ class SmallMFit:
     served_s: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
+def pytorch_rate_at(rows_tflops: Mapping[int, float], rows: int) -> float | None:
+    """PyTorch's GEMM TFLOPS at ``rows`` rows from the probe's by-rows measurements: measured, or log2-linear between
+    the measured row counts around it; None unless some are measured at or below and above ``rows``."""
+    below = [m for m in rows_tflops if m <= rows]
+    above = [m for m in rows_tflops if m > rows]
+    if not below or not above:
+        return None
+    lo, hi = max(below), min(above)
+    r_lo, r_hi = rows_tflops[lo], rows_tflops[hi]
+    return r_lo if lo == rows else r_lo + (r_hi - r_lo) * math.log2(rows / lo) / math.log2(hi / lo)
+
+
 def rows_table(res: ProbeResult, compute_default: float, cap: int, scale: float = 1.0, *,
                ceiling: float = 1.0) -> dict[int, float] | None:
     """``compute_by_rows`` by the path the engine takes at each row count of ROWS_TABLE: up to the fused kernel's
@@ -60,7 +72,9 @@ def rows_table(res: ProbeResult, compute_default: float, cap: int, scale: float 
     compute-bound, 16-32 rows, is at or above the fp32 matmul peak: its GEMMs are not small-M-starved; what makes
     its steps grow with the batch is compute that does not hide under the weight stream, the overlap); above it,
     PyTorch's GEMM at ROWS_KN, each row count's TFLOPS over the largest's times ``compute_default`` (the fraction a
-    real prefill step reached: the table meets it at the prefill's rows). None when the PyTorch rows were not
+    real prefill step reached: the table meets it at the prefill's rows), from ``cap + 1`` rows on (that entry:
+    PyTorch's rate at ``cap`` rows, measured or interpolated, so the table steps at the switch of path instead of
+    interpolating from the kernel's rate). None when the PyTorch rows were not
     measured. ``compute_default`` is relative to the matmul microbenchmark's peak and may exceed 1 (real prefill
     steps beat it); the kernel's rows never do (its GEMMs reach the microbenchmark's rate, not the prefill's), and
     every entry is then divided by ``scale``, what the peak is raised by. Entries are capped at ``ceiling`` (the fit
@@ -72,6 +86,13 @@ def rows_table(res: ProbeResult, compute_default: float, cap: int, scale: float 
     top = res.rows_tflops[max(res.rows_tflops)]
     out = {m: min(compute_default, 1.0) / scale for m in ROWS_TABLE if m <= cap}
     out.update({m: compute_default * v / top / scale for m, v in res.rows_tflops.items() if m > cap})
+    at_cap = pytorch_rate_at(res.rows_tflops, cap)
+    if at_cap is not None:
+        # one row past the crossover the step runs PyTorch at (about) its rate at the crossover's rows, not the
+        # kernel's: without this entry the table would interpolate from the kernel's rate up to PyTorch's next
+        # measured row count (128 -> 512), pricing the PyTorch path's 129-511-row steps (mixed steps, short
+        # prefills beside decode rows) at up to the kernel's rate (issue 16, seventeenth session)
+        out[cap + 1] = compute_default * at_cap / top / scale
     return {m: round(min(ceiling, v), 5) for m, v in sorted(out.items())}
 
 

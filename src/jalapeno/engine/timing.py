@@ -9,8 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import sub
+from typing import Final
 
 import numpy as np
+
+
+def _probe() -> None:
+    pass
+
+
+#: True when this module runs compiled (``jalapeno build-native``): :class:`StepTiming` is then a native class (no
+#: ``__dict__``) whose plain constructor is the fast one; pure Python keeps the ``__dict__`` writes
+NATIVE: Final = type(_probe).__name__ != "function"
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,8 @@ class StepTiming:
     def of(cls, t0: float, t_first: float, t_last: float, num_steps: int) -> "StepTiming":
         """``StepTiming(...)``, cheaper (one per engine step): the new frozen instance's dict written directly
         instead of ``object.__setattr__`` per field. The same object."""
+        if NATIVE:
+            return StepTiming(t0, t_first, t_last, num_steps)
         s = object.__new__(cls)
         d = s.__dict__
         d["t0"] = t0
@@ -73,5 +85,5 @@ class LatencyRecorder:
     def samples(self) -> tuple[np.ndarray, np.ndarray]:
         """Every gap recorded (s) and its count: the scalar gaps, then each multi-step batch's in order."""
         vals = np.concatenate((np.asarray(self.values, dtype=np.float64), np.asarray(self._gaps, dtype=np.float64)))
-        steps = np.repeat(np.asarray(self._seqs, dtype=np.int64), np.asarray(self._ngaps, dtype=np.int64))
+        steps: np.ndarray = np.repeat(np.asarray(self._seqs, dtype=np.int64), np.asarray(self._ngaps, dtype=np.int64))
         return vals, np.concatenate((np.asarray(self.counts, dtype=np.int64), steps))

@@ -25,6 +25,8 @@ MODULES = (
     "jalapeno.perf.model",
     "jalapeno.perf.ops",
     "jalapeno.sim.client",
+    "jalapeno.perf.shape",
+    "jalapeno.engine.timing",
 )
 #: ``JALAPENO_NATIVE=0`` turns the build off for a process (pure Python even where a current build exists)
 ENV = "JALAPENO_NATIVE"

@@ -8,7 +8,7 @@ can be priced in microseconds whatever the batch size. Built by :meth:`StepShape
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Final, Iterable
 
 _new = object.__new__
 
@@ -26,6 +26,11 @@ def _pairs(chunk: int, prefix: int, window: int | None) -> float:
     n_small = cut - lo
     small = (lo + 1 + cut) * n_small / 2 if n_small > 0 else 0.0
     return small + (hi - cut) * window
+
+
+#: True when this module runs compiled (``jalapeno build-native``): its classes are then native (no ``__dict__``),
+#: built by their plain constructor, which is the fast one there; pure Python keeps the ``__dict__`` writes
+NATIVE: Final = type(_pairs).__name__ != "function"
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,10 @@ class StepShape:
         ``__init__`` sets each field through ``object.__setattr__``; this writes the new instance's dict
         directly. The same object (equal, same hash, still frozen); the simulator builds one or two shapes
         per engine step."""
+        if NATIVE:
+            return StepShape(prefill_tokens, prefill_seqs, prefill_attn_pairs, prefill_attn_pairs_window,
+                             prefill_kv_tokens, prefill_kv_tokens_window, decode_seqs, decode_tokens, decode_ctx_sum,
+                             decode_ctx_sum_window, decode_below_window, prefill_fresh_tokens, prefill_fresh_seqs)
         s = _new(cls)
         d = s.__dict__
         d["prefill_tokens"] = prefill_tokens

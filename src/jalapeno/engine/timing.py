@@ -23,7 +23,7 @@ def _probe() -> None:
 NATIVE: Final = type(_probe).__name__ != "function"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class StepTiming:
     """Clock times of one applied batch: it started at ``t0``; its first step ended at ``t_first`` (every
     sequence's first new token), its last at ``t_last``; ``num_steps`` steps ran."""
@@ -32,6 +32,21 @@ class StepTiming:
     t_first: float
     t_last: float
     num_steps: int
+
+    def __init__(self, t0: float, t_first: float, t_last: float, num_steps: int) -> None:
+        """The dataclass's constructor, written out (``init=False``): compiled, native field stores; pure Python,
+        the new frozen instance's dict written directly."""
+        if NATIVE:
+            self.t0 = t0  # type: ignore[misc]
+            self.t_first = t_first  # type: ignore[misc]
+            self.t_last = t_last  # type: ignore[misc]
+            self.num_steps = num_steps  # type: ignore[misc]
+            return
+        d = self.__dict__
+        d["t0"] = t0
+        d["t_first"] = t_first
+        d["t_last"] = t_last
+        d["num_steps"] = num_steps
 
     @classmethod
     def of(cls, t0: float, t_first: float, t_last: float, num_steps: int) -> "StepTiming":

@@ -26,7 +26,8 @@ def test_of_takes_every_field_in_order():
 def test_of_equals_the_dataclass_constructor():
     rng = random.Random(19)
     for _ in range(500):
-        v = [rng.randrange(10**6) if f.type in ("int", int) else rng.random() * 1e6 for f in dataclasses.fields(StepShape)]
+        v = [rng.randrange(10**6) if f.type in ("int", int) else rng.random() * 1e6
+             for f in dataclasses.fields(StepShape)]
         a, b = StepShape.of(*v), StepShape(*v)
         assert a == b and hash(a) == hash(b) and repr(a) == repr(b) and _state(a) == _state(b)
         with pytest.raises(dataclasses.FrozenInstanceError):

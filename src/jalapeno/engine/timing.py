@@ -9,11 +9,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import sub
+from typing import Final
 
 import numpy as np
 
 
-@dataclass(frozen=True)
+def _probe() -> None:
+    pass
+
+
+#: True when this module runs compiled (``jalapeno build-native``): :class:`StepTiming` is then a native class (no
+#: ``__dict__``) whose plain constructor is the fast one; pure Python keeps the ``__dict__`` writes
+NATIVE: Final = type(_probe).__name__ != "function"
+
+
+@dataclass(frozen=True, init=False)
 class StepTiming:
     """Clock times of one applied batch: it started at ``t0``; its first step ended at ``t_first`` (every
     sequence's first new token), its last at ``t_last``; ``num_steps`` steps ran."""
@@ -23,10 +33,27 @@ class StepTiming:
     t_last: float
     num_steps: int
 
+    def __init__(self, t0: float, t_first: float, t_last: float, num_steps: int) -> None:
+        """The dataclass's constructor, written out (``init=False``): compiled, native field stores; pure Python,
+        the new frozen instance's dict written directly."""
+        if NATIVE:
+            self.t0 = t0  # type: ignore[misc]
+            self.t_first = t_first  # type: ignore[misc]
+            self.t_last = t_last  # type: ignore[misc]
+            self.num_steps = num_steps  # type: ignore[misc]
+            return
+        d = self.__dict__
+        d["t0"] = t0
+        d["t_first"] = t_first
+        d["t_last"] = t_last
+        d["num_steps"] = num_steps
+
     @classmethod
     def of(cls, t0: float, t_first: float, t_last: float, num_steps: int) -> "StepTiming":
         """``StepTiming(...)``, cheaper (one per engine step): the new frozen instance's dict written directly
         instead of ``object.__setattr__`` per field. The same object."""
+        if NATIVE:
+            return StepTiming(t0, t_first, t_last, num_steps)
         s = object.__new__(cls)
         d = s.__dict__
         d["t0"] = t0
@@ -73,5 +100,5 @@ class LatencyRecorder:
     def samples(self) -> tuple[np.ndarray, np.ndarray]:
         """Every gap recorded (s) and its count: the scalar gaps, then each multi-step batch's in order."""
         vals = np.concatenate((np.asarray(self.values, dtype=np.float64), np.asarray(self._gaps, dtype=np.float64)))
-        steps = np.repeat(np.asarray(self._seqs, dtype=np.int64), np.asarray(self._ngaps, dtype=np.int64))
+        steps: np.ndarray = np.repeat(np.asarray(self._seqs, dtype=np.int64), np.asarray(self._ngaps, dtype=np.int64))
         return vals, np.concatenate((np.asarray(self.counts, dtype=np.int64), steps))

@@ -14,8 +14,9 @@ says why). :func:`active` says which modules came from a build.
 import os
 import sys
 
-#: the modules compiled, in one place (``engine/sequence.py``, ``batch.py``, ``timing.py``, ``perf/shape.py`` are
-#: not: mypyc cannot take them as written, docs/performance.md, sixteenth session)
+#: the modules compiled, in one place (``engine/sequence.py`` and ``batch.py`` are not: the lockstep group swaps a
+#: member's class and overrides ``SeqChunk.start`` by a property; ``perf/types.py`` is not: docs/performance.md,
+#: sixteenth and seventeenth sessions)
 MODULES = (
     "jalapeno.engine.scheduler",
     "jalapeno.engine.lockstep",
@@ -25,6 +26,8 @@ MODULES = (
     "jalapeno.perf.model",
     "jalapeno.perf.ops",
     "jalapeno.sim.client",
+    "jalapeno.perf.shape",
+    "jalapeno.engine.timing",
 )
 #: ``JALAPENO_NATIVE=0`` turns the build off for a process (pure Python even where a current build exists)
 ENV = "JALAPENO_NATIVE"

@@ -8,7 +8,7 @@ can be priced in microseconds whatever the batch size. Built by :meth:`StepShape
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Final, Iterable
 
 _new = object.__new__
 
@@ -28,7 +28,12 @@ def _pairs(chunk: int, prefix: int, window: int | None) -> float:
     return small + (hi - cut) * window
 
 
-@dataclass(frozen=True)
+#: True when this module runs compiled (``jalapeno build-native``): :class:`StepShape` is then a native class (no
+#: ``__dict__``, fields stored in C) built by its constructor; pure Python writes the instance dict directly
+NATIVE: Final = type(_pairs).__name__ != "function"
+
+
+@dataclass(frozen=True, init=False)
 class StepShape:
     """Aggregated description of one step. ``*_window`` sums cap each key range at the sliding window."""
 
@@ -55,6 +60,45 @@ class StepShape:
     prefill_fresh_tokens: int = 0
     prefill_fresh_seqs: int = 0
 
+    def __init__(
+        self, prefill_tokens: int = 0, prefill_seqs: int = 0, prefill_attn_pairs: float = 0.0,
+        prefill_attn_pairs_window: float = 0.0, prefill_kv_tokens: int = 0, prefill_kv_tokens_window: int = 0,
+        decode_seqs: int = 0, decode_tokens: int = 0, decode_ctx_sum: int = 0, decode_ctx_sum_window: int = 0,
+        decode_below_window: int = 0, prefill_fresh_tokens: int = 0, prefill_fresh_seqs: int = 0,
+    ) -> None:
+        """The dataclass's constructor, written out (``init=False``): compiled, a native class's field stores (its
+        fast constructor: the generated one would set each field through ``object.__setattr__``); pure Python,
+        the new frozen instance's dict written directly."""
+        if NATIVE:
+            self.prefill_tokens = prefill_tokens  # type: ignore[misc]
+            self.prefill_seqs = prefill_seqs  # type: ignore[misc]
+            self.prefill_attn_pairs = prefill_attn_pairs  # type: ignore[misc]
+            self.prefill_attn_pairs_window = prefill_attn_pairs_window  # type: ignore[misc]
+            self.prefill_kv_tokens = prefill_kv_tokens  # type: ignore[misc]
+            self.prefill_kv_tokens_window = prefill_kv_tokens_window  # type: ignore[misc]
+            self.decode_seqs = decode_seqs  # type: ignore[misc]
+            self.decode_tokens = decode_tokens  # type: ignore[misc]
+            self.decode_ctx_sum = decode_ctx_sum  # type: ignore[misc]
+            self.decode_ctx_sum_window = decode_ctx_sum_window  # type: ignore[misc]
+            self.decode_below_window = decode_below_window  # type: ignore[misc]
+            self.prefill_fresh_tokens = prefill_fresh_tokens  # type: ignore[misc]
+            self.prefill_fresh_seqs = prefill_fresh_seqs  # type: ignore[misc]
+            return
+        d = self.__dict__
+        d["prefill_tokens"] = prefill_tokens
+        d["prefill_seqs"] = prefill_seqs
+        d["prefill_attn_pairs"] = prefill_attn_pairs
+        d["prefill_attn_pairs_window"] = prefill_attn_pairs_window
+        d["prefill_kv_tokens"] = prefill_kv_tokens
+        d["prefill_kv_tokens_window"] = prefill_kv_tokens_window
+        d["decode_seqs"] = decode_seqs
+        d["decode_tokens"] = decode_tokens
+        d["decode_ctx_sum"] = decode_ctx_sum
+        d["decode_ctx_sum_window"] = decode_ctx_sum_window
+        d["decode_below_window"] = decode_below_window
+        d["prefill_fresh_tokens"] = prefill_fresh_tokens
+        d["prefill_fresh_seqs"] = prefill_fresh_seqs
+
     @property
     def tokens(self) -> int:
         return self.prefill_tokens + self.decode_tokens
@@ -70,6 +114,10 @@ class StepShape:
         ``__init__`` sets each field through ``object.__setattr__``; this writes the new instance's dict
         directly. The same object (equal, same hash, still frozen); the simulator builds one or two shapes
         per engine step."""
+        if NATIVE:
+            return StepShape(prefill_tokens, prefill_seqs, prefill_attn_pairs, prefill_attn_pairs_window,
+                             prefill_kv_tokens, prefill_kv_tokens_window, decode_seqs, decode_tokens, decode_ctx_sum,
+                             decode_ctx_sum_window, decode_below_window, prefill_fresh_tokens, prefill_fresh_seqs)
         s = _new(cls)
         d = s.__dict__
         d["prefill_tokens"] = prefill_tokens

@@ -56,13 +56,11 @@ class SmallMFit:
 def pytorch_rate_at(rows_tflops: Mapping[int, float], rows: int) -> float | None:
     """PyTorch's GEMM TFLOPS at ``rows`` rows from the probe's by-rows measurements: measured, or log2-linear between
     the measured row counts around it; None unless some are measured at or below and above ``rows``."""
-    below = [m for m in rows_tflops if m <= rows]
-    above = [m for m in rows_tflops if m > rows]
-    if not below or not above:
+    from jalapeno.perf.model import rows_efficiency
+
+    if not any(m <= rows for m in rows_tflops) or not any(m > rows for m in rows_tflops):
         return None
-    lo, hi = max(below), min(above)
-    r_lo, r_hi = rows_tflops[lo], rows_tflops[hi]
-    return r_lo if lo == rows else r_lo + (r_hi - r_lo) * math.log2(rows / lo) / math.log2(hi / lo)
+    return float(rows_efficiency(dict(rows_tflops), np.array([float(rows)]))[0])
 
 
 def rows_table(res: ProbeResult, compute_default: float, cap: int, scale: float = 1.0, *,

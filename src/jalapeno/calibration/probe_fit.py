@@ -453,6 +453,81 @@ def add_decode_attention(out: dict[str, Any], res: ProbeResult, source: str) -> 
         "note": note + f" (rms {fit.rms_error:.1%}, worst {fit.worst_error:.1%})"}
 
 
+@dataclass(frozen=True)
+class UnfusedFit:
+    """``efficiency.unfused_layer_overhead_us`` fitted on the probe's engine loop (:func:`fit_unfused_overhead`)."""
+
+    us: float
+    #: the loop's decode-only steps, measured / priced (median): the level every other step is read at
+    decode_level: float
+    #: per step kind ("unfused" past the crossover, "fused prompt" up to it): steps, median of measured / level -
+    #: priced (seconds), its interquartile range
+    extra: dict[str, tuple[int, float, tuple[float, float]]]
+    cap: int
+    layers: int
+
+
+def fit_unfused_overhead(res: ProbeResult, chip: ChipSpec) -> UnfusedFit | None:
+    """Per layer of a step on the PyTorch (unfused) path, the time the probe's engine loop
+    (:func:`jalapeno.hardware.probe.measure_engine_loop`) spent in such steps beyond what ``chip`` prices for them:
+    every step priced as the simulator prices it (all of ``chip``'s terms, this one at 0), read at the level of the
+    loop's own decode-only steps (their median measured / priced, so the machine's state at the loop cancels), the
+    median over the steps of more than the fused crossover's tokens of (measured / level - priced), over the served
+    model's layers (0 if negative). The steps that prefill on the fused kernel are the check (their median should
+    be ~0). None when the loop was not run, or lacks decode-only or unfused steps."""
+    from jalapeno.models.catalog import load_model
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    steps = res.engine_loop_steps
+    if not steps or not res.served_model or chip.execution is None:
+        return None
+    cap = int(chip.execution.fused_max_batch.value or 0)
+    arch = load_model(res.served_model)
+    cm = cost_model_for(arch, chip, precision="fp32", kv="fp32",
+                        efficiency=chip.efficiency.model_copy(update={"unfused_layer_overhead_us": 0.0}))
+
+    def shape(pre: tuple[tuple[int, int], ...], rows: int, ctx: int) -> Any:
+        q, r = divmod(ctx, rows) if rows else (0, 0)
+        return StepShape.from_lists(prefill=list(pre), decode_ctx=[q + 1] * r + [q] * (rows - r))
+
+    priced = [(pre, rows + sum(t for t, _ in pre), t, cm.step(shape(pre, rows, ctx)).time_s)
+              for pre, rows, ctx, t in steps]
+    decode = [m / p for pre, _, m, p in priced if not pre and p > 0]
+    if not decode:
+        return None
+    level = float(np.median(decode))
+    kinds: dict[str, list[float]] = {}
+    for pre, tokens, m, p in priced:
+        if pre:
+            kinds.setdefault("unfused" if tokens > cap else "fused prompt", []).append(m / level - p)
+    if "unfused" not in kinds:
+        return None
+    extra = {k: (len(v), float(np.median(v)), (float(np.percentile(v, 25)), float(np.percentile(v, 75))))
+             for k, v in kinds.items()}
+    us = max(0.0, extra["unfused"][1]) / arch.num_layers * 1e6
+    return UnfusedFit(round(us, 1), level, extra, cap, int(arch.num_layers))
+
+
+def add_unfused_overhead(out: dict[str, Any], res: ProbeResult, source: str) -> None:
+    """Fit ``unfused_layer_overhead_us`` on the chip mapping ``out`` as fitted so far and write it into its
+    efficiency block (provenance in ``efficiency.fitted``); nothing when the probe ran no engine loop."""
+    from jalapeno.hardware.schema import ChipSpec
+
+    fit = fit_unfused_overhead(res, ChipSpec.model_validate(out))
+    if fit is None:
+        return
+    out["efficiency"]["unfused_layer_overhead_us"] = fit.us
+    kinds = "; ".join(f"{k} ({n} steps): {x * 1e3:+.1f} ms (IQR {lo * 1e3:+.1f} to {hi * 1e3:+.1f})"
+                      for k, (n, x, (lo, hi)) in sorted(fit.extra.items()))
+    out["efficiency"].setdefault("fitted", {})["unfused_layer_overhead_us"] = {
+        "value": fit.us, "status": "fitted", "source": source,
+        "note": f"the probe's engine loop of {res.served_model} ({fit.layers} layers, random weights, the server's "
+                f"thread policy): median over its steps of more than the fused crossover's {fit.cap} tokens of "
+                f"measured / level - priced, over the layers; level = its decode-only steps' median measured / "
+                f"priced, {fit.decode_level:.3f}; per step, by kind: {kinds}"}
+
+
 def served_prefill_check(res: ProbeResult, chip: ChipSpec) -> dict[int, tuple[float, float]]:
     """The served-shape model's prefill steps (tokens -> (measured less its layers' overhead, priced by ``chip``
     with the engine's overheads aside) seconds): whether the compute fraction fitted on the crossover model's
@@ -538,6 +613,9 @@ def probe_from_chip(chip: ChipSpec) -> ProbeResult:
     if masked:  # "masked prefill step ms by chunk/prefix/decode rows: 512/1536/1: 123.4, 1024/1024/0: 678.9"
         res.masked_prefill_s = {tuple(int(x) for x in k.split("/")): float(v) / 1e3
                                 for k, v in re.findall(r"([0-9]+/[0-9]+/[0-9]+): ([0-9.]+)", masked.split(":", 1)[1])}
+    loop = next((n for k, n in notes.items() if k.startswith("engine loop steps")), None)
+    if loop:
+        res.engine_loop_steps = pr.parse_engine_loop_note(loop)
     fe = next((n for k, n in notes.items() if k.startswith("serving front end ms per request")), None)
     if fe:  # "serving front end ms per request (send -> engine thread, median; ...): 3.21"
         res.front_end_ms = float(fe.rsplit(":", 1)[1])
@@ -620,6 +698,7 @@ def fitted_chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
         add_small_m(out, res, cap, source)
     add_decode_attention(out, res, source)
     add_masked_prefill(out, res, source)
+    add_unfused_overhead(out, res, source)
     add_served_prefill_check(out, res)
     return out
 
@@ -671,6 +750,10 @@ def refit_probe_file(src: Path, out_dir: Path, command: str, front_end: bool = F
         line += "; " + att.note.split("each batch alone: ", 1)[1].split(" (rms", 1)[0]
     if eff.masked_prefill_attention_ns:
         line += f"; masked_prefill_attention_ns {eff.masked_prefill_attention_ns}"
+    unf = eff.fitted.get("unfused_layer_overhead_us")
+    if unf is not None:
+        line += (f"; unfused_layer_overhead_us {eff.unfused_layer_overhead_us} ("
+                 + (unf.note or "").split("per step, by kind: ", 1)[-1] + ")")
     if eff.request_overhead_ms:
         line += f"; request_overhead_ms {eff.request_overhead_ms} (the serving front end)"
     return path, line

@@ -127,6 +127,11 @@ def apply_measured_choices(target: PolicyTarget, device: Any, probe_dir: Path | 
 # ---- measurements --------------------------------------------------------------------------------------------
 
 
+#: one engine step of :func:`measure_engine_loop`: (prefill chunks as (tokens, cached prefix), decode rows, their
+#: context keys in all (the new token's included), seconds)
+EngineLoopStep = tuple[tuple[tuple[int, int], ...], int, int, float]
+
+
 @dataclass
 class ProbeResult:
     """Everything one probe measured (SI-ish units in the names)."""
@@ -169,6 +174,9 @@ class ProbeResult:
     #: the crossover model's prefill chunks on the PyTorch attention path (MASKED_STEPS), timed in the same rounds as
     #: ``prefill_s``: (chunk tokens, cached prefix, decode rows beside it) -> seconds
     masked_prefill_s: dict[tuple[int, int, int], float] = field(default_factory=dict)
+    #: the served-shape model's engine loop (:func:`measure_engine_loop`): every step as (prefill chunks as
+    #: (tokens, cached prefix), decode rows, their context keys in all, seconds)
+    engine_loop_steps: list[EngineLoopStep] = field(default_factory=list)
     #: every sample of the repeated timings (label -> seconds in round order), written beside the chip YAML
     samples: dict[str, list[float]] = field(default_factory=dict)
     #: TFLOPS of a GEMM with M rows at ROWS_KN (the dtype the torch backend runs here), by M
@@ -639,6 +647,7 @@ def measure_served_context(res: ProbeResult, quick: bool, budget_s: float, model
         res.served_ctx_step_s.setdefault(b, {})[ctx] = robust_time(samples)
         res.samples[f"{model} decode b{b} ctx{ctx}"] = samples
     served_prefill(res, loaded, model, budget_s)
+    measure_engine_loop(res, loaded, model)
 
 
 def served_prefill(res: ProbeResult, loaded: Any, model: str, budget_s: float, tokens: int | None = None) -> None:
@@ -663,6 +672,105 @@ def served_prefill(res: ProbeResult, loaded: Any, model: str, budget_s: float, t
     samples = interleaved_times({tokens: run}, 6 * budget_s, PREFILL_ROUNDS)[tokens]
     res.served_prefill_s[tokens] = robust_time(samples)
     res.samples[f"{model} prefill {tokens}"] = samples
+
+
+#: the engine loop of :func:`measure_engine_loop`: requests in flight, requests, prompt tokens (lowest, highest),
+#: output tokens (lowest, highest). 24 in flight with ~100-128-token prompts: a prompt joining the decode rows
+#: makes a step of more than 128 tokens (the PyTorch path past a 128-token crossover) or, the shorter ones, of
+#: fewer (the fused kernel); output lengths spread so that requests finish and arrive one or two at a time,
+#: as in a served closed loop
+ENGINE_LOOP = (24, 72, (102, 128), (16, 48))
+
+
+def measure_engine_loop(res: ProbeResult, loaded: Any, model: str, loop: tuple = ENGINE_LOOP) -> None:
+    """A closed loop of the served-shape model through ``jalapeno serve``'s engine without the server
+    (``res.engine_loop_steps``: every step's batch and wall time): a request arrives when one finishes, so the
+    steps are decode steps and steps where a prompt joins them — on the PyTorch path past the fused crossover,
+    whose small operators' host cost (``efficiency.unfused_layer_overhead_us``) a tight loop of one step does not
+    show (docs/fidelity.md, eighteenth session). The engine takes the probe's own crossover and the process's
+    thread policy (the server's). A failure is a note."""
+    import numpy as np
+
+    from jalapeno.backends.torch.backend import TorchBackend
+    from jalapeno.backends.torch.runner import DecodePolicy
+    from jalapeno.engine.config import EngineConfig
+    from jalapeno.engine.engine import Engine
+    from jalapeno.engine.sequence import SamplingParams, Sequence
+
+    conc, n, (p_lo, p_hi), (o_lo, o_hi) = loop
+    try:
+        policy = DecodePolicy()
+        if res.fused_step_s and res.torch_step_s:  # the choices the chip records, as a server applies them
+            cap, panel = probed_decode_choices(res)
+            policy = DecodePolicy(fused_max_batch=cap, panel_min_rows=policy.panel_min_rows if panel is None else panel)
+        backend = TorchBackend(loaded=loaded, device="cpu", decode_policy=policy)
+        engine = Engine(backend, EngineConfig(max_num_seqs=conc))
+        rng = np.random.default_rng(0)
+        prompts = rng.integers(p_lo, p_hi + 1, n)
+        outputs = rng.integers(o_lo, o_hi + 1, n)
+        shapes: list[tuple[tuple[tuple[int, int], ...], int, int]] = []
+        run = backend.execute
+
+        def execute(batch: Any) -> Any:
+            pre, rows, ctx = [], 0, 0
+            for c in batch.chunks:
+                if c.start < c.seq.prompt_len:
+                    pre.append((int(c.num_tokens), int(c.start)))
+                else:
+                    rows, ctx = rows + 1, ctx + int(c.start + c.num_tokens)
+            shapes.append((tuple(pre), rows, ctx))
+            return run(batch)
+
+        backend.execute = execute  # type: ignore[method-assign]
+        # warm-up: one short request (kernel build, allocator, the first touch of the KV cache)
+        vocab = int(loaded.config.vocab_size)
+        lo, hi = min(100, vocab // 2), min(10_000, vocab)  # ordinary token ids, inside any vocabulary
+        engine.add_sequence(Sequence(np.random.default_rng(1).integers(lo, hi, p_hi).tolist(),
+                                     SamplingParams(max_tokens=4, ignore_eos=True)))
+        while engine.has_unfinished():
+            engine.step()
+        shapes.clear()
+        times: list[float] = []
+        sent = done = 0
+        while done < n:
+            while sent < n and sent - done < conc:
+                ids = rng.integers(lo, hi, int(prompts[sent])).tolist()
+                engine.add_sequence(Sequence(ids, SamplingParams(max_tokens=int(outputs[sent]), ignore_eos=True)))
+                sent += 1
+            t0 = time.perf_counter()
+            outs = engine.step()
+            times.append(time.perf_counter() - t0)
+            done += sum(o.finished for o in outs)
+    except Exception as exc:  # noqa: BLE001 - a probe step that cannot run here is a note
+        res.notes.append(f"engine loop: not measured ({type(exc).__name__}: {exc})")
+        return
+    res.engine_loop_steps = [(pre, rows, ctx, t) for (pre, rows, ctx), t in zip(shapes, times, strict=True)]
+    res.samples[f"{model} engine loop steps"] = times
+
+
+def engine_loop_note(res: ProbeResult, loop: tuple = ENGINE_LOOP) -> str:
+    """The chip notes' line of the engine loop's steps: ``prefill chunks/decode rows/context keys: ms`` per step, a
+    chunk as ``tokens`` (fresh) or ``tokens@prefix``, chunks joined by ``+`` (what ``calibrate --probe`` reads)."""
+    conc, n, (p_lo, p_hi), (o_lo, o_hi) = loop
+
+    def chunks(pre: tuple[tuple[int, int], ...]) -> str:
+        return "+".join(f"{t}@{p}" if p else str(t) for t, p in pre) or "0"
+    steps = ", ".join(f"{chunks(pre)}/{rows}/{ctx}: {t * 1e3:.2f}" for pre, rows, ctx, t in res.engine_loop_steps)
+    return (f"engine loop steps (prefill chunks/decode rows/context keys: ms; {res.served_model}, {res.served_layers} "
+            f"layers, random weights; {conc} in flight, {n} requests, prompts {p_lo}-{p_hi}, outputs {o_lo}-{o_hi} "
+            f"tokens): {steps}")
+
+
+def parse_engine_loop_note(line: str) -> list[EngineLoopStep]:
+    """:func:`engine_loop_note`'s steps back (the inverse, to the note's 0.01 ms)."""
+    import re
+
+    body = line.split("tokens): ", 1)[1] if "tokens): " in line else ""
+    out: list[EngineLoopStep] = []
+    for pre, rows, ctx, ms in re.findall(r"([0-9@+]+)/([0-9]+)/([0-9]+): ([0-9.]+)", body):
+        chunks = tuple((int(t), int(p or 0)) for t, _, p in (c.partition("@") for c in pre.split("+")) if t != "0")
+        out.append((chunks, int(rows), int(ctx), float(ms) / 1e3))
+    return out
 
 
 #: prompt tokens of the probe's prefill steps (the closed loop's input lengths); the first of PREFILL_TOKENS's size
@@ -782,6 +890,13 @@ def thread_policy_fact(res: ProbeResult, source: str) -> dict[str, Any] | None:
 # ---- the chip YAML -------------------------------------------------------------------------------------------
 
 
+def probed_decode_choices(res: ProbeResult) -> tuple[int, int | None]:
+    """The fused crossover and panel switch the probe's decode steps choose (what ``execution`` records and a
+    server then runs); needs both paths' steps."""
+    kernel = {b: min(t, res.dot_step_s.get(b, t)) for b, t in res.fused_step_s.items()}  # its better GEMMs
+    return choose_fused_max_batch(kernel, res.torch_step_s), choose_panel_min_rows(res.fused_step_s, res.dot_step_s)
+
+
 def _fact(value: float | None, source: str, note: str = "") -> dict[str, Any]:
     if value is None:
         return {"value": None, "status": "unknown", "source": source, "note": note or "not measurable here"}
@@ -840,13 +955,11 @@ def chip_dict(res: ProbeResult, key: str, source: str) -> dict[str, Any]:
         "notes": [*_measurement_notes(res), *res.notes],
     }
     if res.fused_step_s and res.torch_step_s:
-        kernel = {b: min(t, res.dot_step_s.get(b, t)) for b, t in res.fused_step_s.items()}  # its better GEMMs
-        cap = choose_fused_max_batch(kernel, res.torch_step_s)
+        cap, panel = probed_decode_choices(res)
         threads = choose_threads(res.copy_gbps) if res.copy_gbps else 1
         out["execution"] = {
             "fused_max_batch": _fact(cap, source, "largest measured decode batch where the fused kernel beat PyTorch"),
             "threads": _fact(threads, source, "fewest threads within 3% of the best copy bandwidth")}
-        panel = choose_panel_min_rows(res.fused_step_s, res.dot_step_s)
         if panel is not None:
             out["execution"]["panel_min_rows"] = _fact(
                 panel, source, "smallest measured decode batch from which the kernel's panel GEMMs beat its dot tiles")
@@ -925,6 +1038,8 @@ def _measurement_notes(res: ProbeResult) -> list[str]:
     if res.prefill_s:
         lines.append("prefill step ms (GFLOP) by tokens: " + ", ".join(
             f"{t}: {s * 1e3:.2f}/{f / 1e9:.4f}" for t, (f, s) in sorted(res.prefill_s.items())))
+    if res.engine_loop_steps:
+        lines.append(engine_loop_note(res))
     if res.masked_prefill_s:
         lines.append("masked prefill step ms by chunk/prefix/decode rows: " + ", ".join(
             f"{c}/{p}/{d}: {v * 1e3:.2f}" for (c, p, d), v in sorted(res.masked_prefill_s.items())))

@@ -261,6 +261,13 @@ class Efficiency(_Strict):
     #: chunks alone and beside one decode row, ``probe.MASKED_STEPS``) and fitted by ``jalapeno calibrate --probe``.
     #: 0 (every catalogue chip): none
     masked_prefill_attention_ns: float = Field(default=0.0, ge=0)
+    #: per layer of a step the CPU torch backend runs on its PyTorch (unfused) path — more tokens than
+    #: ``execution.fused_max_batch`` (every step when there is no fused kernel) —, microseconds: the host cost of
+    #: the path's many small operators (dispatch, and each parallel region waking the OpenMP workers that the
+    #: server's passive wait policy lets sleep) beyond their priced work. Measured by ``jalapeno hardware probe``
+    #: on an engine loop of the served model (``probe.measure_engine_loop``) and fitted by ``jalapeno calibrate
+    #: --probe`` (``probe_fit.fit_unfused_overhead``). 0 (every catalogue chip): none
+    unfused_layer_overhead_us: float = Field(default=0.0, ge=0)
     #: the share of the shorter of an operator's compute and memory times hidden under the longer: op time =
     #: max(c, m) + (1 - overlap) x min(c, m). None (every catalogue chip) = 1, the roofline max
     compute_memory_overlap: float | None = Field(default=None, ge=0, le=1)

@@ -638,6 +638,11 @@ class CostModel:
         self._masked_s = decode_attention_s_per_key(m, self._dims, eff.masked_prefill_attention_ns)
         ex = self.chip.execution
         self._fused_max = int(ex.fused_max_batch.value or 0) if self._masked_s and ex is not None else 0
+        #: seconds a step on the CPU torch backend's PyTorch (unfused) path adds — more tokens than the fused
+        #: crossover ``_unfused_above`` (``execution.fused_max_batch``; 0: no fused kernel, every step) — its layers
+        #: times ``efficiency.unfused_layer_overhead_us`` (0: no such term, every catalogue chip)
+        self._unfused_s = m.num_layers * eff.unfused_layer_overhead_us * 1e-6
+        self._unfused_above = int(ex.fused_max_batch.value or 0) if ex is not None else 0
         lin = sum(self._net_time, np.zeros(NF)) + self._overhead
         pj_net = self.chip.energy.pj_per_network_byte or FALLBACK_PJ_PER_NET_BYTE
         e_work = np.zeros(NF)
@@ -797,7 +802,7 @@ class CostModel:
         x = self._x(shape)
         y = self._M.dot(x)
         t = float(self._rows_times(x[None, :], y[None, :])[0])
-        if self._verify_s or self._masked_s:
+        if self._verify_s or self._masked_s or self._unfused_s:
             t = self._plus_step_extras(t, shape)
         if shape.prefill_tokens and t < self.prefill_host_s:  # an eager prefill the host cannot issue faster
             t = self.prefill_host_s
@@ -808,11 +813,14 @@ class CostModel:
 
     def _plus_step_extras(self, t: float, shape: StepShape) -> float:
         """``t`` plus what a step adds outside the operator matrix: the speculative verify pass's host cost (a step
-        that verifies drafts) and the CPU PyTorch path's masked prefill attention (a step that prefills)."""
+        that verifies drafts), the CPU PyTorch path's masked prefill attention (a step that prefills) and that
+        path's per-layer host cost (a step past the fused crossover: ``efficiency.unfused_layer_overhead_us``)."""
         if self._verify_s and shape.decode_tokens > shape.decode_seqs:
             t += self._verify_s
         if self._masked_s and shape.prefill_tokens:
             t += self._masked_s * masked_prefill_pairs(shape, self._fused_max)
+        if self._unfused_s and shape.tokens > self._unfused_above:
+            t += self._unfused_s
         return t
 
     def op_times(self, shape: StepShape) -> tuple[np.ndarray, np.ndarray, float]:
@@ -930,7 +938,7 @@ class CostModel:
         y: list[float] = self._M.dot(self._x(shape)).tolist()
         n = self._n
         t = sum([c if c > m else m for c, m in zip(y[:n], y[n : 2 * n])]) + y[2 * n]
-        if self._verify_s or self._masked_s:
+        if self._verify_s or self._masked_s or self._unfused_s:
             t = self._plus_step_extras(t, shape)
         if shape.prefill_tokens and t < self.prefill_host_s:  # an eager prefill the host cannot issue faster
             t = self.prefill_host_s
@@ -1016,6 +1024,8 @@ class CostModel:
         not hold (the matrix path then evaluates every step), nor with the small-M terms. Returns ``(A, B, E, F)``."""
         if self._small_m:
             return None  # op times are no longer max(line, line): the matrix path prices every step exactly
+        if self._unfused_s and shape.tokens > self._unfused_above:
+            return None  # the PyTorch path's host term: the matrix path adds it
         d = shape.decode_seqs
         r = shape.decode_tokens / d if d else 0.0
         km = k - 1
@@ -1108,6 +1118,8 @@ class CostModel:
             t = np.maximum(Y[:, :n], Y[:, n : 2 * n]).sum(axis=1) + Y[:, 2 * n]
         if self._verify_s and shape.decode_tokens > shape.decode_seqs:
             t = t + self._verify_s
+        if self._unfused_s and shape.tokens > self._unfused_above:
+            t = t + self._unfused_s
         nc = self.chips_per_replica
         e = np.minimum(Y[:, 2 * n + 1] + self.idle_w * t * nc, self.tdp_w * t * nc)
         return t, e
@@ -1139,7 +1151,7 @@ class CostModel:
             nb, nt = float(o.net_bytes @ x[:NF]) * o.mult, float(v @ x[:NF])
             rows.append((o.name, 0.0, {}, nb, nt, "network", "", o.layers))
         ovh = float(self._overhead @ x[:NF])
-        if self._verify_s or self._masked_s:
+        if self._verify_s or self._masked_s or self._unfused_s:
             ovh = self._plus_step_extras(ovh, shape)
         if ovh:
             rows.append(("overhead", 0.0, {}, 0.0, ovh, "overhead", "", self.model.num_layers))

@@ -900,7 +900,8 @@ def probed_decode_choices(res: ProbeResult) -> tuple[int, int | None]:
 def _fact(value: float | None, source: str, note: str = "") -> dict[str, Any]:
     if value is None:
         return {"value": None, "status": "unknown", "source": source, "note": note or "not measurable here"}
-    out: dict[str, Any] = {"value": round(float(value), 6), "status": "measured", "source": source}
+    # six significant digits (not six decimals: a slow or loaded machine's TB/s can be below 0.001)
+    out: dict[str, Any] = {"value": float(f"{float(value):.6g}"), "status": "measured", "source": source}
     return {**out, "note": note} if note else out
 
 

@@ -33,16 +33,8 @@ import bisect
 import heapq
 import itertools
 
-from jalapeno._mypyc import mypyc_attr  # a compile-time hint (jalapeno build-native); plain Python: a no-op
-from jalapeno.engine.batch import SeqChunk
+from jalapeno.engine.batch import SeqChunk, lockstep_chunk
 from jalapeno.engine.sequence import LockstepSequence, Sequence
-
-
-@mypyc_attr(native_class=False)  # compiled: a plain Python class (a property over a dataclass field)
-class LockstepChunk(SeqChunk):
-    """A member's decode chunk: ``start`` is always its sequence's computed-token count (set is ignored)."""
-
-    start = property(lambda self: self.seq.num_computed_tokens, lambda self, value: None)  # type: ignore[assignment]
 
 
 class DecodeGroup:
@@ -57,7 +49,7 @@ class DecodeGroup:
         #: time (s) of every member's newest token
         self.t_last = 0.0
         #: member → its decode chunk, oldest first (the head of the scheduler's running list)
-        self.members: dict[Sequence, LockstepChunk] = {}
+        self.members: dict[Sequence, SeqChunk] = {}
         self._phase: list[dict[Sequence, None]] = [{} for _ in range(block_size)]
         #: members per phase (``len`` of each ``_phase`` dict): the block counts below read these
         self._pn: list[int] = [0] * block_size
@@ -101,7 +93,7 @@ class DecodeGroup:
         seq.group = self
         if LockstepSequence is not None:  # pure Python (see engine/sequence.py)
             seq.__class__ = LockstepSequence  # type: ignore[assignment]
-        self.members[seq] = ch = LockstepChunk(seq, 0, 1, True)
+        self.members[seq] = ch = lockstep_chunk(seq)
         self._jn[seq] = jn = next(self._joins)
         self._list.add(ch, jn)
         p = comp % self.block_size
@@ -151,7 +143,7 @@ class DecodeGroup:
     def chunks(self) -> list[SeqChunk]:
         """The members' decode chunks, oldest first, as a list the caller may append to (and delete a
         preempted member's chunk from) until the group's membership next changes or this is called again."""
-        return self._list.lend(self.members, self._jn)  # type: ignore[return-value]
+        return self._list.lend(self.members, self._jn)
 
     def chunk_deleted(self, seq: Sequence, j: int) -> None:
         """The batch deleted member ``seq``'s chunk, at index ``j`` of the list :meth:`chunks` lent it (a
@@ -415,7 +407,7 @@ class _ChunkList:
             self.pending.clear()
         self.lent = None
 
-    def lend(self, members: dict[Sequence, LockstepChunk], jn: dict[Sequence, int]) -> list[SeqChunk]:
+    def lend(self, members: dict[Sequence, SeqChunk], jn: dict[Sequence, int]) -> list[SeqChunk]:
         self.reclaim()
         if self.chunks is None:
             self.chunks = list(members.values())

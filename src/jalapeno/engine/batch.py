@@ -88,7 +88,7 @@ if not NATIVE:
         "__module__": __name__,
         "start": property(lambda self: self.seq.num_computed_tokens, lambda self, value: None),
     })
-    SeqChunk.start = SeqChunk.__dict__["_start"]  # type: ignore[assignment, method-assign]
+    setattr(SeqChunk, "start", vars(SeqChunk)["_start"])
 
 
 @dataclass(init=False)

@@ -314,10 +314,10 @@ if not NATIVE:
         "__doc__": "A group member (pure Python: the class of a member, never built): its counters follow the "
                    "group's step count.",
         "__module__": __name__,
-        **{name: Sequence.__dict__[name] for name, _ in _COUNTERS},
+        **{name: vars(Sequence)[name] for name, _ in _COUNTERS},
     })
     for _name, _slot in _COUNTERS:
-        setattr(Sequence, _name, Sequence.__dict__[_slot])
+        setattr(Sequence, _name, vars(Sequence)[_slot])
 
 
 @mypyc_attr(native_class=False)  # compiled: a plain Python class (the real engine's outputs)

@@ -62,10 +62,14 @@ def test_a_shape_that_does_not_count_its_fresh_chunks():
 def test_the_simulator_counts_fresh_chunks():
     """The simulator's step shapes (``SimBackend.shape_of``) carry the fresh prompts' count and tokens, so the term
     prices only the later chunk of a mixed step."""
-    from types import SimpleNamespace as NS
-
     from jalapeno.engine.batch import ScheduledBatch, SeqChunk
+    from jalapeno.engine.sequence import Sequence
     from jalapeno.sim.backend import SimBackend
+
+    def NS(prompt_len: int, num_output_tokens: int) -> Sequence:  # a real sequence: native chunks check the type
+        s = Sequence(None, prompt_len=prompt_len)
+        s.num_output_tokens = num_output_tokens
+        return s
 
     decode = SeqChunk(NS(prompt_len=512, num_output_tokens=5), 516, 1, True)
     fresh = [SeqChunk(NS(prompt_len=300, num_output_tokens=0), 0, 300, True) for _ in range(2)]

@@ -153,7 +153,7 @@ def test_a_handed_over_sequence_equals_a_new_one():
     ref = Sequence(None, sp, prompt_len=300, arrival_s=0.5, user_data=call)
     ref.num_output_tokens, ref.num_computed_tokens = 1, 300
     ref.first_token_s = ref.last_token_s = 1.25
-    for name in Sequence.__slots__:
+    for name in getattr(Sequence, "__slots__", None) or Sequence.__mypyc_attrs__:  # compiled: no __slots__
         if name != "seq_id":
             assert getattr(seq, name) == getattr(ref, name), name
 

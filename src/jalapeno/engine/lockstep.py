@@ -6,9 +6,11 @@ Updating ~hundreds of sequences per step in Python is what made long simulations
 :class:`DecodeGroup` keeps one step counter (``steps``) for all its members and stores each member's counters
 as offsets from it:
 
-* a member's class becomes :class:`LockstepSequence`, whose ``num_output_tokens`` and
-  ``num_computed_tokens`` are its stored values plus ``steps`` (read-only properties, so every reader sees
-  the same values as before, and sequences outside a group keep plain attributes at no cost);
+* a member's ``num_output_tokens`` and ``num_computed_tokens`` are its stored values plus ``steps``
+  (read-only: :class:`~jalapeno.engine.sequence.Sequence`'s properties, which test ``group``, so every reader
+  sees the same values as before; in pure Python a member's class becomes
+  :class:`~jalapeno.engine.sequence.LockstepSequence`, which has them, and sequences outside a group keep
+  plain slots at no cost);
 * ``last_token_s`` is the group's ``t_last`` (every member sampled in every step);
 * ``num_blocks = ceil((num_computed_tokens + ahead) / block_size)``: members hold blocks for exactly their
   computed tokens plus the group's look-ahead ``ahead`` (tokens reserved for the steps being run);
@@ -31,38 +33,8 @@ import bisect
 import heapq
 import itertools
 
-from jalapeno._mypyc import mypyc_attr  # a compile-time hint (jalapeno build-native); plain Python: a no-op
-from jalapeno.engine.batch import SeqChunk
-from jalapeno.engine.sequence import Sequence
-
-
-@mypyc_attr(native_class=False)  # compiled: a plain Python class (a property over a dataclass field)
-class LockstepChunk(SeqChunk):
-    """A member's decode chunk: ``start`` is always its sequence's computed-token count (set is ignored)."""
-
-    start = property(lambda self: self.seq.num_computed_tokens, lambda self, value: None)  # type: ignore[assignment]
-
-
-# the plain slots of Sequence, which hold a member's counters as offsets from its group's step count
-_OUT = Sequence.__dict__["num_output_tokens"]
-_COMP = Sequence.__dict__["num_computed_tokens"]
-
-
-def _read_only(seq: Sequence, value: object) -> None:
-    raise RuntimeError(f"sequence {seq.seq_id} is in a lockstep decode group: its counters are read-only")
-
-
-@mypyc_attr(native_class=False)  # compiled: a plain Python class (members' __class__ is swapped to it)
-class LockstepSequence(Sequence):
-    """A group member: its counters follow the group's step count (the class of a member, never built)."""
-
-    __slots__ = ()
-    num_output_tokens = property(lambda s: _OUT.__get__(s) + s.group.steps, _read_only)  # type: ignore[assignment]
-    num_computed_tokens = property(lambda s: _COMP.__get__(s) + s.group.steps, _read_only)  # type: ignore[assignment]
-    num_blocks = property(  # type: ignore[assignment]
-        lambda s: -(-(_COMP.__get__(s) + s.group.steps + s.group.ahead) // s.group.block_size), _read_only
-    )
-    last_token_s = property(lambda s: s.group.t_last, _read_only)  # type: ignore[assignment]
+from jalapeno.engine.batch import SeqChunk, lockstep_chunk
+from jalapeno.engine.sequence import LockstepSequence, Sequence
 
 
 class DecodeGroup:
@@ -77,7 +49,7 @@ class DecodeGroup:
         #: time (s) of every member's newest token
         self.t_last = 0.0
         #: member → its decode chunk, oldest first (the head of the scheduler's running list)
-        self.members: dict[Sequence, LockstepChunk] = {}
+        self.members: dict[Sequence, SeqChunk] = {}
         self._phase: list[dict[Sequence, None]] = [{} for _ in range(block_size)]
         #: members per phase (``len`` of each ``_phase`` dict): the block counts below read these
         self._pn: list[int] = [0] * block_size
@@ -116,11 +88,12 @@ class DecodeGroup:
         else:
             self.t_last = seq.last_token_s  # type: ignore[assignment]
         comp = seq.num_computed_tokens - steps
-        seq.num_output_tokens = out - steps
-        seq.num_computed_tokens = comp
+        seq._out = out - steps
+        seq._comp = comp
         seq.group = self
-        seq.__class__ = LockstepSequence
-        self.members[seq] = ch = LockstepChunk(seq, 0, 1, True)
+        if LockstepSequence is not None:  # pure Python (see engine/sequence.py)
+            seq.__class__ = LockstepSequence  # type: ignore[assignment]
+        self.members[seq] = ch = lockstep_chunk(seq)
         self._jn[seq] = jn = next(self._joins)
         self._list.add(ch, jn)
         p = comp % self.block_size
@@ -142,8 +115,8 @@ class DecodeGroup:
     def release(self, seq: Sequence) -> None:
         """Take ``seq`` out of the group, writing its current counters back as plain values."""
         steps, bs = self.steps, self.block_size
-        offset = _COMP.__get__(seq)
-        out, comp = _OUT.__get__(seq) + steps, offset + steps  # what the member's properties read
+        offset = seq._comp
+        out, comp = seq._out + steps, offset + steps  # what the member's properties read
         blocks = -(-(comp + self.ahead) // bs)
         self._list.remove(self.members.pop(seq), self._jn.pop(seq))
         p = offset % bs
@@ -156,9 +129,10 @@ class DecodeGroup:
         self._comp_sum -= offset
         if self._window is not None:
             self._window.remove(seq)
-        seq.__class__ = Sequence
         seq.group = None
-        seq.num_output_tokens, seq.num_computed_tokens, seq.num_blocks, seq.last_token_s = out, comp, blocks, self.t_last
+        if LockstepSequence is not None:
+            seq.__class__ = Sequence
+        seq._out, seq._comp, seq._blocks, seq._last = out, comp, blocks, self.t_last
 
     def dissolve(self) -> None:
         """Release every member (before anything outside the fast path touches the running batch)."""
@@ -169,7 +143,7 @@ class DecodeGroup:
     def chunks(self) -> list[SeqChunk]:
         """The members' decode chunks, oldest first, as a list the caller may append to (and delete a
         preempted member's chunk from) until the group's membership next changes or this is called again."""
-        return self._list.lend(self.members, self._jn)  # type: ignore[return-value]
+        return self._list.lend(self.members, self._jn)
 
     def chunk_deleted(self, seq: Sequence, j: int) -> None:
         """The batch deleted member ``seq``'s chunk, at index ``j`` of the list :meth:`chunks` lent it (a
@@ -188,7 +162,7 @@ class DecodeGroup:
         if idx is None or idx.window != window:
             idx = self._window = _WindowIndex(window)
             for seq in self.members:
-                idx.add(seq, _COMP.__get__(seq), self.steps)
+                idx.add(seq, seq._comp, self.steps)
         return idx.sums(len(self.members), self.steps, shift)
 
     def window_sums_pair(self, window: int, shift: int = 1) -> tuple[int, int, int, int]:
@@ -198,7 +172,7 @@ class DecodeGroup:
         if idx is None or idx.window != window:
             idx = self._window = _WindowIndex(window)
             for seq in self.members:
-                idx.add(seq, _COMP.__get__(seq), self.steps)
+                idx.add(seq, seq._comp, self.steps)
         n = len(self.members)
         return idx.sums(n, self.steps, shift) + idx.sums(n, self.steps, shift + 1)
 
@@ -433,7 +407,7 @@ class _ChunkList:
             self.pending.clear()
         self.lent = None
 
-    def lend(self, members: dict[Sequence, LockstepChunk], jn: dict[Sequence, int]) -> list[SeqChunk]:
+    def lend(self, members: dict[Sequence, SeqChunk], jn: dict[Sequence, int]) -> list[SeqChunk]:
         self.reclaim()
         if self.chunks is None:
             self.chunks = list(members.values())

@@ -13,8 +13,9 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
+from jalapeno._mypyc import mypyc_attr  # a compile-time hint (jalapeno build-native); plain Python: a no-op
 from jalapeno.errors import RequestError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,6 +31,7 @@ class SeqStatus(enum.Enum):
     FINISHED = "finished"
 
 
+@mypyc_attr(native_class=False)  # compiled: a plain Python class (built by the server and clients, rarely read)
 @dataclass(frozen=True)
 class SamplingParams:
     """Per-request sampling controls (OpenAI / vLLM meanings). ``top_k <= 0`` disables top-k; ``seed`` makes
@@ -68,9 +70,10 @@ class Sequence:
     Times (seconds on the engine clock): ``arrival_s`` (added), ``first_token_s``, ``last_token_s``,
     ``finish_s``. Inter-token gaps are pooled by the engine (weighted samples), not stored per token.
 
-    In a simulation, a decoding sequence may join a lockstep decode group (``group``): its class then becomes
-    :class:`~jalapeno.engine.lockstep.LockstepSequence`, whose counters are derived from the group's step
-    counter (read-only), until the group releases it.
+    In a simulation, a decoding sequence may join a lockstep decode group (``group``): its counters
+    (``num_output_tokens``, ``num_computed_tokens``, ``num_blocks``, ``last_token_s``) are then derived from the
+    group's step counter (read-only), until the group releases it. (Pure Python: the member's class becomes
+    :class:`LockstepSequence` meanwhile; see :data:`NATIVE`.)
     """
 
     __slots__ = (
@@ -78,17 +81,17 @@ class Sequence:
         "prompt_token_ids",
         "output_token_ids",
         "prompt_len",
-        "num_output_tokens",
+        "_out",
         "sampling",
         "status",
         "finish_reason",
-        "num_computed_tokens",
+        "_comp",
         "num_cached_tokens",
-        "num_blocks",
+        "_blocks",
         "block_table",
         "arrival_s",
         "first_token_s",
-        "last_token_s",
+        "_last",
         "finish_s",
         "num_preemptions",
         "user_data",
@@ -120,22 +123,22 @@ class Sequence:
         self.prompt_token_ids = prompt_token_ids
         self.output_token_ids: list[int] | None = [] if prompt_token_ids is not None else None
         self.prompt_len = int(prompt_len)
-        self.num_output_tokens = 0
+        self._out = 0
         self.sampling = sampling or SamplingParams()
         self.max_tokens = self.sampling.max_tokens  # hot-path copy of sampling.max_tokens
         self.decode_chunk: SeqChunk | None = None  # the scheduler's reusable decode SeqChunk for this sequence
-        #: the lockstep decode group whose step counter this sequence's counters follow (simulation only; then
-        #: the sequence is a :class:`~jalapeno.engine.lockstep.LockstepSequence`), else None
+        #: the lockstep decode group whose step counter this sequence's counters follow (simulation only), else
+        #: None
         self.group: DecodeGroup | None = None
         self.status = SeqStatus.WAITING
         self.finish_reason: FinishReason | None = None
-        self.num_computed_tokens = 0
+        self._comp = 0
         self.num_cached_tokens = 0  # prompt tokens served from the prefix cache at admission
-        self.num_blocks = 0
+        self._blocks = 0
         self.block_table: list[int] = []
         self.arrival_s = arrival_s
         self.first_token_s: float | None = None
-        self.last_token_s: float | None = None
+        self._last: float | None = None
         self.finish_s: float | None = None
         self.num_preemptions = 0
         #: KV tokens parked in the block manager's offload tier while preempted (brought back at readmission)
@@ -152,6 +155,8 @@ class Sequence:
         length-only sequence, a new id), its slots written directly: ≈ 2× cheaper than the keyword call and the
         token-id branch; the simulated client builds one per request. The same fields (``tests/engine/
         test_positional_records.py`` compares every slot)."""
+        if NATIVE:  # a native class: its constructor is the fast path (object.__new__ cannot build one)
+            return Sequence(None, sampling, prompt_len=prompt_len, arrival_s=arrival_s, user_data=user_data)
         if prompt_len < 1:
             raise RequestError(f"a request needs a prompt of at least 1 token (got {prompt_len})")
         s = _new(cls)
@@ -159,20 +164,20 @@ class Sequence:
         s.prompt_token_ids = None
         s.output_token_ids = None
         s.prompt_len = int(prompt_len)
-        s.num_output_tokens = 0
+        s._out = 0
         s.sampling = sampling
         s.max_tokens = sampling.max_tokens
         s.decode_chunk = None
         s.group = None
         s.status = SeqStatus.WAITING
         s.finish_reason = None
-        s.num_computed_tokens = 0
+        s._comp = 0
         s.num_cached_tokens = 0
-        s.num_blocks = 0
+        s._blocks = 0
         s.block_table = []
         s.arrival_s = arrival_s
         s.first_token_s = None
-        s.last_token_s = None
+        s._last = None
         s.finish_s = None
         s.num_preemptions = 0
         s.offloaded_tokens = 0
@@ -203,6 +208,52 @@ class Sequence:
         self.kv_key = None
 
     # ---------------------------------------------------------------------------------------------
+    # the counters a lockstep decode group advances lazily: a member's (``group`` set) are its stored values
+    # (offsets) plus the group's step count, read-only; anyone else's the stored values
+    @property
+    def num_output_tokens(self) -> int:
+        g = self.group
+        return self._out if g is None else self._out + g.steps
+
+    @num_output_tokens.setter
+    def num_output_tokens(self, value: int) -> None:
+        if self.group is not None:
+            _read_only(self)
+        self._out = value
+
+    @property
+    def num_computed_tokens(self) -> int:
+        g = self.group
+        return self._comp if g is None else self._comp + g.steps
+
+    @num_computed_tokens.setter
+    def num_computed_tokens(self, value: int) -> None:
+        if self.group is not None:
+            _read_only(self)
+        self._comp = value
+
+    @property
+    def num_blocks(self) -> int:
+        g = self.group
+        return self._blocks if g is None else -(-(self._comp + g.steps + g.ahead) // g.block_size)
+
+    @num_blocks.setter
+    def num_blocks(self, value: int) -> None:
+        if self.group is not None:
+            _read_only(self)
+        self._blocks = value
+
+    @property
+    def last_token_s(self) -> float | None:
+        g = self.group
+        return self._last if g is None else g.t_last
+
+    @last_token_s.setter
+    def last_token_s(self, value: float | None) -> None:
+        if self.group is not None:
+            _read_only(self)
+        self._last = value
+
     @property
     def num_tokens(self) -> int:
         return self.prompt_len + self.num_output_tokens
@@ -240,6 +291,36 @@ class Sequence:
         )
 
 
+def _read_only(seq: Sequence) -> None:
+    raise RuntimeError(f"sequence {seq.seq_id} is in a lockstep decode group: its counters are read-only")
+
+
+#: True when this module runs compiled (``jalapeno build-native``): :class:`Sequence` is then a native class whose
+#: counters are the properties above (a group member is told by its ``group``)
+NATIVE: Final = type(_read_only).__name__ != "function"
+
+#: the counters a lockstep group advances, and the slots that store them
+_COUNTERS = (("num_output_tokens", "_out"), ("num_computed_tokens", "_comp"), ("num_blocks", "_blocks"),
+             ("last_token_s", "_last"))
+
+#: pure Python: a property call on every counter read or write would cost ≈ 7 % of a KV-bound simulation
+#: (docs/performance.md, eighteenth session), so there a sequence's counters are its plain slots (the slots'
+#: own descriptors, under the counters' names) and a group member's class becomes :class:`LockstepSequence`,
+#: which has the properties; compiled, every sequence has the properties (a C call and a branch), no class swap
+LockstepSequence: type | None = None
+if not NATIVE:
+    LockstepSequence = type("LockstepSequence", (Sequence,), {
+        "__slots__": (),
+        "__doc__": "A group member (pure Python: the class of a member, never built): its counters follow the "
+                   "group's step count.",
+        "__module__": __name__,
+        **{name: vars(Sequence)[name] for name, _ in _COUNTERS},
+    })
+    for _name, _slot in _COUNTERS:
+        setattr(Sequence, _name, vars(Sequence)[_slot])
+
+
+@mypyc_attr(native_class=False)  # compiled: a plain Python class (the real engine's outputs)
 @dataclass
 class RequestOutput:
     """What one engine step produced for one request (the server streams these).

@@ -14,9 +14,8 @@ says why). :func:`active` says which modules came from a build.
 import os
 import sys
 
-#: the modules compiled, in one place (``engine/sequence.py`` and ``batch.py`` are not: the lockstep group swaps a
-#: member's class and overrides ``SeqChunk.start`` by a property; ``perf/types.py`` is not: docs/performance.md,
-#: sixteenth and seventeenth sessions)
+#: the modules compiled, in one place (``perf/types.py`` is not: docs/performance.md, sixteenth to eighteenth
+#: sessions)
 MODULES = (
     "jalapeno.engine.scheduler",
     "jalapeno.engine.lockstep",
@@ -28,6 +27,8 @@ MODULES = (
     "jalapeno.sim.client",
     "jalapeno.perf.shape",
     "jalapeno.engine.timing",
+    "jalapeno.engine.sequence",
+    "jalapeno.engine.batch",
 )
 #: ``JALAPENO_NATIVE=0`` turns the build off for a process (pure Python even where a current build exists)
 ENV = "JALAPENO_NATIVE"

@@ -403,6 +403,12 @@ def fit_masked_prefill(res: ProbeResult, chip: ChipSpec) -> MaskedPrefillFit | N
     return MaskedPrefillFit(round(ns * 1e9, 3), pts, worst)
 
 
+def _write_fitted(eff: dict[str, Any], name: str, value: float, source: str, note: str) -> None:
+    """Set ``efficiency.<name>`` to a fitted ``value`` and record its provenance in ``efficiency.fitted``."""
+    eff[name] = value
+    eff.setdefault("fitted", {})[name] = {"value": value, "status": "fitted", "source": source, "note": note}
+
+
 def add_masked_prefill(out: dict[str, Any], res: ProbeResult, source: str) -> None:
     """Fit ``masked_prefill_attention_ns`` on the chip mapping ``out`` as fitted so far and write it into its
     efficiency block (provenance in ``efficiency.fitted``); nothing when the probe timed no such chunk."""
@@ -411,15 +417,13 @@ def add_masked_prefill(out: dict[str, Any], res: ProbeResult, source: str) -> No
     fit = fit_masked_prefill(res, ChipSpec.model_validate(out))
     if fit is None:
         return
-    out["efficiency"]["masked_prefill_attention_ns"] = fit.ns
     steps = ", ".join(f"{c}/{p}/{d}: {t * 1e3:.1f}/{q * 1e3:.1f}/{w * 1e3:.1f}"
                       for (c, p, d), (t, q, w) in sorted(fit.points.items()))
-    out["efficiency"].setdefault("fitted", {})["masked_prefill_attention_ns"] = {
-        "value": fit.ns, "status": "fitted", "source": source,
-        "note": f"least squares through 0 over the probe's later prefill chunks (after cached tokens: the paged gather, "
-                f"and the masked SDPA where the C kernel does not take them), each priced at the level of the fresh "
-                f"prompt of the same rounds; ms measured/priced "
-                f"without/with the term by chunk/prefix/decode rows: {steps} (worst {fit.worst_error:.1%})"}
+    note = (f"least squares through 0 over the probe's later prefill chunks (after cached tokens: the paged gather, "
+            f"and the masked SDPA where the C kernel does not take them), each priced at the level of the fresh "
+            f"prompt of the same rounds; ms measured/priced "
+            f"without/with the term by chunk/prefix/decode rows: {steps} (worst {fit.worst_error:.1%})")
+    _write_fitted(out["efficiency"], "masked_prefill_attention_ns", fit.ns, source, note)
 
 
 def _ms_by_batch(points: Mapping[tuple[int, int], tuple[float, float]]) -> str:
@@ -437,7 +441,6 @@ def add_decode_attention(out: dict[str, Any], res: ProbeResult, source: str) -> 
     if fit is None:
         return
     eff = out["efficiency"]
-    eff["decode_attention_ns"] = fit.ns
     note = (f"least squares over the probe's decode steps by context (one intercept per batch); ms measured/"
             f"fitted by context, {_ms_by_batch(fit.points)}")
     if fit.served_points:
@@ -448,9 +451,8 @@ def add_decode_attention(out: dict[str, Any], res: ProbeResult, source: str) -> 
                  + _ms_by_batch(fit.served_priced))
     if fit.by_batch:
         note += "; each batch alone: " + ", ".join(f"batch {b} {v} ns" for b, v in fit.by_batch.items())
-    eff.setdefault("fitted", {})["decode_attention_ns"] = {
-        "value": fit.ns, "status": "fitted", "source": source,
-        "note": note + f" (rms {fit.rms_error:.1%}, worst {fit.worst_error:.1%})"}
+    _write_fitted(eff, "decode_attention_ns", fit.ns, source,
+                  note + f" (rms {fit.rms_error:.1%}, worst {fit.worst_error:.1%})")
 
 
 @dataclass(frozen=True)
@@ -517,15 +519,13 @@ def add_unfused_overhead(out: dict[str, Any], res: ProbeResult, source: str) -> 
     fit = fit_unfused_overhead(res, ChipSpec.model_validate(out))
     if fit is None:
         return
-    out["efficiency"]["unfused_layer_overhead_us"] = fit.us
     kinds = "; ".join(f"{k} ({n} steps): {x * 1e3:+.1f} ms (IQR {lo * 1e3:+.1f} to {hi * 1e3:+.1f})"
                       for k, (n, x, (lo, hi)) in sorted(fit.extra.items()))
-    out["efficiency"].setdefault("fitted", {})["unfused_layer_overhead_us"] = {
-        "value": fit.us, "status": "fitted", "source": source,
-        "note": f"the probe's engine loop of {res.served_model} ({fit.layers} layers, random weights, the server's "
-                f"thread policy): median over its steps of more than the fused crossover's {fit.cap} tokens of "
-                f"measured / level - priced, over the layers; level = its decode-only steps' median measured / "
-                f"priced, {fit.decode_level:.3f}; per step, by kind: {kinds}"}
+    note = (f"the probe's engine loop of {res.served_model} ({fit.layers} layers, random weights, the server's "
+            f"thread policy): median over its steps of more than the fused crossover's {fit.cap} tokens of "
+            f"measured / level - priced, over the layers; level = its decode-only steps' median measured / "
+            f"priced, {fit.decode_level:.3f}; per step, by kind: {kinds}")
+    _write_fitted(out["efficiency"], "unfused_layer_overhead_us", fit.us, source, note)
 
 
 def served_prefill_check(res: ProbeResult, chip: ChipSpec) -> dict[int, tuple[float, float]]:

@@ -18,9 +18,10 @@
 # the prefill groups that agree, the served steps priced by kind). Estimated (the 17:50 probe): about 7 min for the
 # grid (GRID=full: 26 min), + 3.5 min with --probe; a slower machine state takes up to 2x.
 # The drift reference (`--drift-ref`, on unless DRIFT_REF=0; fourteenth session): before and after every point the
-# served model's decode step at batch 1 and 8 is timed in a process of its own (~5-10 s each) against the probe's
-# samples of the same steps (local.samples.json, copied to $OUT), and every point is reported raw and drift-corrected
-# (the chip scaled by that point's reference / probe ratio). CONC / ISL / OSL override the grid's concurrencies / ISLs /
+# served model's decode step at batch 1 and 8 and its 512-token prefill (nineteenth session) are timed in a process
+# of their own (~8-13 s each) against the probe's samples of the same steps (local.samples.json, copied to $OUT),
+# and every point is reported raw and drift-corrected (the chip's bandwidths and fixed times scaled by that point's
+# decode reference / probe ratio, its compute by the prefill's). CONC / ISL / OSL override the grid's concurrencies / ISLs /
 # OSLs (e.g. ISL=128,512,2048 OSL=256).
 set -eo pipefail
 OUT=${OUT:-grid-check-out}

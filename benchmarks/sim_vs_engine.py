@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -526,6 +527,11 @@ def pending(todo: list[tuple[int, int, int]], done: list[dict], per_slot: int, m
 #: steps), (batch, keys) pairs; and its rounds (each round calls every shape once: ~0.2 s a round)
 DRIFT_SHAPES = ((1, 129), (8, 129), (1, 577), (8, 577))
 DRIFT_ROUNDS = (7, 7)
+#: and its compute-bound step (nineteenth session): the served model's prefill of this many tokens from an empty
+#: cache, as the probe times it (``jalapeno.hardware.probe.served_prefill``, its fewest rounds): a prefill slowed
+#: 1.7x where the decode steps slowed 1.3x (eighteenth session), so the correction scales the chip's compute by
+#: this step's ratio and its bandwidths and fixed times by the decode step's
+DRIFT_PREFILL = 512
 #: the reference after a point over the one before it, outside which the machine's state changed across the point
 #: (other work started or stopped): the point's correction is flagged, and summarised apart
 DRIFT_STABLE = (0.87, 1.15)
@@ -538,6 +544,13 @@ def drift_key(b: int, ctx: int) -> str:
     return f"{SERVED_MODEL} decode b{b} ctx{ctx}"
 
 
+def drift_prefill_key() -> str:
+    """The probe's samples key of the served model's prefill step that the drift reference times."""
+    from jalapeno.hardware.probe import SERVED_MODEL
+
+    return f"{SERVED_MODEL} prefill {DRIFT_PREFILL}"
+
+
 def drift_child(threads: int | None) -> None:
     """``--drift-ref-child``: in a process of its own, with the server's thread settings (the OpenMP policy
     ``jalapeno serve`` sets, the probed thread count or ``threads``), time DRIFT_SHAPES on a random-weight model of
@@ -548,15 +561,18 @@ def drift_child(threads: int | None) -> None:
     policy = apply_thread_policy(serving=True)  # before torch loads, as `serve` does
     import torch
 
-    from jalapeno.hardware.probe import SERVED_MODEL, context_steps, local_execution, random_model
+    from jalapeno.hardware.probe import SERVED_MODEL, context_steps, local_execution, random_model, served_prefill
     from jalapeno.models.catalog import load_model
 
     ex = local_execution()
     torch.set_num_threads(threads if threads is not None else ex.threads if ex is not None else torch.get_num_threads())
     loaded = random_model(load_model(SERVED_MODEL), "cpu")
     got = context_steps(loaded, 0.0, DRIFT_ROUNDS, DRIFT_SHAPES)
-    print(json.dumps({"threads": torch.get_num_threads(), "policy": policy,
-                      "seconds": {drift_key(b, c): v for (b, c), v in got.items()}}))
+    seconds = {drift_key(b, c): v for (b, c), v in got.items()}
+    pre = SimpleNamespace(served_prefill_s={}, samples={})
+    served_prefill(pre, loaded, SERVED_MODEL, 0.0, DRIFT_PREFILL)
+    seconds.update(pre.samples)
+    print(json.dumps({"threads": torch.get_num_threads(), "policy": policy, "seconds": seconds}))
 
 
 def drift_reference(threads: int | None = None) -> dict:
@@ -587,9 +603,10 @@ def _samples_file(hardware) -> dict:
 
 
 def probe_samples(hardware) -> dict[str, list[float]]:
-    """The probe's own samples of the drift reference's steps (:func:`_samples_file`), {} when there are none."""
+    """The probe's own samples of the drift reference's steps (:func:`_samples_file`; the prefill step's where the
+    probe timed it), {} when there are none."""
     seconds = _samples_file(hardware).get("seconds", {})
-    return {drift_key(b, c): seconds[drift_key(b, c)] for b, c in DRIFT_SHAPES if drift_key(b, c) in seconds}
+    return {k: seconds[k] for k in [*(drift_key(b, c) for b, c in DRIFT_SHAPES), drift_prefill_key()] if k in seconds}
 
 
 def probe_statistic(hardware) -> str:
@@ -623,11 +640,13 @@ def drift_ratio(d: dict, ref_stat: str = "median", probe_stat: str | None = None
     return float(np.exp(np.mean(logs))) if logs else None
 
 
-def drift_scaled_chip(spec, k: float):
+def drift_scaled_chip(spec, k: float, k_compute: float | None = None):
     """The chip ``spec`` running ``k`` times slower (the drift correction): its compute peaks and memory bandwidths
     divided by ``k``, its per-step fixed times (efficiency ``*_us`` / ``*_ns`` / ``*_ps_per_byte`` terms but the
     serving front end's ``request_overhead_*``, the chip's kernel launch) times ``k``: every priced step ``k`` times
-    longer; the front end (not a step) unchanged."""
+    longer; the front end (not a step) unchanged. ``k_compute`` (the reference's prefill ratio): the compute peaks
+    divided by it instead, so compute-bound steps slow by it and the others by ``k``."""
+    kc = k if k_compute is None else k_compute
     from jalapeno.hardware.catalog import get_chip
 
     spec = chip_arg(spec)
@@ -641,7 +660,7 @@ def drift_scaled_chip(spec, k: float):
              if any(t in name for t in ("_us", "_ns", "_ps_per")) and not name.startswith(("request_", "framework_"))
              and isinstance(getattr(eff, name), float)}
     return spec.model_copy(update={
-        "compute_tflops": {d: fact(f, 1.0 / k) for d, f in spec.compute_tflops.items()},
+        "compute_tflops": {d: fact(f, 1.0 / kc) for d, f in spec.compute_tflops.items()},
         "memory": [lv.model_copy(update={"bandwidth_tbps": fact(lv.bandwidth_tbps, 1.0 / k)}) for lv in spec.memory],
         "kernel_launch_us": fact(spec.kernel_launch_us, k),
         "efficiency": eff.model_copy(update=times)})
@@ -687,8 +706,9 @@ def drift_report(points: list[dict], hardware, trace: Path | None, max_num_seqs:
         d = p["drift"]
         keys = drift_keys(int(p["concurrency"]), int(p["isl"]))
         k = drift_ratio(d, keys=keys)
-        row = {"concurrency": p["concurrency"], "isl": p["isl"], "osl": p["osl"], "ratio": k,
-               "matched": keys, "ratio_all_shapes": drift_ratio(d),
+        kc = drift_ratio(d, keys=[drift_prefill_key()])  # None for points recorded before the reference had it
+        row = {"concurrency": p["concurrency"], "isl": p["isl"], "osl": p["osl"], "ratio": k, "ratio_compute": kc,
+               "matched": keys, "ratio_all_shapes": drift_ratio(d, keys=[drift_key(b, c) for b, c in DRIFT_SHAPES]),
                "ratio_median_median": drift_ratio(d, "median", "median", keys),
                "ratio_min_min": drift_ratio(d, "min", "min", keys),
                "before_after": drift_ratio({"probe": ((d.get("before") or {}).get("seconds") or {}),
@@ -700,7 +720,7 @@ def drift_report(points: list[dict], hardware, trace: Path | None, max_num_seqs:
             except ConfigError as exc:
                 print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']}: decode steps not lined up ({exc})")
         raw = resimulate([p], spec, trace)[0]
-        fixed = resimulate([p], drift_scaled_chip(spec, k), trace)[0]
+        fixed = resimulate([p], drift_scaled_chip(spec, k, kc), trace)[0]
         row["raw"] = {m: raw[m] for m in METRICS}
         row["corrected"] = {m: fixed[m] for m in METRICS}
         ba = row["before_after"]
@@ -710,7 +730,9 @@ def drift_report(points: list[dict], hardware, trace: Path | None, max_num_seqs:
         mp = row["decode_measured_over_priced"]
         print(f"c={p['concurrency']} isl={p['isl']} osl={p['osl']} drift: reference / probe {k:.3f} "
               f"(median/{d.get('probe_statistic', 'min')} of "
-              f"{row['matched'][0].split(' decode ')[1]}; every shape {row['ratio_all_shapes']:.3f}; "
+              f"{row['matched'][0].split(' decode ')[1]}"
+              + ("" if kc is None else f"; compute (prefill {DRIFT_PREFILL}) {kc:.3f}")
+              + f"; every shape {row['ratio_all_shapes']:.3f}; "
               f"median/median {row['ratio_median_median']:.3f}, min/min {row['ratio_min_min']:.3f}; after / before "
               f"{row['before_after']:.3f})" + (f"; served decode steps measured / priced {mp:.3f} "
                                                f"(/ drift {mp / k:.3f})" if mp else "")

@@ -75,6 +75,26 @@ def test_the_scaled_chip_prices_every_step_k_times_longer(sve, k: float) -> None
     assert chip.efficiency.step_overhead_us > 0  # the fixed terms were there to scale
 
 
+def test_the_compute_ratio_slows_the_compute_bound_steps(sve) -> None:
+    """The decode reference unchanged (k = 1), the prefill reference 1.6x slower: prefills of 512 and 2048 tokens
+    (compute-bound) are priced more than 1.5x longer, a batch-1 decode step (memory and fixed times) under 1.06x;
+    the other way round (k = 1.3, compute 1.0) the prefills under 1.05x, the batch-1 decode more than 1.25x."""
+    from jalapeno.hardware.catalog import load_spec_file
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim import cost_model_for
+
+    chip = load_spec_file(CHIP)
+    raw = cost_model_for("smollm2-135m", chip, precision="fp32", kv="fp32")
+    pre = [StepShape.from_lists(prefill=[(t, 0)]) for t in (512, 2048)]
+    dec = StepShape.from_lists(decode_ctx=[129])
+    for k, kc, lo_pre, hi_pre, lo_dec, hi_dec in ((1.0, 1.6, 1.5, 1.6, 1.0, 1.06), (1.3, 1.0, 1.0, 1.05, 1.25, 1.3)):
+        slow = cost_model_for("smollm2-135m", sve.drift_scaled_chip(chip, k, kc), precision="fp32", kv="fp32")
+        for s in pre:
+            assert lo_pre < slow.step(s).time_s / raw.step(s).time_s <= hi_pre
+        assert lo_dec <= slow.step(dec).time_s / raw.step(dec).time_s < hi_dec
+    assert sve.drift_prefill_key().endswith(f" prefill {sve.DRIFT_PREFILL}")
+
+
 def test_a_recorded_point_drift_corrected_takes_the_ratio_in_its_tpot(sve) -> None:
     """The quiet 14:20 c = 1 ISL 512 point with a reference 20 % slower than the probe: its simulated TPOT (decode
     steps only) corrected is 1.2 x raw, raw is the point simulated on the chip as probed."""

@@ -1,6 +1,7 @@
 """``jalapeno build-native`` for real (mypy + a C compiler; skipped with the reason otherwise): the compiled modules
-load from the cache, a simulation's JSON is byte-identical to pure Python's, and an edited source — compiled or
-one the compiled code was built against — makes the build stale (pure Python), as ``--status`` says.
+load from the cache, a simulation's JSON is byte-identical to pure Python's, the engine's and the simulator's test
+suites pass with the build active, and an edited source — compiled or one the compiled code was built against —
+makes the build stale (pure Python), as ``--status`` says.
 
 The compile runs at ``MYPYC_OPT_LEVEL=1`` (the same C code, ≈ half the compile time of the default -O3)."""
 
@@ -61,6 +62,17 @@ def test_build_loads_is_exact_and_goes_stale(tmp_path):
     pure = run(["-m", "jalapeno.cli", *SIM], cache, JALAPENO_NATIVE="0").stdout
     assert json.loads(pure)["sim"]["preemptions"] > 100
     assert compiled == pure  # byte-identical
+
+    # the compiled modules' own test suites, run with the build active: what mypyc changes (checked attribute
+    # types, native ints and floats, direct calls) is exercised by every test of the engine and the simulator
+    tests = SRC.parent / "tests"
+    if (tests / "engine").is_dir():
+        suite = ("import json, sys, pytest, jalapeno.native as n\n"
+                 f"rc = pytest.main(['-q', '-x', '-p', 'no:cacheprovider', {str(tests / 'engine')!r}, "
+                 f"{str(tests / 'sim')!r}])\n"
+                 "print(json.dumps(sorted(n.active()))); sys.exit(int(rc))")
+        out = run(["-c", suite], cache).stdout.strip().splitlines()
+        assert json.loads(out[-1]) == sorted(native.MODULES), out[-5:]
 
     # the same sources elsewhere: still current (keyed by content, not place); edit a module the compiled code
     # was built against (not itself compiled): stale, pure Python, and --status names the file

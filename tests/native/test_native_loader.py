@@ -194,3 +194,35 @@ def test_the_real_closure_covers_the_compiled_modules_and_what_they_read():
     assert {"jalapeno/engine/sequence.py", "jalapeno/perf/shape.py", "jalapeno/__init__.py",
             "jalapeno/native/__init__.py"} <= got
     assert not any(f.startswith(("jalapeno/server/", "jalapeno/backends/torch/")) for f in got)
+
+
+def test_a_long_pure_python_sweep_names_the_build_and_nothing_else_does(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(native.ENV, raising=False)
+    monkeypatch.setattr(native, "_served", None)
+    monkeypatch.setattr(native, "_why", "no build in /x")
+    hint = native.speed_hint(native.HINT_AFTER_S)
+    assert hint is not None and "`jalapeno build-native`" in hint and "(no build in /x)" in hint
+    assert native.speed_hint(native.HINT_AFTER_S - 0.1) is None  # a short run: nothing
+    monkeypatch.setenv(native.ENV, "0")
+    assert native.speed_hint(1e9) is None  # the user chose pure Python
+    monkeypatch.delenv(native.ENV)
+    monkeypatch.setattr(native, "_served", "/a/build")
+    assert native.speed_hint(1e9) is None  # a build served this process (and its workers)
+
+    # a real one-point sweep through the CLI, the threshold at 0: the line on stderr only, once; resumed
+    # (nothing ran): no line
+    from jalapeno.cli import main
+
+    monkeypatch.setattr(native, "_served", None)
+    monkeypatch.setattr(native, "HINT_AFTER_S", 0.0)
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: t\nmodels: [llama-3.1-8b]\nhardware: [h200]\nmax_chips: 1\n"
+                    "workloads: [{isl: 128, osl: 16}]\nconcurrencies: [1]\n")
+    for ran in (True, False):
+        try:
+            main(["sweep", str(spec), "--out", str(tmp_path / "o"), "-q", "-j", "1"])
+        except SystemExit as exc:
+            assert not exc.code
+        out, err = capsys.readouterr()
+        assert ("1 run (1 ok" if ran else "1 already done") in out and "build-native" not in out
+        assert err.count("`jalapeno build-native`") == (1 if ran else 0), err

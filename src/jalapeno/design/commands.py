@@ -10,6 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from jalapeno import native
+
 
 def run_design(spec_path: Path, out: Path, search: str = "grid", workers: int | None = None,
                interactivity_weight: float = 0.0, progress: bool = False, ray: str | None = None) -> dict:
@@ -67,3 +69,6 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"{m['designs']} designs in {m['wall_s']} s; Pareto fronts: "
                    + ", ".join(f"{k}: {', '.join(r['key'] for r in v)}" for k, v in res["fronts"].items()))
         typer.echo(f"chips: {out / 'chips'} (use --hardware-dir); report: {out / 'design.html'}")
+        hint = native.speed_hint(float(m["wall_s"])) if m["designs"] else None
+        if hint:
+            typer.echo(hint, err=True)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
+from jalapeno import native
 from jalapeno.errors import ConfigError
 
 
@@ -46,6 +48,7 @@ def sweep_cmd(
         raise ConfigError(f"--pue {pue} must be >= 1.0")
     prices = parse_prices(price)
     spec = load_sweep(spec_file)
+    t0 = time.perf_counter()
     try:
         summary = run_spec(
             spec, out, workers=workers, ray=ray, prices=prices, pue=pue, progress=not quiet, overwrite=overwrite
@@ -60,6 +63,9 @@ def sweep_cmd(
     for e in summary.first_errors:
         typer.echo(f"  error: {e}", err=True)
     typer.echo(f"results: {out / 'results.parquet'}  (next: jalapeno report {out})")
+    hint = native.speed_hint(time.perf_counter() - t0) if summary.ran else None
+    if hint:
+        typer.echo(hint, err=True)
 
 
 def recommend_cmd(

@@ -115,7 +115,9 @@ def test_served_model_steps_are_timed_through_the_runner(tiny_llama_with_kernel:
     assert res.served_model == str(cfg) and res.served_layers == 2
     assert sorted(res.served_ctx_step_s) == list(pr.LONG_BATCHES)
     assert all(sorted(by) == list(pr.LONG_CONTEXTS) and min(by.values()) > 0 for by in res.served_ctx_step_s.values())
-    assert len(res.samples[f"{cfg} decode b8 ctx{pr.LONG_CONTEXTS[-1]}"]) == pr.LONG_ROUNDS[0]
+    # timed in SERVED_CONTEXT_PROCESSES processes (this one and fresh ones), every sample pooled, the spread noted
+    assert len(res.samples[f"{cfg} decode b8 ctx{pr.LONG_CONTEXTS[-1]}"]) == pr.LONG_ROUNDS[0] * pr.SERVED_CONTEXT_PROCESSES
+    assert any(n.startswith(f"served-model steps timed in {pr.SERVED_CONTEXT_PROCESSES} processes") for n in res.notes)
     assert list(res.served_prefill_s) == [pr.PREFILL_TOKENS] and res.served_prefill_s[pr.PREFILL_TOKENS] > 0
     assert len(res.samples[f"{cfg} prefill {pr.PREFILL_TOKENS}"]) == pr.PREFILL_ROUNDS[0]
 
@@ -184,3 +186,28 @@ def test_served_prefill_is_checked_against_the_chips_price() -> None:
     assert again.served_prefill_s[512] == pytest.approx(res.served_prefill_s[512], abs=1e-5)
     note = ChipSpec.model_validate(fitted_chip_dict(again, "local", "x")).efficiency.fitted["compute_default"].note
     assert f"smollm2-135m (random weights) prefill step ms measured/priced by tokens: 512: {price * 1e3:.1f}/" in note
+
+
+def test_context_steps_of_several_processes_are_pooled_and_a_failing_one_is_a_note(
+        tiny_llama_with_kernel: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chip's served-model steps pool every process's samples (one shape varies more from process to process
+    than within one, issue 16); a further process that fails leaves a note and the steps already timed."""
+    runs = [{(1, 65): [1.0, 3.0], (8, 65): [2.0]}, {(1, 65): [5.0], (8, 65): [4.0, 6.0], (16, 65): [9.0]}]
+    assert pr.pool_processes(runs) == {(1, 65): [1.0, 3.0, 5.0], (8, 65): [2.0, 4.0, 6.0]}
+    assert pr.process_spread_note(runs).endswith("at 65 keys by batch: 1: 2000.0/5000.0, 8: 2000.0/5000.0")
+
+    def broken(model: str, budget_s: float) -> dict:
+        raise pr.ConfigError("the context-step process failed: boom")
+
+    monkeypatch.setattr(pr, "context_steps_in_child", broken)
+    res = pr.ProbeResult("cpu", "hand-made", 16.0)
+    pr.measure_served_context(res, False, 0.0, str(tiny_llama_with_kernel))
+    assert len(res.samples[f"{tiny_llama_with_kernel} decode b1 ctx65"]) == pr.LONG_ROUNDS[0]
+    assert any("a further process failed (ConfigError: the context-step process failed: boom)" in n
+               for n in res.notes)
+    assert not any(n.startswith("served-model steps timed in") for n in res.notes)
+
+
+def test_an_unknown_model_in_the_context_step_process_is_a_clear_error() -> None:
+    with pytest.raises(pr.ConfigError, match="context-step process failed: error: .*no-such-model"):
+        pr.context_steps_in_child("no-such-model", 0.0)

@@ -739,7 +739,9 @@ def drift_report(points: list[dict], hardware, trace: Path | None, max_num_seqs:
               + ("" if row["stable"] else "; UNSTABLE: the machine's state changed across the point")
               + ("" if row["contention"] is None else f"; the engine's threads waited for a core "
                  f"{100 * row['contention']:.0f} % of their run time"
-                 + (" (CONTENDED: other work on the machine)" if row["contention"] > CONTENDED_WAIT_SHARE else "")))
+                 + (" (CONTENDED: other work on the machine)" if row["contention"] > CONTENDED_WAIT_SHARE else ""))
+              + ("" if host_steal(p) is None else f"; the host took {100 * host_steal(p):.1f} % of the CPUs over "
+                 "its steps (steal)"))
         print("  measured/raw/drift-corrected: " + "  ".join(
             f"{m} {raw[m]['measured'] or 0:.1f}/{raw[m]['simulated'] or 0:.1f}/{fixed[m]['simulated'] or 0:.1f}"
             for m in METRICS))
@@ -782,6 +784,17 @@ def contention(p: dict) -> float | None:
     run = sum(w["run_s"].get(g, 0.0) for g in ("engine", "loop"))
     wait = sum(w["wait_s"].get(g, 0.0) for g in ("engine", "loop"))
     return wait / run if run > 0 else None
+
+
+def host_steal(p: dict, cpus: int | None = None) -> float | None:
+    """The share of the machine's CPU time (``cpus``, default this machine's) that the hypervisor took over the
+    point's engine steps (``/proc/stat`` steal through the step trace, twentieth session), or None for a trace
+    without it: a slow step with its threads on their cores (no run-queue wait) and steal is the host's doing."""
+    w = p.get("served_split")
+    if not w or "steal_s" not in w:
+        return None
+    span = w.get("step_s", 0.0) + w.get("deliver_s", 0.0)
+    return w["steal_s"] / ((cpus or os.cpu_count() or 1) * span) if span > 0 else None
 
 
 def summarise(points: list[dict]) -> dict[str, dict[str, float]]:

@@ -148,3 +148,12 @@ def test_contention_is_the_engine_threads_wait_over_run_in_the_window(sve) -> No
     assert sve.contention({}) is None
     assert sve.contention({"served_split": {"run_s": {"engine": 0.0}, "wait_s": {"engine": 1.0}}}) is None
     assert sve.contention(p) > sve.CONTENDED_WAIT_SHARE
+
+
+def test_host_steal_is_the_share_of_the_machines_cpu_over_the_points_steps(sve) -> None:
+    """Steal seconds (all CPUs) over CPUs x the steps' span; None for a trace written before steal was recorded."""
+    p = {"served_split": {"step_s": 9.0, "deliver_s": 1.0, "steal_s": 1.0}}
+    assert sve.host_steal(p, cpus=2) == pytest.approx(0.05)
+    assert sve.host_steal({"served_split": {"step_s": 9.0, "deliver_s": 1.0}}, cpus=2) is None
+    assert sve.host_steal({}, cpus=2) is None
+    assert sve.host_steal({"served_split": {"step_s": 0.0, "deliver_s": 0.0, "steal_s": 0.0}}, cpus=2) is None

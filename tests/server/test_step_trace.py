@@ -72,7 +72,8 @@ def test_a_served_run_is_traced_step_by_step(tmp_path):
         # (each step's reads bracket it, so the reads' own time counts: the span, not the steps' sum). It may be 0:
         # the kernel adds a running thread's time at a tick or a switch, and these simulated steps take microseconds
         # with no tick inside them (at load this failed 2 runs in 3 with `0 <`, thirteenth session)
-        assert all(min(s.run_s) >= 0 and min(s.wait_s) >= 0 for s in steps)
+        assert all(min(s.run_s) >= 0 and min(s.wait_s) >= 0 and s.steal_s >= 0 for s in steps)
+        assert w.steal_s == pytest.approx(sum(s.steal_s for s in steps if t0 <= s.t_start < t1))
         assert sum(s.run_s[0] for s in steps) <= steps[-1].t_done - steps[0].t_start + 0.1
 
 
@@ -120,3 +121,14 @@ def test_the_recorded_served_trace_splits_as_the_doc_says():
     assert w.wait_s["engine"] / w.run_s["engine"] == pytest.approx(4.70, abs=0.01)
     assert w.per_decode_token_ms()["step"] == pytest.approx(702.0, abs=0.1)
     assert decode_step_ms(steps, 39964.19, 40145.53)[1] == pytest.approx(577.5, abs=0.1)
+
+
+def test_steal_time_is_read_from_the_aggregate_cpu_line():
+    """/proc/stat's aggregate line: user nice system idle iowait irq softirq steal ...; steal is the eighth value,
+    in clock ticks. A line without it (an old kernel) or another first line reads 0."""
+    from jalapeno.server.step_trace import parse_steal_s
+
+    text = b"cpu  6227753 2875103 1028143 7917215 19431 0 6314 192084 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n"
+    assert parse_steal_s(text, 100.0) == pytest.approx(1920.84)
+    assert parse_steal_s(b"cpu  1 2 3 4 5 6 7\n", 100.0) == 0.0
+    assert parse_steal_s(b"intr 5\n", 100.0) == 0.0

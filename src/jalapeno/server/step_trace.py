@@ -3,7 +3,8 @@
 The engine thread (:class:`~jalapeno.server.async_engine.AsyncEngine`) records, for every engine step, when it
 started and ended, when the step's outputs had been handed to the event loop, the step's shape (sequences,
 prefill tokens, decoded tokens) and, from the kernel's ``/proc/<pid>/task/<tid>/schedstat`` (Linux), how long the
-server's threads ran and how long they sat runnable on a run queue, waiting for a core:
+server's threads ran and how long they sat runnable on a run queue, waiting for a core, and from ``/proc/stat`` how
+much CPU time the hypervisor took from the machine (steal, ``steal_s``), which no guest thread's wait shows:
 
 * ``engine``: the thread that calls ``Engine.step()`` (scheduler, backend, sampling, delivery);
 * ``loop``: the asyncio event loop thread (HTTP, detokenisation, SSE encoding, socket writes);
@@ -64,6 +65,10 @@ class StepRecord:
     run_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
     #: seconds each thread group waited, runnable, for a core during [t_start, t_done]
     wait_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    #: CPU seconds the hypervisor ran something else on this machine's virtual CPUs during [t_start, t_done], all
+    #: CPUs summed (``/proc/stat``'s steal; 0 on bare metal, where Linux gives none, and in a trace written before
+    #: the twentieth session): a step slowed by the host, which no thread's run-queue wait shows (issue 16)
+    steal_s: float = 0.0
 
 
 class _SchedStat:
@@ -109,6 +114,40 @@ class _SchedStat:
         self._fds.clear()
 
 
+def parse_steal_s(stat: bytes, ticks_per_s: float) -> float:
+    """The machine's steal time in seconds from ``/proc/stat``'s text: the aggregate ``cpu`` line's eighth value,
+    in clock ticks (0.0 when the line has no such field, as on kernels before 2.6.11)."""
+    first = stat.split(b"\n", 1)[0].split()
+    if not first or first[0] != b"cpu" or len(first) < 9:
+        return 0.0
+    return int(first[8]) / ticks_per_s
+
+
+class _Steal:
+    """The machine's cumulative steal seconds (``/proc/stat``, kept open and re-read in place); 0.0 where there is
+    no such file."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open("/proc/stat", os.O_RDONLY)
+            self._tick = float(os.sysconf("SC_CLK_TCK"))
+        except (OSError, ValueError, AttributeError):
+            self._fd, self._tick = None, 100.0
+
+    def read(self) -> float:
+        if self._fd is None:
+            return 0.0
+        try:
+            return parse_steal_s(os.pread(self._fd, 256, 0), self._tick)
+        except (OSError, ValueError):
+            return 0.0
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class StepTracer:
     """Writes a step trace (one JSON line per step) from the engine thread. ``loop_tid``: the native id of the
     event loop's thread (set by the app when it starts); the engine thread is whichever calls :meth:`begin`."""
@@ -132,6 +171,7 @@ class StepTracer:
         self.path = path
         self.pid = os.getpid()
         self._stat = _SchedStat(self.pid)
+        self._steal = _Steal()
         self.loop_tid: int | None = None
         self._engine_tid: int | None = None
         self._pending: dict[str, Any] | None = None
@@ -182,8 +222,8 @@ class StepTracer:
     def begin(self, engine: Any) -> None:
         if self._engine_tid is None:
             self._engine_tid = threading.get_native_id()
-        self._pending = {"stat": self._stat.read(), "t_start": time.monotonic(), "gen": engine.tokens_generated,
-                         "pre": engine.prompt_tokens_computed}
+        self._pending = {"stat": self._stat.read(), "steal": self._steal.read(), "t_start": time.monotonic(),
+                         "gen": engine.tokens_generated, "pre": engine.prompt_tokens_computed}
 
     def end_step(self) -> None:
         if self._pending is not None:
@@ -195,10 +235,11 @@ class StepTracer:
             return
         t_done = time.monotonic()
         run, wait = self._groups(p["stat"], self._stat.read())
+        steal = max(self._steal.read() - p["steal"], 0.0)
         rec = StepRecord(
             t_start=p["t_start"], t_end=p["t_end"], t_done=t_done, idle_before=self._idle, seqs=seqs,
             prefill_tokens=engine.prompt_tokens_computed - p["pre"], decode_tokens=engine.tokens_generated - p["gen"],
-            run_s=tuple(run), wait_s=tuple(wait),  # type: ignore[arg-type]
+            run_s=tuple(run), wait_s=tuple(wait), steal_s=steal,  # type: ignore[arg-type]
         )
         self._idle = False
         self._write({"kind": "step", **asdict(rec)})
@@ -209,6 +250,7 @@ class StepTracer:
                 self._f.close()
                 self._f = None
                 self._stat.close()
+                self._steal.close()
 
 
 # ---- reading and splitting ------------------------------------------------------------------------------------
@@ -267,6 +309,7 @@ class WindowSplit:
     prefill_tokens: int
     run_s: dict[str, float]  # CPU seconds each thread group ran on a core
     wait_s: dict[str, float]  # seconds each thread group waited, runnable, for a core
+    steal_s: float = 0.0  # CPU seconds the hypervisor took from the machine's virtual CPUs over those steps
 
     def per_decode_token_ms(self) -> dict[str, float]:
         n = max(self.decode_tokens, 1)
@@ -298,7 +341,8 @@ def split(steps: list[StepRecord], t0: float, t1: float) -> WindowSplit:
     run = {g: sum(s.run_s[i] for s in inside) for i, g in enumerate(GROUPS)}
     wait = {g: sum(s.wait_s[i] for s in inside) for i, g in enumerate(GROUPS)}
     return WindowSplit(end - t0, len(inside), step_s, deliver_s, between, idle,
-                       sum(s.decode_tokens for s in inside), sum(s.prefill_tokens for s in inside), run, wait)
+                       sum(s.decode_tokens for s in inside), sum(s.prefill_tokens for s in inside), run, wait,
+                       sum(s.steal_s for s in inside))
 
 
 def decode_step_ms(steps: list[StepRecord], t0: float = float("-inf"), t1: float = float("inf")) -> dict[int, float]:

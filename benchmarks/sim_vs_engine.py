@@ -905,7 +905,7 @@ def lined_up_point(p: dict, steps: list, records: list, cm, max_num_seqs: int, p
     beside how many decode rows) and the served steps priced by kind (decode steps below ``panel_min_rows``, the
     chip's measured switch, on the fused kernel's dot tiles)."""
     from jalapeno.bench.lineup import (admitted_first_wave, prefill_groups, price_by_kind, replay_served,
-                                        simulate_lined_up, steps_waited, ttft_parts)
+                                        simulate_lined_up, steal_split, steps_waited, ttft_parts)
 
     c = p.get("client") or {}
     if not c.get("sent_monotonic"):
@@ -926,7 +926,8 @@ def lined_up_point(p: dict, steps: list, records: list, cm, max_num_seqs: int, p
     waited = {k: np.bincount(steps_waited(x)[int(p["concurrency"]):]).tolist() for k, x in (("served", served),
                                                                                           ("simulated", sim))}
     return {"ttft_parts": med, "prefill_groups": {"served": gs, "simulated": gm, "same": same}, "waited": waited,
-            "priced": price_by_kind(served, cm, panel_min_rows), "served": served, "simulated": sim}
+            "priced": price_by_kind(served, cm, panel_min_rows),
+            "steal": steal_split(served, cm, cpus=os.cpu_count() or 1), "served": served, "simulated": sim}
 
 
 def run_lineup(args: argparse.Namespace, prior: list[dict]) -> None:
@@ -973,6 +974,11 @@ def run_lineup(args: argparse.Namespace, prior: list[dict]) -> None:
         for r in got["priced"]:
             print(f"  {r['kind']}: {r['steps']} steps, measured {r['measured_s']:.2f} s, priced {r['priced_s']:.2f} s "
                   f"(measured / priced {r['measured_s'] / r['priced_s']:.3f}, median step {r['median_ratio']:.3f})")
+        sp = got["steal"]
+        if sp["steal"]["steps"]:
+            print("  steps by host steal: " + "; ".join(
+                f"{k} {v['steps']} steps, measured / priced {v['measured_s'] / v['priced_s']:.3f} (median step "
+                f"{v['median_ratio']:.3f})" for k, v in sp.items() if v["steps"] and v["priced_s"] > 0))
     if args.lineup_out is not None:
         args.lineup_out.write_text(json.dumps(dump) + "\n")
         print(f"every request and step, served and simulated, written to {args.lineup_out}")

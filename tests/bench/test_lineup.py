@@ -95,6 +95,38 @@ def test_the_served_first_wave_and_a_lone_latecomer_by_hand() -> None:
     assert lu.steps[r14.first_step].t_start - r14.sent > 2.0
 
 
+def test_each_served_step_carries_the_traces_steal_and_the_split_prices_both_sides_by_hand() -> None:
+    """The replay carries each trace step's steal time onto its rebuilt step (the trace here predates the field:
+    given values by hand); the split sorts steps by steal over duration x CPUs against the threshold and sums each
+    side, checked against a cost model that prices every step at 0.1 s."""
+    import dataclasses
+
+    from jalapeno.bench.lineup import LinedStep, Lineup, replay_served, steal_split
+    from jalapeno.server.step_trace import load_trace_requests
+
+    p = _points()[0]
+    _, steps, records = load_trace_requests(TRACE)
+    steps = [dataclasses.replace(s, steal_s=0.001 * (i % 7)) for i, s in enumerate(steps)]
+    c = p["client"]
+    lu = replay_served(steps, records, c["sent_monotonic"], *_lengths(p), c["t_start_monotonic"],
+                       c["t_end_monotonic"], _cm(CHIP), max_num_seqs=16)
+    window = [s for s in steps if s.t_start >= c["t_start_monotonic"]][:len(lu.steps)]
+    assert [s.steal_s for s in lu.steps] == [s.steal_s for s in window]
+    assert any(s.steal_s > 0 for s in lu.steps)
+
+    class Flat:
+        def step(self, shape):
+            return type("R", (), {"time_s": 0.1})()
+
+    hand = Lineup([], [LinedStep(0.0, 0.1), LinedStep(0.1, 0.22, steal_s=0.01), LinedStep(0.22, 0.42, steal_s=0.001)])
+    got = steal_split(hand, Flat(), min_share=0.01, cpus=2)  # shares 0, 0.042, 0.0025
+    assert got["steal"]["steps"] == 1 and got["steal"]["measured_s"] == pytest.approx(0.12)
+    assert got["steal"]["median_ratio"] == pytest.approx(1.2)
+    assert got["quiet"]["steps"] == 2 and got["quiet"]["measured_s"] == pytest.approx(0.3)
+    assert got["quiet"]["priced_s"] == pytest.approx(0.2) and got["quiet"]["median_ratio"] == pytest.approx(1.5)
+    assert steal_split(hand, Flat(), min_share=0.05, cpus=2)["steal"]["steps"] == 0
+
+
 @pytest.mark.parametrize("k", [0, 1])
 def test_with_the_measured_front_end_the_simulated_ingest_takes_the_served_shapes(k) -> None:
     """The same requests simulated, the first wave released as the served engine admitted it (its order into the

@@ -27,12 +27,14 @@ from jalapeno.server.step_trace import RequestRecord, StepRecord
 @dataclass
 class LinedStep:
     """One engine step: its start and end (s), its prefill chunks as (request, tokens, cached prefix) and its
-    decode rows as (request, context incl. the new token)."""
+    decode rows as (request, context incl. the new token); ``steal_s``: the CPU time the hypervisor took from the
+    machine over a served step (the step trace's, 0 for a simulated one)."""
 
     t_start: float
     t_end: float
     prefill: list[tuple[int, int, int]] = field(default_factory=list)
     decode: list[tuple[int, int]] = field(default_factory=list)
+    steal_s: float = 0.0
 
     @property
     def duration(self) -> float:
@@ -196,6 +198,7 @@ def replay_served(steps: Sequence[StepRecord], records: Sequence[RequestRecord],
                               f"{want[1]} prefill and {want[2]} decoded tokens, the scheduler's replay {got[0]}, "
                               f"{got[1]}, {got[2]}: not this workload, or another scheduler")
         lined[-1].t_start, lined[-1].t_end = s.t_start - t0, s.t_end - t0
+        lined[-1].steal_s = s.steal_s
     if j < n or engine.has_unfinished():
         raise ConfigError(f"the trace ends with {n - j} of the run's requests never queued or some unfinished: "
                           "trace the whole run")
@@ -325,6 +328,20 @@ def price_by_kind(lineup: Lineup, cost_model, panel_min_rows: int | None = None)
     return [{"kind": k, "steps": len(groups[k]), "measured_s": sum(m for m, _ in groups[k]),
              "priced_s": sum(p for _, p in groups[k]),
              "median_ratio": float(np.median([m / p for m, p in groups[k]]))} for k in order]
+
+
+def steal_split(lineup: Lineup, cost_model, min_share: float = 0.01, cpus: int = 1) -> dict[str, dict]:
+    """The served steps of ``lineup`` against their price on ``cost_model``, split by whether the hypervisor took
+    CPU time from the machine during the step (``steal_s`` over the step's duration x ``cpus`` above ``min_share``:
+    "steal") or not ("quiet"): per side the steps, measured and priced seconds in all and the median step's
+    measured / priced, so a point's error can be split into what the host took and what the cost model says."""
+    sides: dict[str, list[tuple[float, float]]] = {"quiet": [], "steal": []}
+    for s, measured, priced in priced_steps(lineup, cost_model):
+        share = s.steal_s / (measured * cpus) if measured > 0 else 0.0
+        sides["steal" if share > min_share else "quiet"].append((measured, priced))
+    return {k: {"steps": len(v), "measured_s": sum(m for m, _ in v), "priced_s": sum(p for _, p in v),
+                "median_ratio": float(np.median([m / p for m, p in v])) if v else float("nan")}
+            for k, v in sides.items()}
 
 
 def steps_waited(lineup: Lineup) -> list[int]:

@@ -1,15 +1,16 @@
 """The probe's small-M terms, fitted on what ``jalapeno hardware probe`` measured (here, above the cost model: the
 hardware package cannot import it; ``jalapeno calibrate --probe local.yaml`` applies the fit to a probe YAML) (docs/cost-model.md, "Small-M GEMMs"): a GEMM efficiency table by rows that follows
-the path the engine takes, and a compute/memory overlap fitted on the probe's own decode steps by batch.
+the path the engine takes, measured on the engine's own kernel.
 
-The roofline prices a decode step below the ridge at its weight read alone, whatever the batch; on the 2-core EPYC
-VM the probe's fused decode steps grow with the batch (7.5 -> 15.5 ms from batch 1 to 16 on the engine's path)
-because the kernel's compute does not hide under its weight stream (its GEMMs themselves run near the matmul peak
-from 16 rows; PyTorch's small-M GEMM, much slower, is what runs only above the crossover). Pure functions of a
-:class:`~jalapeno.hardware.probe.ProbeResult`: the cost model prices each measured step (:meth:`CostModel.op_times`),
-and the fit picks the memory fraction that reproduces the batch-1 step exactly, the overlap that best reproduces
-the other batches, and the compute fraction that reproduces the prefill step, alternately until they settle.
-:func:`probe_from_chip` rebuilds the measurements from a probe YAML's notes, to refit without probing again.
+The roofline prices a decode step below the ridge at its weight read alone, whatever the batch; on the 2-core VMs
+the probe's fused decode steps grow with the batch (7.5 -> 15.5 ms from batch 1 to 16 on the engine's path on one,
+3.9 -> 11.8 ms on another) because the kernel's compute does not hide under its weight stream, and its GEMM rate
+depends on how many rows it multiplies and with which tiles (batch 1 a matrix-vector pass, a few rows dot-product
+tiles, from the panel switch outer-product panels). Pure functions of a :class:`~jalapeno.hardware.probe.ProbeResult`:
+the cost model prices each measured step (:meth:`CostModel.op_times`, compute and memory adding), the fit takes the
+memory fraction from the batch-1 steps, the kernel's GEMM rate at each measured batch from that batch's step, and
+the compute fraction from the prefill steps, alternately until they settle. :func:`probe_from_chip` rebuilds the
+measurements from a probe YAML's notes, to refit without probing again.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
 
 #: the decode batches the overlap is fitted on: the closed loop's (issue 16's grid runs up to concurrency 32)
 FIT_MAX_BATCH = 32
-#: overlap candidates (fraction of min(compute, memory) hidden under max)
-OVERLAP_GRID = np.linspace(0.0, 1.0, 101)
 
 
 @dataclass(frozen=True)
@@ -119,17 +118,6 @@ def _price_step(cm: Any, shape: Any, f: float, ov: float) -> float:
     return float(_priced(tc, tm, np.array([f]), np.array([ov]))[0])
 
 
-def _solve_memory(tc: np.ndarray, tm: np.ndarray, target: float, overlap: np.ndarray) -> np.ndarray:
-    """Per overlap candidate, the memory fraction f in (0, 1] that prices the step at ``target`` (bisection: the
-    priced time falls as f grows); 1 where even f = 1 prices above the target."""
-    lo, hi = np.full(overlap.shape, 1e-3), np.ones(overlap.shape)
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        slow = _priced(tc, tm, mid, overlap) > target
-        lo, hi = np.where(slow, mid, lo), np.where(slow, hi, mid)
-    return hi
-
-
 def probe_prefill_steps(res: ProbeResult) -> dict[int, float]:
     """The probe's prefill steps by prompt tokens (seconds, less the crossover model's per-layer overhead): every
     measured length, or the one PREFILL_TOKENS step of an older probe."""
@@ -139,10 +127,6 @@ def probe_prefill_steps(res: ProbeResult) -> dict[int, float]:
     if not steps and res.prefill_step_s:
         steps = {pr.PREFILL_TOKENS: res.prefill_step_s}
     return {t: pr._net_of_layer_overhead(res, s) for t, s in sorted(steps.items())}
-
-
-#: memory-fraction candidates of the joint fit over both models (the batch-1 step no longer pins it exactly)
-MEMORY_GRID = np.linspace(0.2, 1.0, 161)
 
 
 @dataclass(frozen=True)
@@ -170,86 +154,139 @@ def _served_steps(res: ProbeResult) -> _Served | None:
     return _Served(load_model(res.served_model), ctx, decode, prefill)
 
 
-def _joint_memory_overlap(parts: dict[int, tuple[np.ndarray, np.ndarray]], measured: dict[int, float],
-                          sparts: dict[int, tuple[np.ndarray, np.ndarray]], served: dict[int, float]
-                          ) -> tuple[float, float]:
-    """(memory fraction, overlap) minimising the squared log errors of both models' decode steps over the grid of
-    both, each model weighing alike (its steps' mean)."""
-    f, ov = (g.ravel() for g in np.meshgrid(MEMORY_GRID, OVERLAP_GRID, indexing="ij"))
-    err = sum(np.log(_priced(*parts[b], f, ov) / t) ** 2 for b, t in measured.items()) / len(measured)
-    err = err + sum(np.log(_priced(*sparts[b], f, ov) / t) ** 2 for b, t in served.items()) / len(served)
-    best = int(np.argmin(err))
-    return float(f[best]), float(ov[best])
+def kernel_decode_steps(res: ProbeResult, cap: int) -> dict[int, float]:
+    """Seconds of the probe's decode steps on the fused kernel (panel or dot-tile GEMMs, whichever was faster: the
+    path the engine takes) at every measured batch up to its crossover ``cap``."""
+    return {b: min(t, res.dot_step_s.get(b, t)) for b, t in sorted(res.fused_step_s.items()) if b <= cap}
+
+
+def split_parts(arch: Any, chip: ChipSpec, eff: Any, shapes: Mapping[Any, Any]) -> dict[Any, tuple[float, float, float]]:
+    """Per step shape: (its weight GEMMs' compute seconds at the matmul microbenchmark's peak, its other operators'
+    compute seconds, its memory seconds at the full read bandwidth), on ``chip`` with efficiency ``eff`` (its
+    ``memory_default`` should be 1). The GEMMs are told apart by pricing each step at two uniform rows tables (every
+    GEMM's compute time doubles at half the rate; nothing else moves)."""
+    from jalapeno.sim.factory import cost_model_for
+
+    models = [cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff.model_copy(update={
+        "compute_by_rows": {1: rate}, "memory_default": 1.0, "compute_memory_overlap": None})) for rate in (1.0, 0.5)]
+    out = {}
+    for key, shape in shapes.items():
+        (tc1, tm, _), (tc2, _, _) = (cm.op_times(shape) for cm in models)
+        gemm = float((tc2 - tc1).sum())
+        out[key] = (gemm, float(tc1.sum()) - gemm, float(tm.sum()))
+    return out
+
+
+def memory_fraction(parts: list[tuple[float, float, float]], seconds: list[float], rate: float) -> float:
+    """The fraction of the read bandwidth at which the batch-1 decode steps (``parts`` as :func:`split_parts`
+    gives them, ``seconds`` measured) stream their weights, their GEMMs at ``rate`` of the peak and compute and
+    memory adding: each step's own fraction, capped at 1, and their geometric mean (each model weighing alike)."""
+    fs = []
+    for (gemm, other, mem), t in zip(parts, seconds):
+        rest = t - gemm / rate - other
+        fs.append(min(1.0, mem / rest) if rest > 0 else 1.0)
+    return float(np.exp(np.mean(np.log(fs))))
+
+
+def kernel_rate(part: tuple[float, float, float], seconds: float, memory: float, ceiling: float = 1.0) -> float:
+    """The fraction of the matmul peak at which a decode step's weight GEMMs ran (``part`` as :func:`split_parts`
+    gives it, ``seconds`` measured), its weights streamed at ``memory`` of the read bandwidth and compute and
+    memory adding; ``ceiling`` when the step took no longer than its memory and other compute (floor 1e-3)."""
+    gemm, other, mem = part
+    rest = seconds - mem / memory - other
+    return ceiling if rest <= gemm / ceiling else max(gemm / rest, 1e-3)
 
 
 def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> SmallMFit | None:
-    """Fit (memory fraction, overlap, compute fraction) on the probe's decode steps by batch and its prefill steps
-    (each less the crossover model's per-layer overhead), pricing them with the cost model on ``chip`` (its
-    overheads set aside: the probe times the runner alone). The compute fraction is the geometric mean over the
-    prefill lengths of what reproduces each; above 1 (the steps beat the microbenchmark's peak) it becomes
-    ``peak_scale`` and the fraction 1. None when the probe has no rows table, no decode steps at two batches, or no
-    batch-1 step."""
+    """Fit the small-M terms on the probe's decode steps by batch and its prefill steps (each less the crossover
+    model's per-layer overhead), pricing them with the cost model on ``chip`` (its overheads set aside: the probe
+    times the runner alone). Compute and memory add (overlap 0: on a CPU the same cores issue the loads and the
+    FMAs). The memory fraction is the one at which the batch-1 steps (of the crossover model and, when timed, the
+    served model: each weighing alike) stream their weights, their GEMMs at the compute fraction; then the fused
+    kernel's GEMM rate at each measured batch up to the crossover ``cap`` is what reproduces that batch's step:
+    the served model's batches where it was timed, the crossover model's above the largest of them (every
+    crossover batch when the served model was not timed; between measured batches the table interpolates): its
+    dot-product tiles and panel GEMMs run at their own rates, which no one peak fraction gives. Taken from the
+    crossover model at every batch, the rates followed that model's step-to-step noise (issue 16, twenty-first
+    session). Above ``cap``, PyTorch's GEMM by
+    rows (:func:`rows_table`). The compute fraction is the geometric mean over the prefill lengths above ``cap``
+    (all of them when none is) of what reproduces each, alternately with the rest until they settle; above 1 (the
+    steps beat the microbenchmark's peak) it becomes ``peak_scale`` and the fraction 1. None when the probe has no
+    rows table, no kernel steps at two batches, or no batch-1 step."""
     from jalapeno.hardware import probe as pr
     from jalapeno.models.hf_config import arch_from_config
     from jalapeno.perf.shape import StepShape
     from jalapeno.sim.factory import cost_model_for
 
+    kernel = kernel_decode_steps(res, cap)
     steps = engine_decode_steps(res, cap)
-    if 1 not in steps or len(steps) < 2 or not res.decode_layers or rows_table(res, 1.0, cap) is None:
+    if 1 not in kernel or len(kernel) < 2 or not res.decode_layers or rows_table(res, 1.0, cap) is None:
         return None
     arch = arch_from_config(pr.llama_config(res.decode_layers, *pr.CROSSOVER_MODEL), "probe-crossover-llama")
-    measured = {b: pr._net_of_layer_overhead(res, t) for b, t in steps.items()}
+    net = lambda t: pr._net_of_layer_overhead(res, t)  # noqa: E731
+    measured = {b: net(t) for b, t in steps.items()}
+    kmeasured = {b: net(t) for b, t in kernel.items()}
     prefill = probe_prefill_steps(res)
     served = _served_steps(res)
-    cd = chip.efficiency.compute_default
+    sdecode = {b: t for b, t in (served.decode if served else {}).items() if b <= cap}
     zero = {k: 0.0 for k in ("step_overhead_us", "layer_overhead_us", "seq_overhead_us")}
-    f, ov, table, got, sgot = 1.0, 1.0, {}, {}, {}
+    base = chip.efficiency.model_copy(update=zero)
+    shape = lambda ctx, b: StepShape.from_lists(decode_ctx=[ctx] * b)  # noqa: E731
+    px = split_parts(arch, chip, base, {b: shape(pr.CROSSOVER_CTX, b) for b in kmeasured})
+    ps = split_parts(served.arch, chip, base, {b: shape(served.ctx, b) for b in sdecode}) if served else {}
+    cd = chip.efficiency.compute_default
+    pick = [t for t in prefill if t > cap] or list(prefill)
+    spick = [t for t in (served.prefill if served else {}) if t > cap] or list(served.prefill if served else {})
+    f, kern, got, sgot = 1.0, {}, {}, {}
+    eff = base
     for _ in range(rounds):
-        table = rows_table(res, cd, cap, ceiling=max(1.0, cd)) or {}
-        eff = chip.efficiency.model_copy(update={**zero, "compute_default": cd, "memory_default": 1.0,
-                                                 "compute_by_rows": table, "compute_memory_overlap": None})
-        cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff)
-        parts = {b: cm.op_times(StepShape.from_lists(decode_ctx=[pr.CROSSOVER_CTX] * b))[:2] for b in measured}
-        scm = cost_model_for(served.arch, chip, precision="fp32", kv="fp32", efficiency=eff) if served else None
-        if served is not None and served.decode:  # jointly over both models' decode steps
-            sparts = {b: scm.op_times(StepShape.from_lists(decode_ctx=[served.ctx] * b))[:2] for b in served.decode}
-            f, ov = _joint_memory_overlap(parts, measured, sparts, served.decode)
-        else:  # the crossover model alone: its batch-1 step exactly
-            fs = _solve_memory(*parts[1], measured[1], OVERLAP_GRID)
-            err = sum(np.log(_priced(*parts[b], fs, OVERLAP_GRID) / t) ** 2 for b, t in measured.items())
-            best = int(np.argmin(err))
-            f, ov = float(fs[best]), float(OVERLAP_GRID[best])
+        e1 = min(cd, 1.0)
+        ones = [(px[1], kmeasured[1])] + ([(ps[1], sdecode[1])] if 1 in sdecode else [])
+        f = memory_fraction([p for p, _ in ones], [t for _, t in ones], e1)
+        kern = {1: e1}
+        top = max(sdecode, default=0)
+        for b in sorted((set(k for k in kmeasured if not sdecode or k > top) | set(sdecode)) - {1}):
+            rates = ([kernel_rate(px[b], kmeasured[b], f)] if b in kmeasured and b not in sdecode else []) + (
+                [kernel_rate(ps[b], sdecode[b], f)] if b in sdecode else [])
+            kern[b] = float(np.exp(np.mean(np.log(rates))))
+        table = {**kern, **{m: v for m, v in (rows_table(res, cd, cap, ceiling=max(1.0, cd)) or {}).items()
+                            if m > cap}}
+        eff = base.model_copy(update={"compute_default": cd, "memory_default": 1.0, "compute_by_rows": table,
+                                      "compute_memory_overlap": None})
         if not prefill:
             break
+        cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff)
         for t in prefill:
-            got[t] = _price_step(cm, StepShape.from_lists(prefill=[(t, 0)]), f, ov)
-        # compute scales as 1 / cd (the memory share of a prefill is small): one fraction for every length, and
-        # with the served model's prefills too, each model weighing alike
-        logs = [float(np.mean([np.log(got[t] / s) for t, s in prefill.items()]))]
-        if scm is not None and served is not None and served.prefill:
+            got[t] = _price_step(cm, StepShape.from_lists(prefill=[(t, 0)]), f, 0.0)
+        # compute scales as 1 / cd where the GEMMs follow it (PyTorch's, above the crossover; the memory share of a
+        # prefill is small): one fraction for every such length, and with the served model's prefills too, each
+        # model weighing alike
+        logs = [float(np.mean([np.log(got[t] / prefill[t]) for t in pick]))]
+        if served is not None and served.prefill:
+            scm = cost_model_for(served.arch, chip, precision="fp32", kv="fp32", efficiency=eff)
             for t in served.prefill:
-                sgot[t] = _price_step(scm, StepShape.from_lists(prefill=[(t, 0)]), f, ov)
-            logs.append(float(np.mean([np.log(sgot[t] / s) for t, s in served.prefill.items()])))
+                sgot[t] = _price_step(scm, StepShape.from_lists(prefill=[(t, 0)]), f, 0.0)
+            logs.append(float(np.mean([np.log(sgot[t] / served.prefill[t]) for t in spick])))
         cd *= float(np.exp(np.mean(logs)))
     scale = max(1.0, cd)
-    priced = {b: float(_priced(*parts[b], np.array([f]), np.array([ov]))[0]) for b in measured}
+    table = {**{m: round(min(1.0, v / scale), 5) for m, v in kern.items()},
+             **{m: v for m, v in (rows_table(res, cd, cap, scale) or {}).items() if m > cap}}
+    eff = base.model_copy(update={"compute_default": cd, "memory_default": 1.0, "compute_by_rows":
+                                  {m: v * scale for m, v in table.items()}, "compute_memory_overlap": None})
+    cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff)
+    priced = {b: _price_step(cm, shape(pr.CROSSOVER_CTX, b), f, 0.0) for b in measured}
     worst = max(abs(priced[b] / t - 1) for b, t in measured.items())
     pre, spre = {}, {}
-    if prefill:  # the prefill steps as the fitted fractions price them (reported beside what they took)
-        eff = eff.model_copy(update={"compute_default": cd,
-                                     "compute_by_rows": rows_table(res, cd, cap, ceiling=max(1.0, cd))})
-        cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff)
-        for t, s in prefill.items():
-            pre[t] = (s, _price_step(cm, StepShape.from_lists(prefill=[(t, 0)]), f, ov))
-    if served is not None:  # both models' steps as the joint fit prices them
+    for t, s in prefill.items():  # the prefill steps as the fitted fractions price them (beside what they took)
+        pre[t] = (s, _price_step(cm, StepShape.from_lists(prefill=[(t, 0)]), f, 0.0))
+    if served is not None:  # the served model's steps as the fit prices them
         scm = cost_model_for(served.arch, chip, precision="fp32", kv="fp32", efficiency=eff)
-        shapes = {**{f"decode b{b} @{served.ctx}": (StepShape.from_lists(decode_ctx=[served.ctx] * b), t)
-                     for b, t in served.decode.items()},
+        shapes = {**{f"decode b{b} @{served.ctx}": (shape(served.ctx, b), t) for b, t in served.decode.items()},
                   **{f"prefill {t}": (StepShape.from_lists(prefill=[(t, 0)]), v) for t, v in served.prefill.items()}}
-        for label, (shape, t) in shapes.items():
-            spre[label] = (t, _price_step(scm, shape, f, ov))
-    return SmallMFit(round(cd / scale, 4), round(f, 4), round(ov, 2), rows_table(res, cd, cap, scale) or table,
-                     measured, priced, worst if math.isfinite(worst) else 1.0, round(scale, 4), pre, spre)
+        for label, (sh, t) in shapes.items():
+            spre[label] = (t, _price_step(scm, sh, f, 0.0))
+    return SmallMFit(round(cd / scale, 4), round(f, 4), 0.0, table, measured, priced,
+                     worst if math.isfinite(worst) else 1.0, round(scale, 4), pre, spre)
 
 
 @dataclass(frozen=True)
@@ -653,11 +690,11 @@ def add_small_m(out: dict[str, Any], res: ProbeResult, cap: int, source: str) ->
                compute_by_rows=fit.compute_by_rows, compute_memory_overlap=fit.overlap)
     eff["source"] += (
         f"; small-M terms: compute_by_rows = the GEMM rate of the path the engine takes at M rows: the fused "
-        f"kernel's up to the crossover ({cap}) at compute_default (its per-row cost in the compute-bound decode steps "
-        f"is the large-GEMM rate), PyTorch's above it, compute_default x its M x {k} x {n} TFLOPS over its "
-        f"{max(res.rows_tflops, default=PREFILL_TOKENS)}-row TFLOPS; compute_memory_overlap fitted on the decode "
-        f"steps by batch (the engine's path, less the layers' overhead) jointly with memory_default (batch 1 exact) and compute_default (the "
-        f"prefill steps)")
+        f"kernel's up to the crossover ({cap}), at each measured batch what reproduces its decode step (less the "
+        f"layers' overhead; the served model's batches, the crossover model's above them), PyTorch's above it, compute_default x its M x {k} "
+        f"x {n} TFLOPS over its {max(res.rows_tflops, default=PREFILL_TOKENS)}-row TFLOPS; compute and memory add "
+        f"(compute_memory_overlap 0); memory_default from the batch-1 steps (their GEMMs at compute_default), "
+        f"compute_default from the prefill steps")
     fitted = eff.setdefault("fitted", {})
     if fit.prefill_s:
         pre = ", ".join(f"{t}: {m * 1e3:.1f}/{q * 1e3:.1f}" for t, (m, q) in sorted(fit.prefill_s.items()))
@@ -675,13 +712,14 @@ def add_small_m(out: dict[str, Any], res: ProbeResult, cap: int, source: str) ->
     joint = ""
     if fit.served_s:
         joint = (f"; jointly with {res.served_model}'s steps ({res.served_layers} layers, random weights; memory "
-                 f"fraction, overlap and compute fraction fitted over both models, each weighing alike), ms "
+                 f"fraction, kernel rates and compute fraction fitted over both models, each weighing alike), ms "
                  f"measured/priced: "
                  + ", ".join(f"{k}: {m * 1e3:.2f}/{q * 1e3:.2f}" for k, (m, q) in fit.served_s.items())
                  + f" (worst {max(abs(q / m - 1) for m, q in fit.served_s.values()):.1%})")
     fitted["compute_memory_overlap"] = {
-        "value": fit.overlap, "status": "fitted", "source": source,
-        "note": f"decode step ms measured/priced by batch: {ms} (worst {fit.worst_error:.1%}){joint}"}
+        "value": fit.overlap, "status": "inferred", "source": source,
+        "note": f"compute and memory add (the kernel's GEMM rate by rows is measured with them adding); decode step "
+                f"ms measured/priced by batch: {ms} (worst {fit.worst_error:.1%}){joint}"}
     fitted["compute_by_rows"] = {
         "value": fit.compute_by_rows[min(fit.compute_by_rows)], "status": "measured", "source": source,
         "note": f"the 1-row fraction; PyTorch GEMM TFLOPS of M x {k} x {n} by M: {rows}"}

@@ -237,18 +237,15 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
     cd = chip.efficiency.compute_default
     pick = [t for t in prefill if t > cap] or list(prefill)
     spick = [t for t in (served.prefill if served else {}) if t > cap] or list(served.prefill if served else {})
+    top = max(sdecode, default=0)  # each batch's step: the served model's, the crossover model's above its batches
+    rated = {**{b: (px[b], t) for b, t in kmeasured.items() if b > top}, **{b: (ps[b], t) for b, t in sdecode.items()}}
     f, kern, got, sgot = 1.0, {}, {}, {}
     eff = base
     for _ in range(rounds):
         e1 = min(cd, 1.0)
         ones = [(px[1], kmeasured[1])] + ([(ps[1], sdecode[1])] if 1 in sdecode else [])
         f = memory_fraction([p for p, _ in ones], [t for _, t in ones], e1)
-        kern = {1: e1}
-        top = max(sdecode, default=0)
-        for b in sorted((set(k for k in kmeasured if not sdecode or k > top) | set(sdecode)) - {1}):
-            rates = ([kernel_rate(px[b], kmeasured[b], f)] if b in kmeasured and b not in sdecode else []) + (
-                [kernel_rate(ps[b], sdecode[b], f)] if b in sdecode else [])
-            kern[b] = float(np.exp(np.mean(np.log(rates))))
+        kern = {1: e1, **{b: kernel_rate(p, t, f) for b, (p, t) in sorted(rated.items()) if b != 1}}
         table = {**kern, **{m: v for m, v in (rows_table(res, cd, cap, ceiling=max(1.0, cd)) or {}).items()
                             if m > cap}}
         eff = base.model_copy(update={"compute_default": cd, "memory_default": 1.0, "compute_by_rows": table,

@@ -136,13 +136,15 @@ def test_the_joint_fit_recovers_known_fractions_from_both_models_steps() -> None
     """Decode steps by batch (the crossover model) and at the shortest context (the served model), and prefill steps
     of both, made from known terms (memory 0.7, compute 0.9, compute and memory adding, the fused kernel's GEMMs at
     0.9 for 1 row, 0.25 for 4, 0.4 for 8, 0.6 for 16 and 0.7 for 32: its own rate by rows) plus each model's layers'
-    overhead: ``fit_small_m`` recovers every one, and prices every step of both models back."""
+    overhead: ``fit_small_m`` recovers every one, and prices every step of both models back; the 4-row rate from the
+    served model's small-batch steps once the probe has them."""
     import numpy as np
 
     from jalapeno.calibration.probe_fit import _priced, fit_small_m, probe_from_chip, rows_table
     from jalapeno.hardware.schema import ChipSpec
     from jalapeno.models.catalog import load_model
     from jalapeno.models.hf_config import arch_from_config
+    from jalapeno.perf.model import rows_efficiency
     from jalapeno.perf.shape import StepShape
     from jalapeno.sim.factory import cost_model_for
 
@@ -177,6 +179,17 @@ def test_the_joint_fit_recovers_known_fractions_from_both_models_steps() -> None
         {m: kernel[m] for m in (1, 8, 16, 32)}, rel=0.01)
     assert 4 not in fit.compute_by_rows
     assert set(fit.served_s) == {"decode b1 @65", "decode b8 @65", "prefill 512"}
+    assert all(abs(q / m - 1) < 0.01 for m, q in fit.served_s.values())
+    # interpolated in log2(rows) between 1 and 8, the 4-row rate would be 0.57: the served model's own small-batch
+    # steps (the probe times them at the shortest context, twenty-second session) give the dot tiles' 0.25 instead
+    assert rows_efficiency(fit.compute_by_rows, np.array([4.0]))[0] > 0.5
+    res.served_small_step_s = {b: made(served, StepShape.from_lists(decode_ctx=[65] * b), 30) for b in (2, 4)}
+    fit = fit_small_m(res, ChipSpec.model_validate(chip.model_dump()), cap)
+    assert fit is not None and fit.memory_default == pytest.approx(f, abs=1e-3)
+    two = float(rows_efficiency(table, np.array([2.0]))[0])  # what the made-up steps ran their 2 rows at
+    assert {m: fit.compute_by_rows[m] for m in (1, 2, 4, 8, 16, 32)} == pytest.approx(
+        {**{m: kernel[m] for m in (1, 4, 8, 16, 32)}, 2: two}, rel=0.01)
+    assert set(fit.served_s) == {"decode b1 @65", "decode b2 @65", "decode b4 @65", "decode b8 @65", "prefill 512"}
     assert all(abs(q / m - 1) < 0.01 for m, q in fit.served_s.values())
 
 

@@ -62,6 +62,14 @@ def test_attention_term_is_fitted_over_both_models_and_the_served_steps_are_pric
     again = probe_from_chip(chip.model_copy(update={"notes": [*chip.notes, *notes]}))
     assert again.served_model == "smollm2-135m" and again.served_layers == 30
     assert again.served_ctx_step_s[8] == pytest.approx(res.served_ctx_step_s[8], abs=1e-6)
+    assert not again.served_small_step_s
+    res.served_small_step_s = {2: 0.0412345, 4: 0.0456789}  # the small batches' line round-trips apart
+    notes = pr._measurement_notes(res)
+    assert "served-model decode step ms at context 65 by small batch (smollm2-135m, 30 layers, random weights): " \
+        "2: 41.234, 4: 45.679" in notes
+    again = probe_from_chip(chip.model_copy(update={"notes": [*chip.notes, *notes]}))
+    assert again.served_small_step_s == pytest.approx({2: 0.041234, 4: 0.045679}, abs=1e-9)
+    assert again.served_ctx_step_s[8] == pytest.approx(res.served_ctx_step_s[8], abs=1e-6)
     written = ChipSpec.model_validate(fitted_chip_dict(again, "local", "refit"))
     note = written.efficiency.fitted["decode_attention_ns"].note
     # the refit also fits the memory / compute fractions jointly over both models' steps (eleventh session), so the
@@ -115,6 +123,10 @@ def test_served_model_steps_are_timed_through_the_runner(tiny_llama_with_kernel:
     assert res.served_model == str(cfg) and res.served_layers == 2
     assert sorted(res.served_ctx_step_s) == list(pr.LONG_BATCHES)
     assert all(sorted(by) == list(pr.LONG_CONTEXTS) and min(by.values()) > 0 for by in res.served_ctx_step_s.values())
+    # and the small batches at the shortest context, in the same rounds and processes
+    assert sorted(res.served_small_step_s) == list(pr.SERVED_SMALL_BATCHES)
+    assert min(res.served_small_step_s.values()) > 0
+    assert len(res.samples[f"{cfg} decode b4 ctx{pr.LONG_CONTEXTS[0]}"]) == pr.LONG_ROUNDS[0] * pr.SERVED_CONTEXT_PROCESSES
     # timed in SERVED_CONTEXT_PROCESSES processes (this one and fresh ones), every sample pooled, the spread noted
     assert len(res.samples[f"{cfg} decode b8 ctx{pr.LONG_CONTEXTS[-1]}"]) == pr.LONG_ROUNDS[0] * pr.SERVED_CONTEXT_PROCESSES
     assert any(n.startswith(f"served-model steps timed in {pr.SERVED_CONTEXT_PROCESSES} processes") for n in res.notes)

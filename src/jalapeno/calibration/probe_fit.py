@@ -141,7 +141,9 @@ class _Served:
 
 
 def _served_steps(res: ProbeResult) -> _Served | None:
-    """The served model's steps for the joint fit, or None when the probe did not time them."""
+    """The served model's steps for the joint fit (its decode steps by batch at the shortest context, the small
+    batches included), or None when the probe did not time them."""
+    from jalapeno.hardware import probe as pr
     from jalapeno.models.catalog import load_model
 
     if not (res.served_model and res.served_ctx_step_s):
@@ -149,7 +151,10 @@ def _served_steps(res: ProbeResult) -> _Served | None:
     fixed = res.served_layers * (res.layer_overhead_us or 0.0) * 1e-6
     net = lambda t: t - fixed if t - fixed > 0.25 * t else t  # noqa: E731
     ctx = min(c for by in res.served_ctx_step_s.values() for c in by)
-    decode = {b: net(by[ctx]) for b, by in sorted(res.served_ctx_step_s.items()) if ctx in by}
+    decode = {b: net(by[ctx]) for b, by in res.served_ctx_step_s.items() if ctx in by}
+    if ctx == pr.LONG_CONTEXTS[0]:  # the small batches, timed at the shortest context (SERVED_SMALL_BATCHES)
+        decode.update({b: net(t) for b, t in res.served_small_step_s.items() if b not in decode})
+    decode = dict(sorted(decode.items()))
     prefill = {t: net(v) for t, v in sorted(res.served_prefill_s.items())}
     return _Served(load_model(res.served_model), ctx, decode, prefill)
 
@@ -204,8 +209,10 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
     FMAs). The memory fraction is the one at which the batch-1 steps (of the crossover model and, when timed, the
     served model: each weighing alike) stream their weights, their GEMMs at the compute fraction; then the fused
     kernel's GEMM rate at each measured batch up to the crossover ``cap`` is what reproduces that batch's step:
-    the served model's batches where it was timed, the crossover model's above the largest of them (every
-    crossover batch when the served model was not timed; between measured batches the table interpolates): its
+    the served model's batches where it was timed (1, 8, 16 and the small batches 2, 4 at the shortest context:
+    batch 1's matrix-vector pass and batch 8 do not bracket the dot tiles' rate at 2-7 rows), the crossover model's
+    above the largest of them (every crossover batch when the served model was not timed; between measured batches
+    the table interpolates): its
     dot-product tiles and panel GEMMs run at their own rates, which no one peak fraction gives. Taken from the
     crossover model at every batch, the rates followed that model's step-to-step noise (issue 16, twenty-first
     session). Above ``cap``, PyTorch's GEMM by
@@ -629,7 +636,8 @@ def probe_from_chip(chip: ChipSpec) -> ProbeResult:
         ctxs = [int(c) for c in ctx_key.split("context ", 1)[1].split(" ", 1)[0].split("/")]
         res.ctx_step_s = {b: {c: x / 1e3 for c, x in zip(ctxs, v, strict=True)}
                           for b, v in _pairs(notes[ctx_key]).items()}
-    served_key = next((k for k in notes if k.startswith("served-model decode step ms at context")), None)
+    served_key = next((k for k in notes if k.startswith("served-model decode step ms at context")
+                       and "by small batch" not in k), None)
     if served_key:  # "served-model decode step ms at context 65/.../2305 by batch (smollm2-135m, 30 layers, ...)"
         got = re.search(r"context ([0-9/]+) by batch \(([^,]+), ([0-9]+) layers", served_key)
         if got:
@@ -637,6 +645,11 @@ def probe_from_chip(chip: ChipSpec) -> ProbeResult:
             res.served_model, res.served_layers = got[2], int(got[3])
             res.served_ctx_step_s = {b: {c: x / 1e3 for c, x in zip(ctxs, v, strict=True)}
                                      for b, v in _pairs(notes[served_key].split("random weights)", 1)[1]).items()}
+    small_key = next((k for k in notes if k.startswith("served-model decode step ms at context")
+                      and "by small batch" in k), None)
+    if small_key:  # "served-model decode step ms at context 65 by small batch (smollm2-135m, ...): 2: a, 4: b"
+        res.served_small_step_s = {b: v[0] / 1e3 for b, v in
+                                   _pairs(notes[small_key].split("random weights)", 1)[1]).items()}
     sp_key = next((k for k in notes if k.startswith("served-model prefill step ms by tokens")), None)
     got = re.search(r"\(([^,]+), ([0-9]+) layers", sp_key or "")
     if got:  # "served-model prefill step ms by tokens (smollm2-135m, 30 layers, random weights): 512: 1115.20"

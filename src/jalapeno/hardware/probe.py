@@ -165,6 +165,9 @@ class ProbeResult:
     ctx_step_s: dict[int, dict[int, float]] = field(default_factory=dict)
     #: the same steps of a random-weight model of the served model's shape (SERVED_MODEL: its name and layers)
     served_ctx_step_s: dict[int, dict[int, float]] = field(default_factory=dict)
+    #: the served-shape model's decode step at SERVED_SMALL_BATCHES batches, LONG_CONTEXTS[0] keys (seconds), timed in
+    #: the same rounds and processes as ``served_ctx_step_s``
+    served_small_step_s: dict[int, float] = field(default_factory=dict)
     served_model: str = ""
     served_layers: int = 0
     #: prefill steps of the served-shape model from an empty cache, by prompt tokens (seconds)
@@ -527,6 +530,11 @@ def measure_crossover(res: ProbeResult, quick: bool, budget_s: float) -> None:
 #: span, from a 64-token prompt's first decode to a 2048-token prompt's 256th; and the batches they are timed at
 LONG_CONTEXTS = (65, 129, 577, 1153, 2305)
 LONG_BATCHES = (1, 8, 16)  # 16: the closed loop decodes at 16-32 (the per-key cost there, issue 16 eleventh session)
+#: batches at which the served-shape model's decode step is also timed, at the shortest context only: the fused
+#: kernel's dot-product tiles (2-8 rows) run at a rate of their own that batch 1's matrix-vector pass and batch 8 do
+#: not bracket (the crossover model's batch-2 step took 1.67x its batch-1 step, its batch-8 step 2.3x; issue 16,
+#: twenty-second session), and the closed loop's c = 4 points decode at 2-4 rows
+SERVED_SMALL_BATCHES = (2, 4)
 #: rounds of the interleaved timings: at least the first, at most the second, more while the budget lasts
 LONG_ROUNDS = (5, 15)
 PREFILL_ROUNDS = (3, 9)
@@ -595,6 +603,13 @@ def context_steps(loaded: Any, budget_s: float, rounds: tuple[int, int] = LONG_R
     return interleaved_times(fns, budget_s, rounds)
 
 
+def served_shapes() -> list[tuple[int, int]]:
+    """The (batch, context) shapes of the served-shape model's decode steps: every LONG_BATCHES x LONG_CONTEXTS,
+    and SERVED_SMALL_BATCHES at the shortest context."""
+    return ([(b, ctx) for b in LONG_BATCHES for ctx in LONG_CONTEXTS]
+            + [(b, LONG_CONTEXTS[0]) for b in SERVED_SMALL_BATCHES if b not in LONG_BATCHES])
+
+
 def measure_long_context(res: ProbeResult, loaded: Any, quick: bool, budget_s: float) -> None:
     """The crossover model's fused decode step at every LONG_CONTEXTS length, by LONG_BATCHES batch
     (``res.ctx_step_s``), interleaved round by round (:func:`interleaved_times`) and taken as the median of the
@@ -645,7 +660,7 @@ def measure_served_context(res: ProbeResult, quick: bool, budget_s: float, model
         res.notes.append(f"served-model steps: {model} not measured ({exc})")
         return
     res.served_model, res.served_layers = model, int(arch.num_layers)
-    runs = [context_steps(loaded, 10 * budget_s)]
+    runs = [context_steps(loaded, 10 * budget_s, shapes=served_shapes())]
     for _ in range(SERVED_CONTEXT_PROCESSES - 1):
         try:
             runs.append(context_steps_in_child(model, 10 * budget_s))
@@ -654,7 +669,10 @@ def measure_served_context(res: ProbeResult, quick: bool, budget_s: float, model
                              f"the steps of {len(runs)} process(es) kept")
             break
     for (b, ctx), samples in pool_processes(runs).items():
-        res.served_ctx_step_s.setdefault(b, {})[ctx] = robust_time(samples)
+        if b in LONG_BATCHES:
+            res.served_ctx_step_s.setdefault(b, {})[ctx] = robust_time(samples)
+        else:
+            res.served_small_step_s[b] = robust_time(samples)
         res.samples[f"{model} decode b{b} ctx{ctx}"] = samples
     if len(runs) > 1:
         res.notes.append(process_spread_note(runs))
@@ -1078,6 +1096,10 @@ def _measurement_notes(res: ProbeResult) -> list[str]:
                      f"({res.served_model}, {res.served_layers} layers, random weights): " + ", ".join(
                          f"{b}: " + "/".join(f"{by[c] * 1e3:.3f}" for c in ctxs)
                          for b, by in sorted(res.served_ctx_step_s.items())))
+    if res.served_small_step_s:
+        lines.append(f"served-model decode step ms at context {LONG_CONTEXTS[0]} by small batch ({res.served_model}, "
+                     f"{res.served_layers} layers, random weights): " + ", ".join(
+                         f"{b}: {v * 1e3:.3f}" for b, v in sorted(res.served_small_step_s.items())))
     if res.served_prefill_s:
         lines.append(f"served-model prefill step ms by tokens ({res.served_model}, {res.served_layers} layers, "
                      "random weights): " + ", ".join(

@@ -191,6 +191,64 @@ def test_the_joint_fit_recovers_known_fractions_from_both_models_steps() -> None
         {**{m: kernel[m] for m in (1, 4, 8, 16, 32)}, 2: two}, rel=0.01)
     assert set(fit.served_s) == {"decode b1 @65", "decode b2 @65", "decode b4 @65", "decode b8 @65", "prefill 512"}
     assert all(abs(q / m - 1) < 0.01 for m, q in fit.served_s.values())
+    assert fit.prefill_attention == pytest.approx(cd, rel=0.01)  # the made-up prefills' attention ran at cd
+
+
+def test_the_prefill_fit_tells_the_causal_attentions_rate_from_the_gemms() -> None:
+    """Prefill steps of 128 / 512 / 2048 tokens (the crossover model) and 512 (the served model) made with the
+    GEMMs at 0.9 of the peak and the causal attention pairs at 0.3 (a CPU's attention path, far below its GEMMs):
+    the fit recovers both, where one fraction for every length would misprice the short and the long prompt in
+    opposite directions; with one prefill length it cannot tell them apart and keeps one fraction."""
+    import numpy as np
+
+    from jalapeno.calibration.probe_fit import _priced, add_small_m, fit_small_m, probe_from_chip, rows_table
+    from jalapeno.hardware.schema import ChipSpec
+    from jalapeno.models.catalog import load_model
+    from jalapeno.models.hf_config import arch_from_config
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    chip = load_spec_file(QUIET)
+    res = probe_from_chip(chip)
+    res.dot_step_s = {}
+    f, cd, pa, cap = 0.7, 0.9, 0.3, 128
+    kernel = {1: 0.9, 8: 0.4, 16: 0.6, 32: 0.7}
+    table = {**kernel, **{m: v for m, v in rows_table(res, cd, cap, ceiling=1.0).items() if m > cap}}
+    eff = chip.efficiency.model_copy(update={
+        "step_overhead_us": 0.0, "layer_overhead_us": 0.0, "seq_overhead_us": 0.0, "compute_default": cd,
+        "memory_default": 1.0, "compute_by_rows": table, "compute_memory_overlap": None,
+        "prefill_attention_compute": pa})
+
+    def made(arch, shape, layers: int) -> float:
+        tc, tm, _ = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff).op_times(shape)
+        return float(_priced(tc, tm, np.array([f]), np.array([0.0]))[0]) + layers * res.layer_overhead_us * 1e-6
+
+    cross = arch_from_config(pr.llama_config(6, *pr.CROSSOVER_MODEL), "x")
+    served = load_model("smollm2-135m")
+    res.fused_step_s = {b: made(cross, StepShape.from_lists(decode_ctx=[pr.CROSSOVER_CTX] * b), 6)
+                        for b in (1, 8, 16, 32)}
+    res.prefill_s = {t: (fl, made(cross, StepShape.from_lists(prefill=[(t, 0)]), 6))
+                     for t, (fl, _) in res.prefill_s.items()}
+    assert sorted(res.prefill_s) == [128, 512, 2048]
+    res.served_ctx_step_s = {b: {65: made(served, StepShape.from_lists(decode_ctx=[65] * b), 30)} for b in (1, 8)}
+    res.served_prefill_s = {512: made(served, StepShape.from_lists(prefill=[(512, 0)]), 30)}
+    fit = fit_small_m(res, ChipSpec.model_validate(chip.model_dump()), cap)
+    assert fit is not None
+    assert fit.compute_default == pytest.approx(cd, rel=0.01)
+    assert fit.prefill_attention == pytest.approx(pa, rel=0.02)
+    assert all(abs(q / m - 1) < 0.01 for m, q in fit.prefill_s.values())
+    assert all(abs(q / m - 1) < 0.01 for m, q in fit.served_s.values())
+    out = chip.model_dump(mode="json")  # the chip as `jalapeno calibrate --probe` writes it
+    add_small_m(out, res, cap, "test")
+    written = ChipSpec.model_validate(out).efficiency
+    assert written.prefill_attention_compute == pytest.approx(pa, rel=0.02)
+    assert "causal attention pairs" in written.fitted["prefill_attention_compute"].note
+
+    res.prefill_s = {512: res.prefill_s[512]}  # one length of each model: one fraction, the attention at it
+    res.served_prefill_s = {}
+    one = fit_small_m(res, ChipSpec.model_validate(chip.model_dump()), cap)
+    assert one is not None and one.prefill_attention is None
+    assert abs(one.prefill_s[512][1] / one.prefill_s[512][0] - 1) < 0.01  # that one step still priced right
 
 
 def test_the_attention_fit_reports_each_batchs_own_slope() -> None:

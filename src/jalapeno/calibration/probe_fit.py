@@ -50,6 +50,9 @@ class SmallMFit:
     #: the served-shape model's steps the fit also priced (a joint fit over both models): label -> (measured, priced)
     #: seconds, each less its layers' overhead; empty when the probe did not time that model
     served_s: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: ``efficiency.prefill_attention_compute``: the fraction of the peak at which a prefill's causal attention pairs
+    #: ran, fitted beside ``compute_default`` where the prefill lengths tell them apart (None: at compute_default)
+    prefill_attention: float | None = None
 
 
 def pytorch_rate_at(rows_tflops: Mapping[int, float], rows: int) -> float | None:
@@ -216,10 +219,12 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
     dot-product tiles and panel GEMMs run at their own rates, which no one peak fraction gives. Taken from the
     crossover model at every batch, the rates followed that model's step-to-step noise (issue 16, twenty-first
     session). Above ``cap``, PyTorch's GEMM by
-    rows (:func:`rows_table`). The compute fraction is the geometric mean over the prefill lengths above ``cap``
-    (all of them when none is) of what reproduces each, alternately with the rest until they settle; above 1 (the
-    steps beat the microbenchmark's peak) it becomes ``peak_scale`` and the fraction 1. None when the probe has no
-    rows table, no kernel steps at two batches, or no batch-1 step."""
+    rows (:func:`rows_table`). The compute fraction and the prefill's causal attention fraction
+    (``prefill_attention_compute``) are the two that best reproduce the prefill lengths above ``cap`` (all of them
+    when none is; :func:`_fit_prefill_fractions`: the attention's share grows with the prompt, so 512 and 2048 tokens
+    tell them apart; one fraction for both when the lengths cannot), alternately with the rest until they settle;
+    above 1 (the steps beat the microbenchmark's peak) it becomes ``peak_scale`` and the fraction 1. None when the
+    probe has no rows table, no kernel steps at two batches, or no batch-1 step."""
     from jalapeno.hardware import probe as pr
     from jalapeno.models.hf_config import arch_from_config
     from jalapeno.perf.shape import StepShape
@@ -246,37 +251,31 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
     spick = [t for t in (served.prefill if served else {}) if t > cap] or list(served.prefill if served else {})
     top = max(sdecode, default=0)  # each batch's step: the served model's, the crossover model's above its batches
     rated = {**{b: (px[b], t) for b, t in kmeasured.items() if b > top}, **{b: (ps[b], t) for b, t in sdecode.items()}}
-    f, kern, got, sgot = 1.0, {}, {}, {}
+    f, kern = 1.0, {}
+    pa: float | None = None  # the prefill attention's own fraction, once two prefill lengths tell it apart
     eff = base
     for _ in range(rounds):
         e1 = min(cd, 1.0)
         ones = [(px[1], kmeasured[1])] + ([(ps[1], sdecode[1])] if 1 in sdecode else [])
         f = memory_fraction([p for p, _ in ones], [t for _, t in ones], e1)
         kern = {1: e1, **{b: kernel_rate(p, t, f) for b, (p, t) in sorted(rated.items()) if b != 1}}
-        table = {**kern, **{m: v for m, v in (rows_table(res, cd, cap, ceiling=max(1.0, cd)) or {}).items()
-                            if m > cap}}
-        eff = base.model_copy(update={"compute_default": cd, "memory_default": 1.0, "compute_by_rows": table,
-                                      "compute_memory_overlap": None})
+        eff = _prefill_eff(base, res, kern, cd, pa, cap)
         if not prefill:
             break
-        cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff)
-        for t in prefill:
-            got[t] = _price_step(cm, StepShape.from_lists(prefill=[(t, 0)]), f, 0.0)
         # compute scales as 1 / cd where the GEMMs follow it (PyTorch's, above the crossover; the memory share of a
-        # prefill is small): one fraction for every such length, and with the served model's prefills too, each
-        # model weighing alike
-        logs = [float(np.mean([np.log(got[t] / prefill[t]) for t in pick]))]
+        # prefill is small), the causal attention's pairs as 1 / pa: both from the prefill lengths above the
+        # crossover, the served model's too, each model weighing alike
+        sets = [(arch, {t: prefill[t] for t in pick})]
         if served is not None and served.prefill:
-            scm = cost_model_for(served.arch, chip, precision="fp32", kv="fp32", efficiency=eff)
-            for t in served.prefill:
-                sgot[t] = _price_step(scm, StepShape.from_lists(prefill=[(t, 0)]), f, 0.0)
-            logs.append(float(np.mean([np.log(sgot[t] / served.prefill[t]) for t in spick])))
-        cd *= float(np.exp(np.mean(logs)))
+            sets.append((served.arch, {t: served.prefill[t] for t in spick}))
+        cd, pa = _fit_prefill_fractions(sets, chip, base, res, kern, cd, pa, cap, f)
     scale = max(1.0, cd)
     table = {**{m: round(min(1.0, v / scale), 5) for m, v in kern.items()},
              **{m: v for m, v in (rows_table(res, cd, cap, scale) or {}).items() if m > cap}}
+    pa_out = None if pa is None else round(min(1.0, pa / scale), 5)
     eff = base.model_copy(update={"compute_default": cd, "memory_default": 1.0, "compute_by_rows":
-                                  {m: v * scale for m, v in table.items()}, "compute_memory_overlap": None})
+                                  {m: v * scale for m, v in table.items()}, "compute_memory_overlap": None,
+                                  "prefill_attention_compute": None if pa_out is None else pa_out * scale})
     cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff)
     priced = {b: _price_step(cm, shape(pr.CROSSOVER_CTX, b), f, 0.0) for b in measured}
     worst = max(abs(priced[b] / t - 1) for b, t in measured.items())
@@ -290,7 +289,61 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
         for label, (sh, t) in shapes.items():
             spre[label] = (t, _price_step(scm, sh, f, 0.0))
     return SmallMFit(round(cd / scale, 4), round(f, 4), 0.0, table, measured, priced,
-                     worst if math.isfinite(worst) else 1.0, round(scale, 4), pre, spre)
+                     worst if math.isfinite(worst) else 1.0, round(scale, 4), pre, spre, pa_out)
+
+
+def _prefill_eff(base: Any, res: ProbeResult, kern: Mapping[int, float], cd: float, pa: float | None,
+                 cap: int) -> Any:
+    """The efficiency block the fit prices with: the kernel's rates by rows up to ``cap``, PyTorch's above at
+    ``cd``, memory fraction 1 (the caller applies its own), compute and memory adding, and the prefill attention at
+    ``pa`` (None: at ``cd``, like every other operator)."""
+    table = {**kern, **{m: v for m, v in (rows_table(res, cd, cap, ceiling=max(1.0, cd)) or {}).items() if m > cap}}
+    return base.model_copy(update={"compute_default": cd, "memory_default": 1.0, "compute_by_rows": table,
+                                   "compute_memory_overlap": None, "prefill_attention_compute": pa})
+
+
+#: the least spread, over the fitted prefill steps, of the causal attention's share of their time for the fit to
+#: tell its rate from the GEMMs' (below it the steps cannot, and the attention stays at ``compute_default``)
+ATTENTION_SHARE_SPREAD = 0.05
+
+
+def _fit_prefill_fractions(sets: list[tuple[Any, dict[int, float]]], chip: ChipSpec, base: Any, res: ProbeResult,
+                           kern: Mapping[int, float], cd: float, pa: float | None, cap: int, f: float
+                           ) -> tuple[float, float | None]:
+    """One step of the prefill fit: each prefill step (``sets``: (model, tokens -> measured seconds)) priced at
+    (``cd``, ``pa``) splits into its GEMMs' and other operators' compute (scaling as 1 / cd), its causal attention
+    pairs' compute (as 1 / pa) and the rest (memory); the two scales that best reproduce the steps (least squares
+    in relative error, each model weighing alike) give the next ``cd`` and ``pa``. When the attention's share of the
+    steps does not vary by ATTENTION_SHARE_SPREAD (one length, or steps it barely touches) or the two scales come
+    out unphysical, one scale for all compute (the geometric mean of what reproduces each step), ``pa`` unchanged."""
+    from jalapeno.perf.shape import StepShape
+    from jalapeno.sim.factory import cost_model_for
+
+    a0 = cd if pa is None else pa
+    rows, rhs, weights, logs = [], [], [], []
+    for arch, steps in sets:
+        if not steps:
+            continue
+        prices = [{t: _price_step(cost_model_for(arch, chip, precision="fp32", kv="fp32",
+                                                 efficiency=_prefill_eff(base, res, kern, c, a, cap)),
+                                  StepShape.from_lists(prefill=[(t, 0)]), f, 0.0) for t in steps}
+                  for c, a in ((cd, a0), (cd * 1.25, a0), (cd, a0 * 1.25))]
+        for t, meas in steps.items():
+            g = 5.0 * (prices[0][t] - prices[1][t])  # 1 - 1/1.25 = 0.2 of the part that scales
+            a = 5.0 * (prices[0][t] - prices[2][t])
+            rows.append([g / meas, a / meas])
+            rhs.append(1.0 - (prices[0][t] - g - a) / meas)
+            weights.append(1.0 / np.sqrt(len(steps)))
+        logs.append(float(np.mean([np.log(prices[0][t] / m) for t, m in steps.items()])))
+    if not rows:
+        return cd, pa
+    m, y, w = np.array(rows), np.array(rhs), np.array(weights)
+    shares = m[:, 1] / m.sum(axis=1).clip(min=1e-12)
+    if len(rows) >= 2 and shares.max() - shares.min() >= ATTENTION_SHARE_SPREAD:
+        (sg, sa), *_ = np.linalg.lstsq(m * w[:, None], y * w, rcond=None)
+        if sg > 0.2 and sa > 0.2 and a0 / sa <= max(1.0, cd / sg):
+            return cd / float(sg), a0 / float(sa)
+    return cd * float(np.exp(np.mean(logs))), pa
 
 
 @dataclass(frozen=True)
@@ -697,7 +750,8 @@ def add_small_m(out: dict[str, Any], res: ProbeResult, cap: int, source: str) ->
     k, n = ROWS_KN
     rows = ", ".join(f"{m}: {v:.3g}" for m, v in sorted(res.rows_tflops.items()))
     eff.update(compute_default=fit.compute_default, memory_default=fit.memory_default,
-               compute_by_rows=fit.compute_by_rows, compute_memory_overlap=fit.overlap)
+               compute_by_rows=fit.compute_by_rows, compute_memory_overlap=fit.overlap,
+               prefill_attention_compute=fit.prefill_attention)
     eff["source"] += (
         f"; small-M terms: compute_by_rows = the GEMM rate of the path the engine takes at M rows: the fused "
         f"kernel's up to the crossover ({cap}), at each measured batch what reproduces its decode step (less the "
@@ -709,10 +763,22 @@ def add_small_m(out: dict[str, Any], res: ProbeResult, cap: int, source: str) ->
     if fit.prefill_s:
         pre = ", ".join(f"{t}: {m * 1e3:.1f}/{q * 1e3:.1f}" for t, (m, q) in sorted(fit.prefill_s.items()))
         worst = max(abs(q / m - 1) for m, q in fit.prefill_s.values())
+        spre = ", ".join(f"{k.split(' ', 1)[1]}: {m * 1e3:.1f}/{q * 1e3:.1f}" for k, (m, q) in fit.served_s.items()
+                         if k.startswith("prefill "))
+        spre = f"; {res.served_model} (random weights) prefill step ms measured/priced by tokens: {spre}" if spre else ""
+        how = ("one fraction for the GEMMs and the other operators, one for the causal attention pairs "
+               "(prefill_attention_compute), the two that best reproduce the prefill steps above the crossover"
+               if fit.prefill_attention is not None else
+               "one fraction for every prefill length (geometric mean of what reproduces each)")
         fitted["compute_default"] = {
             "value": fit.compute_default, "status": "fitted", "source": source,
-            "note": f"one fraction for every prefill length (geometric mean of what reproduces each); prefill step ms "
-                    f"measured/priced by tokens: {pre} (worst {worst:.1%})"}
+            "note": f"{how}; prefill step ms measured/priced by tokens: {pre} (worst {worst:.1%})"}
+        if fit.prefill_attention is not None:
+            fitted["prefill_attention_compute"] = {
+                "value": fit.prefill_attention, "status": "fitted", "source": source,
+                "note": f"the fraction of the fp32 peak at which a prefill's causal attention pairs ran, fitted with "
+                        f"compute_default on the prefill steps (their attention share grows with the prompt); ms "
+                        f"measured/priced by tokens: {pre}{spre}"}
     if fit.peak_scale > 1.0:  # the real prefill steps beat the microbenchmark: its "peak" was not the peak
         fp32 = out["compute_tflops"]["fp32"]
         raised = round(fp32["value"] * fit.peak_scale, 6)

@@ -755,10 +755,12 @@ def add_small_m(out: dict[str, Any], res: ProbeResult, cap: int, source: str) ->
     eff["source"] += (
         f"; small-M terms: compute_by_rows = the GEMM rate of the path the engine takes at M rows: the fused "
         f"kernel's up to the crossover ({cap}), at each measured batch what reproduces its decode step (less the "
-        f"layers' overhead; the served model's batches, the crossover model's above them), PyTorch's above it, compute_default x its M x {k} "
+        f"layers' overhead; the served model's batches, the crossover model's above them), PyTorch's above it, "
+        f"compute_default x its M x {k} "
         f"x {n} TFLOPS over its {max(res.rows_tflops, default=PREFILL_TOKENS)}-row TFLOPS; compute and memory add "
         f"(compute_memory_overlap 0); memory_default from the batch-1 steps (their GEMMs at compute_default), "
-        f"compute_default from the prefill steps")
+        f"compute_default (and, where the prefill lengths tell it apart, prefill_attention_compute) from the "
+        f"prefill steps")
     fitted = eff.setdefault("fitted", {})
     if fit.prefill_s:
         pre = ", ".join(f"{t}: {m * 1e3:.1f}/{q * 1e3:.1f}" for t, (m, q) in sorted(fit.prefill_s.items()))

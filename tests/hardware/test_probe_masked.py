@@ -132,31 +132,28 @@ def test_the_masked_steps_are_later_chunks_and_an_old_fresh_step_is_left_out() -
     assert fit_masked_prefill(res, chip) is None
 
 
-def test_the_joint_fit_recovers_known_fractions_from_both_models_steps() -> None:
-    """Decode steps by batch (the crossover model) and at the shortest context (the served model), and prefill steps
-    of both, made from known terms (memory 0.7, compute 0.9, compute and memory adding, the fused kernel's GEMMs at
-    0.9 for 1 row, 0.25 for 4, 0.4 for 8, 0.6 for 16 and 0.7 for 32: its own rate by rows) plus each model's layers'
-    overhead: ``fit_small_m`` recovers every one, and prices every step of both models back; the 4-row rate from the
-    served model's small-batch steps once the probe has them."""
+def _made_probe(kernel: dict[int, float], f: float, cd: float, cap: int, pa: float | None = None):
+    """The quiet probe with its steps replaced by ones made from known terms: memory fraction ``f``, compute and
+    memory adding, the fused kernel's GEMMs at ``kernel`` (rows -> fraction), PyTorch's above ``cap`` at ``cd``, the
+    prefill attention at ``pa`` (None: at ``cd``), plus each model's layers' overhead: the crossover model's decode
+    steps at ``kernel``'s batches and its prefills, the served model's decode steps at batch 1 and 8 (65 keys) and
+    its 512-token prefill. Returns (chip, probe result, the rows table, the step maker)."""
     import numpy as np
 
-    from jalapeno.calibration.probe_fit import _priced, fit_small_m, probe_from_chip, rows_table
-    from jalapeno.hardware.schema import ChipSpec
+    from jalapeno.calibration.probe_fit import _priced, probe_from_chip, rows_table
     from jalapeno.models.catalog import load_model
     from jalapeno.models.hf_config import arch_from_config
-    from jalapeno.perf.model import rows_efficiency
     from jalapeno.perf.shape import StepShape
     from jalapeno.sim.factory import cost_model_for
 
     chip = load_spec_file(QUIET)
     res = probe_from_chip(chip)
     res.dot_step_s = {}
-    f, cd, cap = 0.7, 0.9, 128
-    kernel = {1: 0.9, 4: 0.25, 8: 0.4, 16: 0.6, 32: 0.7}
     table = {**kernel, **{m: v for m, v in rows_table(res, cd, cap, ceiling=1.0).items() if m > cap}}
     eff = chip.efficiency.model_copy(update={
         "step_overhead_us": 0.0, "layer_overhead_us": 0.0, "seq_overhead_us": 0.0, "compute_default": cd,
-        "memory_default": 1.0, "compute_by_rows": table, "compute_memory_overlap": None})
+        "memory_default": 1.0, "compute_by_rows": table, "compute_memory_overlap": None,
+        "prefill_attention_compute": pa})
 
     def made(arch, shape, layers: int) -> float:
         tc, tm, _ = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff).op_times(shape)
@@ -165,11 +162,32 @@ def test_the_joint_fit_recovers_known_fractions_from_both_models_steps() -> None
     cross = arch_from_config(pr.llama_config(6, *pr.CROSSOVER_MODEL), "x")
     served = load_model("smollm2-135m")
     res.fused_step_s = {b: made(cross, StepShape.from_lists(decode_ctx=[pr.CROSSOVER_CTX] * b), 6)
-                        for b in (1, 4, 8, 16, 32)}
+                        for b in sorted(kernel)}
     res.prefill_s = {t: (fl, made(cross, StepShape.from_lists(prefill=[(t, 0)]), 6))
                      for t, (fl, _) in res.prefill_s.items()}
     res.served_ctx_step_s = {b: {65: made(served, StepShape.from_lists(decode_ctx=[65] * b), 30)} for b in (1, 8)}
     res.served_prefill_s = {512: made(served, StepShape.from_lists(prefill=[(512, 0)]), 30)}
+    return chip, res, table, made
+
+
+def test_the_joint_fit_recovers_known_fractions_from_both_models_steps() -> None:
+    """Decode steps by batch (the crossover model) and at the shortest context (the served model), and prefill steps
+    of both, made from known terms (memory 0.7, compute 0.9, compute and memory adding, the fused kernel's GEMMs at
+    0.9 for 1 row, 0.25 for 4, 0.4 for 8, 0.6 for 16 and 0.7 for 32: its own rate by rows) plus each model's layers'
+    overhead: ``fit_small_m`` recovers every one, and prices every step of both models back; the 4-row rate from the
+    served model's small-batch steps once the probe has them."""
+    import numpy as np
+
+    from jalapeno.calibration.probe_fit import fit_small_m
+    from jalapeno.hardware.schema import ChipSpec
+    from jalapeno.models.catalog import load_model
+    from jalapeno.perf.model import rows_efficiency
+    from jalapeno.perf.shape import StepShape
+
+    f, cd, cap = 0.7, 0.9, 128
+    kernel = {1: 0.9, 4: 0.25, 8: 0.4, 16: 0.6, 32: 0.7}
+    chip, res, table, made = _made_probe(kernel, f, cd, cap)
+    served = load_model("smollm2-135m")
     fit = fit_small_m(res, ChipSpec.model_validate(chip.model_dump()), cap)
     assert fit is not None
     assert fit.memory_default == pytest.approx(f, abs=1e-3) and fit.overlap == 0.0
@@ -199,39 +217,12 @@ def test_the_prefill_fit_tells_the_causal_attentions_rate_from_the_gemms() -> No
     GEMMs at 0.9 of the peak and the causal attention pairs at 0.3 (a CPU's attention path, far below its GEMMs):
     the fit recovers both, where one fraction for every length would misprice the short and the long prompt in
     opposite directions; with one prefill length it cannot tell them apart and keeps one fraction."""
-    import numpy as np
-
-    from jalapeno.calibration.probe_fit import _priced, add_small_m, fit_small_m, probe_from_chip, rows_table
+    from jalapeno.calibration.probe_fit import add_small_m, fit_small_m
     from jalapeno.hardware.schema import ChipSpec
-    from jalapeno.models.catalog import load_model
-    from jalapeno.models.hf_config import arch_from_config
-    from jalapeno.perf.shape import StepShape
-    from jalapeno.sim.factory import cost_model_for
 
-    chip = load_spec_file(QUIET)
-    res = probe_from_chip(chip)
-    res.dot_step_s = {}
     f, cd, pa, cap = 0.7, 0.9, 0.3, 128
-    kernel = {1: 0.9, 8: 0.4, 16: 0.6, 32: 0.7}
-    table = {**kernel, **{m: v for m, v in rows_table(res, cd, cap, ceiling=1.0).items() if m > cap}}
-    eff = chip.efficiency.model_copy(update={
-        "step_overhead_us": 0.0, "layer_overhead_us": 0.0, "seq_overhead_us": 0.0, "compute_default": cd,
-        "memory_default": 1.0, "compute_by_rows": table, "compute_memory_overlap": None,
-        "prefill_attention_compute": pa})
-
-    def made(arch, shape, layers: int) -> float:
-        tc, tm, _ = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff).op_times(shape)
-        return float(_priced(tc, tm, np.array([f]), np.array([0.0]))[0]) + layers * res.layer_overhead_us * 1e-6
-
-    cross = arch_from_config(pr.llama_config(6, *pr.CROSSOVER_MODEL), "x")
-    served = load_model("smollm2-135m")
-    res.fused_step_s = {b: made(cross, StepShape.from_lists(decode_ctx=[pr.CROSSOVER_CTX] * b), 6)
-                        for b in (1, 8, 16, 32)}
-    res.prefill_s = {t: (fl, made(cross, StepShape.from_lists(prefill=[(t, 0)]), 6))
-                     for t, (fl, _) in res.prefill_s.items()}
+    chip, res, _, _ = _made_probe({1: 0.9, 8: 0.4, 16: 0.6, 32: 0.7}, f, cd, cap, pa)
     assert sorted(res.prefill_s) == [128, 512, 2048]
-    res.served_ctx_step_s = {b: {65: made(served, StepShape.from_lists(decode_ctx=[65] * b), 30)} for b in (1, 8)}
-    res.served_prefill_s = {512: made(served, StepShape.from_lists(prefill=[(512, 0)]), 30)}
     fit = fit_small_m(res, ChipSpec.model_validate(chip.model_dump()), cap)
     assert fit is not None
     assert fit.compute_default == pytest.approx(cd, rel=0.01)

@@ -253,13 +253,11 @@ def fit_small_m(res: ProbeResult, chip: ChipSpec, cap: int, rounds: int = 8) -> 
     rated = {**{b: (px[b], t) for b, t in kmeasured.items() if b > top}, **{b: (ps[b], t) for b, t in sdecode.items()}}
     f, kern = 1.0, {}
     pa: float | None = None  # the prefill attention's own fraction, once two prefill lengths tell it apart
-    eff = base
     for _ in range(rounds):
         e1 = min(cd, 1.0)
         ones = [(px[1], kmeasured[1])] + ([(ps[1], sdecode[1])] if 1 in sdecode else [])
         f = memory_fraction([p for p, _ in ones], [t for _, t in ones], e1)
         kern = {1: e1, **{b: kernel_rate(p, t, f) for b, (p, t) in sorted(rated.items()) if b != 1}}
-        eff = _prefill_eff(base, res, kern, cd, pa, cap)
         if not prefill:
             break
         # compute scales as 1 / cd where the GEMMs follow it (PyTorch's, above the crossover; the memory share of a
@@ -324,10 +322,11 @@ def _fit_prefill_fractions(sets: list[tuple[Any, dict[int, float]]], chip: ChipS
     for arch, steps in sets:
         if not steps:
             continue
-        prices = [{t: _price_step(cost_model_for(arch, chip, precision="fp32", kv="fp32",
-                                                 efficiency=_prefill_eff(base, res, kern, c, a, cap)),
-                                  StepShape.from_lists(prefill=[(t, 0)]), f, 0.0) for t in steps}
-                  for c, a in ((cd, a0), (cd * 1.25, a0), (cd, a0 * 1.25))]
+        prices = []
+        for c, a in ((cd, a0), (cd * 1.25, a0), (cd, a0 * 1.25)):
+            eff = _prefill_eff(base, res, kern, c, a, cap)
+            cm = cost_model_for(arch, chip, precision="fp32", kv="fp32", efficiency=eff)
+            prices.append({t: _price_step(cm, StepShape.from_lists(prefill=[(t, 0)]), f, 0.0) for t in steps})
         for t, meas in steps.items():
             g = 5.0 * (prices[0][t] - prices[1][t])  # 1 - 1/1.25 = 0.2 of the part that scales
             a = 5.0 * (prices[0][t] - prices[2][t])
@@ -767,7 +766,8 @@ def add_small_m(out: dict[str, Any], res: ProbeResult, cap: int, source: str) ->
         worst = max(abs(q / m - 1) for m, q in fit.prefill_s.values())
         spre = ", ".join(f"{k.split(' ', 1)[1]}: {m * 1e3:.1f}/{q * 1e3:.1f}" for k, (m, q) in fit.served_s.items()
                          if k.startswith("prefill "))
-        spre = f"; {res.served_model} (random weights) prefill step ms measured/priced by tokens: {spre}" if spre else ""
+        if spre:
+            spre = f"; {res.served_model} (random weights) prefill step ms measured/priced by tokens: {spre}"
         how = ("one fraction for the GEMMs and the other operators, one for the causal attention pairs "
                "(prefill_attention_compute), the two that best reproduce the prefill steps above the crossover"
                if fit.prefill_attention is not None else
